@@ -1,0 +1,121 @@
+//! `dagsim predict`: iteration time, throughput, speedup and breakdown for one or more GPU counts.
+
+use super::exit;
+use super::output::{emit, Format};
+use dagsim::error::{Error, Result};
+use dagsim::report::{write_csv, write_json, write_text, Prediction};
+use dagsim::scenario::Scenario;
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 16
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 1,2,4,8,16 --strategy none
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 16 --topology v100-cluster --format json
+  dagsim predict --scenario scenarios/alexnet_k80_scaling.toml --strategy io -o out.csv --format csv
+
+Defaults: topology `k80-cluster` (4 nodes x 4 K80, PCIe 15 GB/s, 10 GbE, NFS 1.1 GB/s; grows by
+whole nodes when more GPUs are asked for), strategy `io+wfbp` (Caffe-MPI: I/O overlap and wait-free
+backprop), ring all-reduce with times modelled from gradient bytes, 5 iterations (1 warm-up).
+
+Strategies: none (Eq. 2), io (Eq. 3), wfbp, io+wfbp (Eq. 4-5); add +comm=trace to use the trace's
+measured communication and data-layer times instead of the link model.";
+
+#[derive(Debug, clap::Args)]
+#[command(about = "Predict iteration time, throughput and speedup", after_help = EXAMPLES)]
+pub struct Args {
+    /// Layer-wise trace (native CSV or the DAG paper's table format).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Scenario file (TOML); flags given here override its fields.
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// GPU counts, comma-separated (default 1,2,4,8,16).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    gpus: Option<Vec<u32>>,
+    /// Topology preset (k80-cluster, v100-cluster) or file.
+    #[arg(long, value_name = "NAME|FILE")]
+    topology: Option<String>,
+    /// Strategy: features joined by `+` (none, io, wfbp; settings allreduce=ring, comm=model|trace).
+    #[arg(long, value_name = "SPEC")]
+    strategy: Option<String>,
+    /// Samples per GPU per iteration (overrides the trace).
+    #[arg(long, value_name = "N")]
+    batch: Option<u32>,
+    /// Bytes of one input sample as stored (overrides the trace).
+    #[arg(long, value_name = "BYTES")]
+    sample_bytes: Option<u64>,
+    /// Bytes of one input sample as copied to the GPU (overrides the trace).
+    #[arg(long, value_name = "BYTES")]
+    device_sample_bytes: Option<u64>,
+    /// Iterations to simulate (the first is warm-up).
+    #[arg(long, value_name = "N")]
+    iterations: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Write to FILE instead of stdout (written atomically).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    let mut scenario = match &args.scenario {
+        Some(p) => Scenario::load(p)?,
+        None => Scenario::default(),
+    };
+    // Flags override the scenario; paths given on the command line are relative to the cwd.
+    if let Some(t) = args.trace {
+        scenario.workload.trace = Some(std::path::absolute(&t).unwrap_or(t));
+    }
+    if let Some(t) = args.topology {
+        scenario.machine.topology = Some(match std::path::Path::new(&t).exists() {
+            true => std::path::absolute(&t).map(|p| p.to_string_lossy().into_owned()).unwrap_or(t),
+            false => t,
+        });
+    }
+    if args.strategy.is_some() {
+        scenario.strategy = args.strategy;
+    }
+    if args.batch.is_some() {
+        scenario.workload.batch_per_gpu = args.batch;
+    }
+    if args.sample_bytes.is_some() {
+        scenario.workload.sample_bytes = args.sample_bytes;
+    }
+    if args.device_sample_bytes.is_some() {
+        scenario.workload.device_sample_bytes = args.device_sample_bytes;
+    }
+    if args.iterations.is_some() {
+        scenario.iterations = args.iterations;
+    }
+    let gpus = args.gpus.or(scenario.gpus.clone()).unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+    if gpus.is_empty() || gpus.contains(&0) {
+        return Err(Error::invalid("--gpus", "GPU counts must be at least 1"));
+    }
+    let setup = scenario.setup()?;
+    if setup.workload.sample_bytes == 0 {
+        eprintln!(
+            "note: the trace gives no input sample size, so reading and copying batches costs nothing; \
+             pass --sample-bytes to model I/O"
+        );
+    }
+    let preds = setup.predict_scaling(&gpus)?;
+    emit(args.output.as_deref(), |w| match args.format {
+        Format::Text => write_text(w, &preds),
+        Format::Csv => write_csv(w, &preds),
+        Format::Json => write_json_contract(w, &preds),
+    })?;
+    Ok(exit::OK)
+}
+
+/// One object for one configuration, an array for several (DESIGN.md's JSON contract).
+fn write_json_contract(w: &mut dyn std::io::Write, preds: &[Prediction]) -> std::io::Result<()> {
+    match preds {
+        [one] => {
+            serde_json::to_writer_pretty(&mut *w, one)?;
+            writeln!(w)
+        }
+        many => write_json(w, many),
+    }
+}

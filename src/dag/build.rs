@@ -1,0 +1,182 @@
+//! The S-SGD DAG of Shi, Wang & Chu (Fig. 1), for several iterations.
+//!
+//! Per GPU `g` and iteration `i`: read a batch from storage (`io`), copy it to the GPU (`h2d`),
+//! forward layer 1..L, backward layer L..1, then the model update. Per learnable layer, one
+//! gradient-aggregation task shared by all GPUs (the paper's T32-T34). Edges as the paper gives them:
+//!
+//! * no overlap (CNTK, Eq. 2): the next read waits for the update; aggregation starts after the
+//!   whole backward pass.
+//! * I/O overlap (Caffe-MPI, Eq. 3): the loader reads batch i+1 right after copying batch i and
+//!   copies it once batch i's first layer has consumed the input buffer.
+//! * WFBP (Eq. 4-5): layer l's aggregation waits only for layer l's backward on every GPU;
+//!   aggregations run one at a time in order on the communicator.
+
+use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
+use crate::collective::CollectiveOp;
+use crate::error::{Error, Result};
+use crate::hw::Machine;
+use crate::strategy::{CommSource, Strategy};
+use crate::workload::Workload;
+
+/// Everything the builder reads.
+pub struct BuildInput<'a> {
+    pub workload: &'a Workload,
+    pub machine: &'a Machine,
+    /// Number of GPUs used: the first `gpus` GPUs of the machine in rank order.
+    pub gpus: u32,
+    pub strategy: &'a Strategy,
+    pub iterations: u32,
+}
+
+/// Builds the S-SGD DAG.
+pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
+    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    if n == 0 {
+        return Err(Error::invalid("GPU count", "must be at least 1"));
+    }
+    if n as usize > m.gpus.len() {
+        return Err(Error::invalid("GPU count", format!("{n} GPUs asked for, machine `{}` has {}", m.name, m.gpus.len())));
+    }
+    if iterations < 2 {
+        return Err(Error::invalid("iterations", "at least 2 are needed to measure a steady-state iteration"));
+    }
+    if s.comm_source == CommSource::Trace && n > 1 {
+        if let Some(l) = w.layers.iter().find(|l| l.is_learnable() && l.comm.is_none()) {
+            return Err(Error::invalid(
+                "strategy",
+                format!("comm=trace needs measured communication times, but layer `{}` has none", l.name),
+            ));
+        }
+    }
+
+    let layers = &w.layers;
+    let nl = layers.len();
+    let mut b = DagBuilder::new();
+    let compute_q: Vec<_> =
+        (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
+    let comm_q = b.add_queue("comm", Discipline::Fifo, None);
+    let group = b.add_group((0..n).collect());
+    let learnable: Vec<usize> = (0..nl).rev().filter(|&l| layers[l].is_learnable()).collect();
+
+    let task = |work, queue, phase, gpu, iteration, layer: Option<usize>| Task {
+        work,
+        queue,
+        phase,
+        gpu,
+        iteration,
+        layer: layer.map(|l| l as u32),
+        priority: layer.map(|l| l as i32).unwrap_or(0),
+    };
+
+    let mut iteration_end = Vec::with_capacity((iterations * n) as usize);
+    // Per GPU, the previous iteration's tasks that the next one hangs off.
+    let mut prev_update: Vec<Option<TaskId>> = vec![None; n as usize];
+    let mut prev_h2d: Vec<Option<TaskId>> = vec![None; n as usize];
+    let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; n as usize];
+
+    for it in 0..iterations {
+        let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(n as usize);
+        let mut updates = Vec::with_capacity(n as usize);
+        for g in 0..n {
+            let gi = g as usize;
+            let info = m.gpus[gi];
+            let batch = w.batch_per_gpu as u64;
+            let io = b.add_task(task(
+                Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes },
+                None,
+                Phase::Io,
+                Some(g),
+                it,
+                None,
+            ));
+            let h2d_work = match (s.comm_source, w.data_load) {
+                (CommSource::Trace, Some(load)) => Work::Fixed { ns: load.mean_ns },
+                _ => Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes },
+            };
+            let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
+            b.add_edge(io, h2d);
+            if s.io_overlap {
+                if let Some(p) = prev_h2d[gi] {
+                    b.add_edge(p, io);
+                }
+                if let Some(p) = prev_first_fwd[gi] {
+                    b.add_edge(p, h2d);
+                }
+            } else if let Some(p) = prev_update[gi] {
+                b.add_edge(p, io);
+            }
+
+            let q = Some(compute_q[gi]);
+            let mut last = h2d;
+            let mut first_fwd = None;
+            for (l, layer) in layers.iter().enumerate() {
+                let t = b.add_task(task(Work::Fixed { ns: layer.forward.mean_ns }, q, Phase::Forward, Some(g), it, Some(l)));
+                b.add_edge(last, t);
+                if l == 0 {
+                    if let Some(p) = prev_update[gi] {
+                        b.add_edge(p, t);
+                    }
+                    first_fwd = Some(t);
+                }
+                last = t;
+            }
+            let mut bwd_g = vec![0; nl];
+            for l in (0..nl).rev() {
+                let t = b.add_task(task(
+                    Work::Fixed { ns: layers[l].backward.mean_ns },
+                    q,
+                    Phase::Backward,
+                    Some(g),
+                    it,
+                    Some(l),
+                ));
+                b.add_edge(last, t);
+                bwd_g[l] = t;
+                last = t;
+            }
+            let upd = b.add_task(task(Work::Fixed { ns: w.update.mean_ns }, q, Phase::Update, Some(g), it, None));
+            b.add_edge(last, upd);
+            bwd.push(bwd_g);
+            updates.push(upd);
+            prev_h2d[gi] = Some(h2d);
+            prev_first_fwd[gi] = first_fwd;
+        }
+
+        // Gradient aggregation: one task per learnable layer, for all GPUs together.
+        if n > 1 {
+            let mut prev_comm: Option<TaskId> = None;
+            for &l in &learnable {
+                let layer = &layers[l];
+                let work = match s.comm_source {
+                    CommSource::Model => Work::Collective {
+                        group,
+                        op: CollectiveOp::AllReduce,
+                        algorithm: s.allreduce,
+                        bytes: layer.grad_bytes,
+                    },
+                    CommSource::Trace => Work::Fixed { ns: layer.comm.map(|c| c.mean_ns).unwrap_or(0) },
+                };
+                let c = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, Some(l)));
+                if s.wfbp {
+                    for bwd_g in &bwd {
+                        b.add_edge(bwd_g[l], c);
+                    }
+                } else {
+                    match prev_comm {
+                        Some(p) => b.add_edge(p, c),
+                        None => bwd.iter().for_each(|bwd_g| b.add_edge(bwd_g[0], c)),
+                    }
+                }
+                for &u in &updates {
+                    b.add_edge(c, u);
+                }
+                prev_comm = Some(c);
+            }
+        }
+        for g in 0..n as usize {
+            prev_update[g] = Some(updates[g]);
+        }
+        iteration_end.extend_from_slice(&updates);
+    }
+    b.build(DagMeta { gpus: n, iterations, iteration_end })
+}

@@ -1,0 +1,335 @@
+//! The task graph. Tasks are compute kernels, transfers and collectives; edges are precedence.
+//! A [`DagBuilder`] collects tasks and edges; [`DagBuilder::build`] checks acyclicity once and
+//! freezes the graph into compact successor lists that the engine walks. Strategies shape the graph
+//! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
+
+pub mod build;
+
+use crate::collective::{Algorithm, CollectiveOp};
+use crate::error::{Error, Result};
+use crate::hw::DeviceId;
+use crate::units::Nanos;
+use serde::Serialize;
+
+pub type TaskId = u32;
+pub type QueueId = u32;
+pub type GroupId = u32;
+
+/// What a task does, as far as the engine is concerned.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Work {
+    /// Runs for a fixed time (a kernel, an update, a measured communication time).
+    Fixed { ns: Nanos },
+    /// Moves bytes between two devices over the machine's route, sharing links with other traffic.
+    Transfer { src: DeviceId, dst: DeviceId, bytes: u64 },
+    /// A collective among the GPUs of a group; lowered to steps of transfers when it starts.
+    Collective { group: GroupId, op: CollectiveOp, algorithm: Algorithm, bytes: u64 },
+}
+
+/// Which part of training a task belongs to; decides its category in the time breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Reading a batch from storage into host memory.
+    Io,
+    /// Copying a batch from host memory to the GPU.
+    HostToDevice,
+    Forward,
+    Backward,
+    /// Gradient aggregation (all-reduce, or a measured communication time).
+    GradientAggregation,
+    Update,
+}
+
+/// The three kinds of busy time in the breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Compute,
+    Communication,
+    Io,
+}
+
+impl Phase {
+    pub fn category(self) -> Category {
+        match self {
+            Phase::Io | Phase::HostToDevice => Category::Io,
+            Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
+            Phase::GradientAggregation => Category::Communication,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Io => "io",
+            Phase::HostToDevice => "h2d",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::GradientAggregation => "allreduce",
+            Phase::Update => "update",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Task {
+    pub work: Work,
+    /// The serial queue (GPU stream, communicator, loader thread) the task holds while it runs.
+    pub queue: Option<QueueId>,
+    pub phase: Phase,
+    /// GPU rank the task belongs to; `None` for tasks of a whole group (collectives).
+    pub gpu: Option<u32>,
+    pub iteration: u32,
+    pub layer: Option<u32>,
+    /// Order within a priority queue: lower runs first.
+    pub priority: i32,
+}
+
+impl Task {
+    /// A short human-readable label, e.g. `it2 gpu3 backward L5`.
+    pub fn label(&self) -> String {
+        let mut s = format!("it{} ", self.iteration);
+        if let Some(g) = self.gpu {
+            s += &format!("gpu{g} ");
+        }
+        s += self.phase.name();
+        if let Some(l) = self.layer {
+            s += &format!(" L{l}");
+        }
+        s
+    }
+}
+
+/// How a queue picks the next ready task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discipline {
+    /// In the order tasks became ready (CUDA stream / NCCL communicator semantics).
+    Fifo,
+    /// Lowest `priority` first, then readiness order.
+    Priority,
+}
+
+/// A serial resource: at most one of its tasks runs at a time.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub name: String,
+    pub discipline: Discipline,
+    /// GPU rank whose stream this is, if any (the breakdown counts compute per GPU from it).
+    pub gpu: Option<u32>,
+}
+
+/// Facts about how the graph was built that reports need.
+#[derive(Debug, Clone, Default)]
+pub struct DagMeta {
+    pub gpus: u32,
+    pub iterations: u32,
+    /// The task that ends iteration `i` on GPU `g` is `iteration_end[i * gpus + g]`.
+    pub iteration_end: Vec<TaskId>,
+}
+
+/// A frozen, acyclic task graph.
+#[derive(Debug, Clone)]
+pub struct Dag {
+    tasks: Vec<Task>,
+    succ_start: Vec<u32>,
+    succ: Vec<TaskId>,
+    pred_count: Vec<u32>,
+    queues: Vec<Queue>,
+    /// Each group lists GPU ranks in collective rank order.
+    groups: Vec<Vec<u32>>,
+    pub meta: DagMeta,
+}
+
+impl Dag {
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+    pub fn task(&self, t: TaskId) -> &Task {
+        &self.tasks[t as usize]
+    }
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+    pub fn successors(&self, t: TaskId) -> &[TaskId] {
+        &self.succ[self.succ_start[t as usize] as usize..self.succ_start[t as usize + 1] as usize]
+    }
+    pub fn pred_count(&self, t: TaskId) -> u32 {
+        self.pred_count[t as usize]
+    }
+    pub fn edge_count(&self) -> usize {
+        self.succ.len()
+    }
+    pub fn queues(&self) -> &[Queue] {
+        &self.queues
+    }
+    pub fn group(&self, g: GroupId) -> &[u32] {
+        &self.groups[g as usize]
+    }
+
+    /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
+    pub fn to_dot(&self) -> String {
+        let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
+        let nodes: Vec<_> = self.tasks.iter().enumerate().map(|(i, t)| g.add_node(format!("T{i} {}", t.label()))).collect();
+        for (i, &n) in nodes.iter().enumerate() {
+            for &s in self.successors(i as TaskId) {
+                g.add_edge(n, nodes[s as usize], ());
+            }
+        }
+        format!("{:?}", petgraph::dot::Dot::with_config(&g, &[petgraph::dot::Config::EdgeNoLabel]))
+    }
+}
+
+/// Collects tasks and edges; [`DagBuilder::build`] freezes them.
+#[derive(Debug, Default)]
+pub struct DagBuilder {
+    tasks: Vec<Task>,
+    edges: Vec<(TaskId, TaskId)>,
+    queues: Vec<Queue>,
+    groups: Vec<Vec<u32>>,
+}
+
+impl DagBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_task(&mut self, task: Task) -> TaskId {
+        self.tasks.push(task);
+        (self.tasks.len() - 1) as TaskId
+    }
+
+    /// `to` may start only after `from` has finished.
+    pub fn add_edge(&mut self, from: TaskId, to: TaskId) {
+        self.edges.push((from, to));
+    }
+
+    pub fn add_queue(&mut self, name: impl Into<String>, discipline: Discipline, gpu: Option<u32>) -> QueueId {
+        self.queues.push(Queue { name: name.into(), discipline, gpu });
+        (self.queues.len() - 1) as QueueId
+    }
+
+    pub fn add_group(&mut self, gpu_ranks: Vec<u32>) -> GroupId {
+        self.groups.push(gpu_ranks);
+        (self.groups.len() - 1) as GroupId
+    }
+
+    pub fn task(&self, t: TaskId) -> &Task {
+        &self.tasks[t as usize]
+    }
+
+    /// Freezes the graph: removes duplicate edges, builds successor lists, rejects cycles
+    /// (naming a task on one) and dangling ids.
+    pub fn build(mut self, meta: DagMeta) -> Result<Dag> {
+        let n = self.tasks.len();
+        if let Some(&(a, b)) = self.edges.iter().find(|&&(a, b)| a as usize >= n || b as usize >= n || a == b) {
+            return Err(Error::invalid("task graph", format!("bad edge {a} -> {b} ({n} tasks)")));
+        }
+        for t in &self.tasks {
+            if let Some(q) = t.queue {
+                if q as usize >= self.queues.len() {
+                    return Err(Error::invalid("task graph", format!("task `{}` uses unknown queue {q}", t.label())));
+                }
+            }
+            if let Work::Collective { group, .. } = t.work {
+                if group as usize >= self.groups.len() {
+                    return Err(Error::invalid("task graph", format!("task `{}` uses unknown group {group}", t.label())));
+                }
+            }
+        }
+        self.edges.sort_unstable();
+        self.edges.dedup();
+        let mut succ_start = vec![0u32; n + 1];
+        let mut pred_count = vec![0u32; n];
+        for &(a, b) in &self.edges {
+            succ_start[a as usize + 1] += 1;
+            pred_count[b as usize] += 1;
+        }
+        for i in 0..n {
+            succ_start[i + 1] += succ_start[i];
+        }
+        let succ: Vec<TaskId> = self.edges.iter().map(|e| e.1).collect();
+        let dag = Dag { tasks: self.tasks, succ_start, succ, pred_count, queues: self.queues, groups: self.groups, meta };
+        dag.check_acyclic()?;
+        Ok(dag)
+    }
+}
+
+impl Dag {
+    /// Kahn's algorithm; on a cycle, names a task that lies on it.
+    fn check_acyclic(&self) -> Result<()> {
+        let n = self.len();
+        let mut indeg = self.pred_count.clone();
+        let mut stack: Vec<TaskId> = (0..n as TaskId).filter(|&t| indeg[t as usize] == 0).collect();
+        let mut seen = 0;
+        while let Some(t) = stack.pop() {
+            seen += 1;
+            for &s in self.successors(t) {
+                indeg[s as usize] -= 1;
+                if indeg[s as usize] == 0 {
+                    stack.push(s);
+                }
+            }
+        }
+        if seen == n {
+            return Ok(());
+        }
+        // Walk successors among the unfinished tasks until one repeats: it is on a cycle.
+        let mut at = (0..n).find(|&t| indeg[t] > 0).expect("a task is left") as TaskId;
+        let mut visited = vec![false; n];
+        while !visited[at as usize] {
+            visited[at as usize] = true;
+            at = *self.successors(at).iter().find(|&&s| indeg[s as usize] > 0).expect("a stuck task has a stuck successor");
+        }
+        Err(Error::Cycle { task: at, label: self.task(at).label() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed(ns: Nanos) -> Task {
+        Task {
+            work: Work::Fixed { ns },
+            queue: None,
+            phase: Phase::Forward,
+            gpu: Some(0),
+            iteration: 0,
+            layer: None,
+            priority: 0,
+        }
+    }
+
+    #[test]
+    fn builds_successor_lists_and_dedups_edges() {
+        let mut b = DagBuilder::new();
+        let a = b.add_task(fixed(1));
+        let c = b.add_task(fixed(1));
+        let d = b.add_task(fixed(1));
+        b.add_edge(a, c);
+        b.add_edge(a, c);
+        b.add_edge(a, d);
+        b.add_edge(c, d);
+        let dag = b.build(DagMeta::default()).unwrap();
+        assert_eq!(dag.successors(a), &[c, d]);
+        assert_eq!(dag.pred_count(d), 2);
+        assert_eq!(dag.edge_count(), 3);
+        assert!(dag.to_dot().contains("T2 it0 gpu0 forward"));
+    }
+
+    #[test]
+    fn cycles_are_rejected_with_a_task_named() {
+        let mut b = DagBuilder::new();
+        let a = b.add_task(fixed(1));
+        let c = b.add_task(fixed(1));
+        let d = b.add_task(fixed(1));
+        b.add_edge(a, c);
+        b.add_edge(c, d);
+        b.add_edge(d, c);
+        let e = b.build(DagMeta::default()).unwrap_err();
+        assert!(matches!(e, Error::Cycle { task, .. } if task == c || task == d), "{e}");
+    }
+}

@@ -1,0 +1,215 @@
+//! The Machine: devices (GPUs, CPU sockets, switches, NICs, storage) joined by directed links, each
+//! with a latency and a bandwidth curve over message size, plus routing between devices.
+//! Built from a topology file or preset ([`topology`]); read by the DAG builder (which GPU sits on
+//! which host, where its data comes from) and by the engine (link capacities, routes).
+//! Knows nothing of DAGs, strategies or time-stepping.
+
+mod route;
+pub mod topology;
+
+pub use route::Route;
+pub use topology::{load_topology, Topology};
+
+use serde::Serialize;
+
+/// Index of a device in [`Machine::devices`].
+pub type DeviceId = u32;
+/// Index of a directed link in [`Machine::links`].
+pub type LinkId = u32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Gpu,
+    /// A CPU socket with its memory: the root of a node's PCIe tree.
+    Cpu,
+    PcieSwitch,
+    Nic,
+    NvSwitch,
+    NetworkSwitch,
+    Storage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    Pcie,
+    Nvlink,
+    Nvswitch,
+    Qpi,
+    Ethernet,
+    Infiniband,
+    Storage,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::Pcie => "pcie",
+            LinkKind::Nvlink => "nvlink",
+            LinkKind::Nvswitch => "nvswitch",
+            LinkKind::Qpi => "qpi",
+            LinkKind::Ethernet => "ethernet",
+            LinkKind::Infiniband => "infiniband",
+            LinkKind::Storage => "storage",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Device {
+    pub name: String,
+    pub kind: DeviceKind,
+    /// Node (server) the device belongs to; `None` for shared fabric (network switch, NFS).
+    pub node: Option<u32>,
+}
+
+/// Achievable bandwidth of one message as a function of its size: piecewise-linear between
+/// measured points, flat beyond the ends. Rates in bytes/ns (= GB/s).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BandwidthCurve {
+    /// (message bytes, bytes/ns), sorted by size, at least one point.
+    points: Vec<(u64, f64)>,
+}
+
+impl BandwidthCurve {
+    pub fn constant(rate: f64) -> Self {
+        BandwidthCurve { points: vec![(0, rate)] }
+    }
+
+    /// Builds a curve from (bytes, rate) points; they are sorted by size. Rates must be positive.
+    pub fn from_points(mut points: Vec<(u64, f64)>) -> Option<Self> {
+        if points.is_empty() || points.iter().any(|&(_, r)| !(r.is_finite() && r > 0.0)) {
+            return None;
+        }
+        points.sort_by_key(|p| p.0);
+        Some(BandwidthCurve { points })
+    }
+
+    /// The link's capacity for fair sharing: the highest rate on the curve.
+    pub fn peak(&self) -> f64 {
+        self.points.iter().map(|p| p.1).fold(0.0, f64::max)
+    }
+
+    /// Rate one message of `bytes` can reach on this link alone.
+    pub fn rate_for(&self, bytes: u64) -> f64 {
+        let pts = &self.points;
+        if bytes <= pts[0].0 {
+            return pts[0].1;
+        }
+        for w in pts.windows(2) {
+            let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+            if bytes <= x1 {
+                let t = (bytes - x0) as f64 / (x1 - x0).max(1) as f64;
+                return y0 + t * (y1 - y0);
+            }
+        }
+        pts[pts.len() - 1].1
+    }
+
+    pub fn points(&self) -> &[(u64, f64)] {
+        &self.points
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Link {
+    pub from: DeviceId,
+    pub to: DeviceId,
+    pub kind: LinkKind,
+    pub latency_ns: u64,
+    pub bandwidth: BandwidthCurve,
+}
+
+impl Link {
+    /// Capacity shared among concurrent transfers (bytes/ns).
+    pub fn capacity(&self) -> f64 {
+        self.bandwidth.peak()
+    }
+}
+
+/// What the DAG builder needs to know about one GPU.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GpuInfo {
+    pub device: DeviceId,
+    /// The CPU socket whose memory feeds this GPU (host-to-device copies start here).
+    pub host: DeviceId,
+    /// Where this GPU's training data is read from (local disk or shared file system).
+    pub storage: DeviceId,
+    pub node: u32,
+}
+
+/// A whole machine or cluster, ready for routing and simulation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub name: String,
+    /// GPU model name, for reports.
+    pub gpu_model: String,
+    pub devices: Vec<Device>,
+    pub links: Vec<Link>,
+    /// GPUs in rank order (node by node).
+    pub gpus: Vec<GpuInfo>,
+    #[serde(skip)]
+    out_links: Vec<Vec<LinkId>>,
+}
+
+impl Machine {
+    /// Assembles a machine and checks it: links name existing devices and have positive bandwidth,
+    /// and every GPU can reach its host and storage.
+    pub fn new(
+        name: String,
+        gpu_model: String,
+        devices: Vec<Device>,
+        links: Vec<Link>,
+        gpus: Vec<GpuInfo>,
+    ) -> crate::Result<Self> {
+        let err = |msg: String| crate::Error::topology(name.clone(), msg);
+        let n = devices.len() as u32;
+        let mut out_links = vec![Vec::new(); devices.len()];
+        for (i, l) in links.iter().enumerate() {
+            if l.from >= n || l.to >= n {
+                return Err(err(format!("link {i} names a device that does not exist")));
+            }
+            if !(l.capacity() > 0.0) {
+                let (a, b) = (&devices[l.from as usize].name, &devices[l.to as usize].name);
+                return Err(err(format!("link {a} -> {b} has zero bandwidth")));
+            }
+            out_links[l.from as usize].push(i as LinkId);
+        }
+        if gpus.is_empty() {
+            return Err(err("the machine has no GPUs".into()));
+        }
+        let m = Machine { name: name.clone(), gpu_model, devices, links, gpus, out_links };
+        for g in &m.gpus {
+            for (what, other) in [("host", g.host), ("storage", g.storage)] {
+                if m.shortest_path(other, g.device).is_none() {
+                    let gname = &m.devices[g.device as usize].name;
+                    return Err(err(format!("GPU {gname} cannot be reached from its {what}")));
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    pub fn device_name(&self, d: DeviceId) -> &str {
+        &self.devices[d as usize].name
+    }
+
+    /// Outgoing links of a device, in link order.
+    pub fn out_links(&self, d: DeviceId) -> &[LinkId] {
+        &self.out_links[d as usize]
+    }
+
+    /// Number of nodes (servers) the GPUs span.
+    pub fn node_count(&self) -> u32 {
+        self.gpus.iter().map(|g| g.node + 1).max().unwrap_or(0)
+    }
+
+    /// Kinds of link present, sorted, for utilisation reports.
+    pub fn link_kinds(&self) -> Vec<LinkKind> {
+        let mut kinds: Vec<LinkKind> = self.links.iter().map(|l| l.kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+}

@@ -1,0 +1,320 @@
+//! Topology files and presets. A topology file (JSON or TOML, see `topologies/README.md`) describes
+//! a cluster parametrically: nodes of identical servers, how GPUs attach to their host (PCIe) and to
+//! each other (through the host, or NVLink), the network between nodes, and where training data is
+//! read from. [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
+
+use super::{BandwidthCurve, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
+use crate::error::{Error, Location, Result};
+use crate::units::{gb_per_s_to_bytes_per_ns, gbit_per_s_to_bytes_per_ns, us_to_ns};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Built-in topologies: the shipped files in `topologies/`, compiled in so they work from any
+/// directory. The first one is the default.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("k80-cluster", include_str!("../../topologies/k80-cluster.json")),
+    ("v100-cluster", include_str!("../../topologies/v100-cluster.json")),
+];
+
+/// Name of the topology used when none is given.
+pub const DEFAULT_TOPOLOGY: &str = "k80-cluster";
+
+/// A parsed topology file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Where the numbers come from.
+    #[serde(default)]
+    pub source: String,
+    pub cluster: ClusterSpec,
+}
+
+/// Identical nodes, each with `gpus_per_node` GPUs under one host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    /// GPU model name (for reports and, later, GPU specs).
+    pub gpu: String,
+    /// Add nodes when more GPUs are asked for than the file lists (default true).
+    #[serde(default = "yes")]
+    pub grow: bool,
+    /// Each GPU's link to its host, per direction. Peer traffic without NVLink goes through the host.
+    pub pcie: LinkSpec,
+    /// If present, every pair of GPUs in a node has a direct link of this speed per direction.
+    #[serde(default)]
+    pub nvlink: Option<LinkSpec>,
+    /// Each node's link to the network switch, per direction.
+    pub network: NetworkSpec,
+    pub storage: StorageSpec,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Latency and bandwidth of one link direction. Give the bandwidth in GB/s or in Gbit/s.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    #[serde(default)]
+    pub bandwidth_gb_s: Option<f64>,
+    #[serde(default)]
+    pub bandwidth_gbit_s: Option<f64>,
+    #[serde(default)]
+    pub latency_us: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkKind {
+    Ethernet,
+    Infiniband,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    pub kind: NetworkKind,
+    #[serde(flatten)]
+    pub link: LinkSpec,
+    /// Fraction of the line rate a transfer achieves (protocol overhead); default 1.
+    #[serde(default = "one")]
+    pub efficiency: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSpec {
+    /// One file system for the whole cluster, reached over the network (NFS), or a disk per node.
+    pub shared: bool,
+    #[serde(flatten)]
+    pub link: LinkSpec,
+}
+
+impl LinkSpec {
+    fn rate(&self, topo: &str, what: &str) -> Result<f64> {
+        let rate = match (self.bandwidth_gb_s, self.bandwidth_gbit_s) {
+            (Some(gb), None) => gb_per_s_to_bytes_per_ns(gb),
+            (None, Some(gbit)) => gbit_per_s_to_bytes_per_ns(gbit),
+            _ => {
+                return Err(Error::topology(topo, format!("{what}: give exactly one of bandwidth_gb_s or bandwidth_gbit_s")))
+            }
+        };
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(Error::topology(topo, format!("{what}: bandwidth must be positive")));
+        }
+        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
+            return Err(Error::topology(topo, format!("{what}: latency_us must be a non-negative number")));
+        }
+        Ok(rate)
+    }
+}
+
+/// Loads a topology by preset name or file path (`.json` or `.toml`).
+pub fn load_topology(name_or_path: &str) -> Result<Topology> {
+    if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == name_or_path) {
+        return parse_topology(text, Path::new(&format!("<preset {name_or_path}>")), false);
+    }
+    let path = Path::new(name_or_path);
+    if !path.exists() {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.0).collect();
+        return Err(Error::invalid(
+            "topology",
+            format!("`{name_or_path}` is neither a preset ({}) nor an existing file", names.join(", ")),
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let toml = path.extension().is_some_and(|e| e == "toml");
+    parse_topology(&text, path, toml)
+}
+
+/// Parses topology text; errors name the file and, for JSON, the line.
+pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
+    let topo: Topology = if toml {
+        ::toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+            Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
+        })?
+    } else {
+        serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?
+    };
+    topo.check()?;
+    Ok(topo)
+}
+
+impl Topology {
+    fn check(&self) -> Result<()> {
+        let c = &self.cluster;
+        let t = &self.name;
+        if c.nodes == 0 || c.gpus_per_node == 0 {
+            return Err(Error::topology(t, "cluster.nodes and cluster.gpus_per_node must be at least 1"));
+        }
+        c.pcie.rate(t, "cluster.pcie")?;
+        if let Some(nv) = &c.nvlink {
+            nv.rate(t, "cluster.nvlink")?;
+        }
+        c.network.link.rate(t, "cluster.network")?;
+        if !(c.network.efficiency > 0.0 && c.network.efficiency <= 1.0) {
+            return Err(Error::topology(t, "cluster.network.efficiency must be in (0, 1]"));
+        }
+        c.storage.link.rate(t, "cluster.storage")?;
+        Ok(())
+    }
+
+    /// Total GPUs the file describes.
+    pub fn gpu_count(&self) -> u32 {
+        self.cluster.nodes * self.cluster.gpus_per_node
+    }
+
+    /// Builds a machine with at least `gpus` GPUs (adding nodes if the topology may grow).
+    pub fn instantiate(&self, gpus: u32) -> Result<Machine> {
+        let c = &self.cluster;
+        let t = &self.name;
+        let nodes = if gpus > self.gpu_count() {
+            if !c.grow {
+                return Err(Error::invalid(
+                    "GPU count",
+                    format!("{gpus} GPUs asked for, but topology `{t}` has {} and does not grow", self.gpu_count()),
+                ));
+            }
+            gpus.div_ceil(c.gpus_per_node)
+        } else {
+            c.nodes
+        };
+
+        let mut devices: Vec<Device> = Vec::new();
+        let mut links: Vec<Link> = Vec::new();
+        let mut gpu_infos = Vec::new();
+        let add_dev = |devices: &mut Vec<Device>, name: String, kind, node| -> DeviceId {
+            devices.push(Device { name, kind, node });
+            (devices.len() - 1) as DeviceId
+        };
+        let add_pair = |links: &mut Vec<Link>, a: DeviceId, b: DeviceId, kind, lat: u64, rate: f64| {
+            for (from, to) in [(a, b), (b, a)] {
+                links.push(Link { from, to, kind, latency_ns: lat, bandwidth: BandwidthCurve::constant(rate) });
+            }
+        };
+
+        let pcie = (us_to_ns(c.pcie.latency_us), c.pcie.rate(t, "pcie")?);
+        let nvlink = match &c.nvlink {
+            Some(nv) => Some((us_to_ns(nv.latency_us), nv.rate(t, "nvlink")?)),
+            None => None,
+        };
+        let net_kind = match c.network.kind {
+            NetworkKind::Ethernet => LinkKind::Ethernet,
+            NetworkKind::Infiniband => LinkKind::Infiniband,
+        };
+        let net = (us_to_ns(c.network.link.latency_us), c.network.link.rate(t, "network")? * c.network.efficiency);
+        let disk = (us_to_ns(c.storage.link.latency_us), c.storage.link.rate(t, "storage")?);
+
+        let switch = add_dev(&mut devices, "switch".into(), DeviceKind::NetworkSwitch, None);
+        let shared_storage = if c.storage.shared {
+            let s = add_dev(&mut devices, "nfs".into(), DeviceKind::Storage, None);
+            // Reads leave the file server at the storage rate, then cross each node's downlink.
+            links.push(Link {
+                from: s,
+                to: switch,
+                kind: LinkKind::Storage,
+                latency_ns: disk.0,
+                bandwidth: BandwidthCurve::constant(disk.1),
+            });
+            Some(s)
+        } else {
+            None
+        };
+
+        for n in 0..nodes {
+            let host = add_dev(&mut devices, format!("n{n}.cpu"), DeviceKind::Cpu, Some(n));
+            add_pair(&mut links, host, switch, net_kind, net.0, net.1);
+            let storage = match shared_storage {
+                Some(s) => s,
+                None => {
+                    let d = add_dev(&mut devices, format!("n{n}.disk"), DeviceKind::Storage, Some(n));
+                    links.push(Link {
+                        from: d,
+                        to: host,
+                        kind: LinkKind::Storage,
+                        latency_ns: disk.0,
+                        bandwidth: BandwidthCurve::constant(disk.1),
+                    });
+                    d
+                }
+            };
+            let first_gpu = devices.len() as DeviceId;
+            for g in 0..c.gpus_per_node {
+                let gpu = add_dev(&mut devices, format!("n{n}.gpu{g}"), DeviceKind::Gpu, Some(n));
+                add_pair(&mut links, host, gpu, LinkKind::Pcie, pcie.0, pcie.1);
+                gpu_infos.push(GpuInfo { device: gpu, host, storage, node: n });
+            }
+            if let Some((lat, rate)) = nvlink {
+                for a in 0..c.gpus_per_node {
+                    for b in a + 1..c.gpus_per_node {
+                        add_pair(&mut links, first_gpu + a, first_gpu + b, LinkKind::Nvlink, lat, rate);
+                    }
+                }
+            }
+        }
+        Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_and_instantiate() {
+        for (name, _) in PRESETS {
+            let t = load_topology(name).unwrap();
+            let m = t.instantiate(16).unwrap();
+            assert_eq!(m.gpus.len(), 16, "{name}");
+            assert_eq!(m.node_count(), 4);
+        }
+    }
+
+    #[test]
+    fn clusters_grow_to_fit() {
+        let t = load_topology("k80-cluster").unwrap();
+        let m = t.instantiate(64).unwrap();
+        assert_eq!(m.gpus.len(), 64);
+        assert_eq!(m.node_count(), 16);
+    }
+
+    #[test]
+    fn peers_route_through_host_without_nvlink_and_directly_with_it() {
+        let m = load_topology("k80-cluster").unwrap().instantiate(4).unwrap();
+        let r = m.shortest_path(m.gpus[0].device, m.gpus[1].device).unwrap();
+        assert_eq!(r.links.len(), 2);
+        assert!(r.links.iter().all(|&l| m.links[l as usize].kind == LinkKind::Pcie));
+        let m = load_topology("v100-cluster").unwrap().instantiate(4).unwrap();
+        let r = m.shortest_path(m.gpus[0].device, m.gpus[1].device).unwrap();
+        assert_eq!(r.links.len(), 1);
+        assert_eq!(m.links[r.links[0] as usize].kind, LinkKind::Nvlink);
+        // Across nodes: GPU -> host -> switch -> host -> GPU.
+        let r = m.shortest_path(m.gpus[0].device, m.gpus[4].device).unwrap();
+        assert_eq!(r.links.len(), 4);
+    }
+
+    #[test]
+    fn bad_topologies_name_the_problem() {
+        let bad = r#"{"name":"x","cluster":{"nodes":1,"gpus_per_node":1,"gpu":"g",
+            "pcie":{"bandwidth_gb_s":0,"latency_us":1},
+            "network":{"kind":"ethernet","bandwidth_gbit_s":10},
+            "storage":{"shared":false,"bandwidth_gb_s":1}}}"#;
+        let e = parse_topology(bad, Path::new("x.json"), false).unwrap_err().to_string();
+        assert!(e.contains("cluster.pcie") && e.contains("positive"), "{e}");
+        let e = parse_topology("{\"name\": 3}", Path::new("x.json"), false).unwrap_err().to_string();
+        assert!(e.starts_with("x.json:1"), "{e}");
+        let e = load_topology("no-such-thing").unwrap_err().to_string();
+        assert!(e.contains("neither a preset"), "{e}");
+    }
+}

@@ -1,0 +1,117 @@
+//! The pipeline end to end: a [`Setup`] (workload, topology, strategy) and a GPU count go through
+//! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
+//! calls; it holds no state of its own.
+
+use crate::dag::build::{build_ssgd, BuildInput};
+use crate::dag::Dag;
+use crate::error::{Error, Result};
+use crate::hw::{Machine, Topology};
+use crate::report::{breakdown_seconds, steady_state, utilisation, Prediction};
+use crate::sim::{simulate, Options, Run};
+use crate::strategy::{CommSource, Strategy};
+use crate::units::ns_to_s;
+use crate::workload::Workload;
+use rayon::prelude::*;
+
+/// Iterations simulated by default: one warm-up and four measured.
+pub const DEFAULT_ITERATIONS: u32 = 5;
+
+/// Everything a prediction depends on apart from the GPU count.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub workload: Workload,
+    pub topology: Topology,
+    pub strategy: Strategy,
+    pub iterations: u32,
+}
+
+/// One simulated configuration with everything needed to inspect it further.
+pub struct Simulated {
+    pub machine: Machine,
+    pub dag: Dag,
+    pub run: Run,
+}
+
+impl Setup {
+    /// Checks what the builder cannot: a batch size is known.
+    pub fn check(&self) -> Result<()> {
+        if self.workload.batch_per_gpu == 0 {
+            return Err(Error::invalid(
+                "workload",
+                format!(
+                    "batch size of `{}` is unknown: give --batch, or a `# batch_per_gpu:` line in the trace",
+                    self.workload.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds and runs the DAG for `gpus` GPUs.
+    pub fn simulate(&self, gpus: u32, options: Options) -> Result<Simulated> {
+        self.check()?;
+        if gpus == 0 {
+            return Err(Error::invalid("GPU count", "must be at least 1"));
+        }
+        let machine = self.topology.instantiate(gpus)?;
+        let dag = build_ssgd(&BuildInput {
+            workload: &self.workload,
+            machine: &machine,
+            gpus,
+            strategy: &self.strategy,
+            iterations: self.iterations,
+        })?;
+        let run = simulate(&dag, &machine, options)?;
+        Ok(Simulated { machine, dag, run })
+    }
+
+    /// Simulates `gpus` GPUs and summarises; speedup fields are left at 0 (see [`Setup::predict_scaling`]).
+    pub fn predict(&self, gpus: u32) -> Result<Prediction> {
+        let sim = self.simulate(gpus, Options::default())?;
+        let steady = steady_state(&sim.dag, &sim.run);
+        let iteration_time_s = ns_to_s(steady.iteration_ns);
+        let samples = self.workload.batch_per_gpu as f64 * gpus as f64;
+        Ok(Prediction {
+            dagsim_version: env!("CARGO_PKG_VERSION"),
+            workload: self.workload.name.clone(),
+            batch_per_gpu: self.workload.batch_per_gpu,
+            gpus,
+            nodes: sim.machine.gpus[..gpus as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1),
+            topology: self.topology.name.clone(),
+            gpu_model: sim.machine.gpu_model.clone(),
+            strategy: self.strategy.name(),
+            allreduce: self.strategy.allreduce.name().to_string(),
+            comm_source: match self.strategy.comm_source {
+                CommSource::Model => "model",
+                CommSource::Trace => "trace",
+            }
+            .to_string(),
+            iterations_simulated: self.iterations,
+            iteration_time_s,
+            throughput_samples_per_s: samples / iteration_time_s,
+            speedup: 0.0,
+            scaling_efficiency: 0.0,
+            breakdown: breakdown_seconds(&steady),
+            utilisation: utilisation(&sim.machine, &sim.run, &steady),
+            events: sim.run.events,
+        })
+    }
+
+    /// Predictions for several GPU counts (run in parallel), with speedup over one GPU of the same
+    /// setup. Results come back in the order asked for.
+    pub fn predict_scaling(&self, gpu_counts: &[u32]) -> Result<Vec<Prediction>> {
+        self.check()?;
+        let mut counts: Vec<u32> = gpu_counts.to_vec();
+        if !counts.contains(&1) {
+            counts.push(1);
+        }
+        let results: Vec<Result<Prediction>> = counts.par_iter().map(|&g| self.predict(g)).collect();
+        let mut preds = results.into_iter().collect::<Result<Vec<_>>>()?;
+        let base = preds[counts.iter().position(|&g| g == 1).expect("1 was added")].throughput_samples_per_s;
+        for p in &mut preds {
+            p.set_baseline(base);
+        }
+        preds.truncate(gpu_counts.len()); // drops the appended baseline, if any
+        Ok(preds)
+    }
+}

@@ -1,0 +1,204 @@
+//! Reports: from a [`Run`] to the numbers people read. The steady-state iteration time, the
+//! breakdown of that time per GPU (compute, exposed communication, exposed I/O, idle; it sums to
+//! the iteration time), utilisation, and the [`Prediction`] record that text, CSV and JSON outputs
+//! print. Reads the DAG and run; never simulates.
+
+mod output;
+
+pub use output::{write_csv, write_json, write_text};
+
+use crate::dag::{Category, Dag, Work};
+use crate::hw::Machine;
+use crate::sim::Run;
+use crate::units::{ns_to_s, Nanos};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Where one iteration's time goes on an average GPU, in seconds. Sums to the iteration time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Breakdown {
+    /// The GPU's compute stream is busy.
+    pub compute: f64,
+    /// No compute, but a gradient aggregation involving this GPU is under way.
+    pub communication: f64,
+    /// Neither, but this GPU's batch is being read or copied in.
+    pub io: f64,
+    /// Nothing for this GPU is running (waiting on other GPUs or on dependencies).
+    pub idle: f64,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> f64 {
+        self.compute + self.communication + self.io + self.idle
+    }
+}
+
+/// Steady-state figures of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steady {
+    /// Mean iteration time over the measured iterations (the first is warm-up), in ns.
+    pub iteration_ns: f64,
+    /// Per-iteration breakdown, ns, averaged over GPUs.
+    pub breakdown_ns: [f64; 4],
+    /// Window the figures were measured over.
+    pub window: (Nanos, Nanos),
+}
+
+/// The end of each iteration: the last GPU's final task of that iteration.
+pub fn iteration_ends(dag: &Dag, run: &Run) -> Vec<Nanos> {
+    let n = dag.meta.gpus as usize;
+    dag.meta
+        .iteration_end
+        .chunks(n)
+        .map(|ends| ends.iter().map(|&t| run.end[t as usize]).max().unwrap_or(0))
+        .collect()
+}
+
+/// Measures the steady state: iterations 1..K against the end of iteration 0.
+pub fn steady_state(dag: &Dag, run: &Run) -> Steady {
+    let ends = iteration_ends(dag, run);
+    let k = ends.len();
+    assert!(k >= 2, "the builder guarantees at least two iterations");
+    let window = (ends[0], ends[k - 1]);
+    let periods = (k - 1) as f64;
+    let iteration_ns = (window.1 - window.0) as f64 / periods;
+    let per_gpu = breakdown_per_gpu(dag, run, window);
+    let n = per_gpu.len() as f64;
+    let mut sum = [0.0; 4];
+    for b in &per_gpu {
+        for (s, v) in sum.iter_mut().zip(b) {
+            *s += *v as f64;
+        }
+    }
+    let breakdown_ns = sum.map(|s| s / n / periods);
+    Steady { iteration_ns, breakdown_ns, window }
+}
+
+/// For each GPU: [compute, exposed communication, exposed I/O, idle] in ns within `window`.
+pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 4]> {
+    let n = dag.meta.gpus as usize;
+    let (a, b) = window;
+    let rank = |c: Category| match c {
+        Category::Compute => 0u8,
+        Category::Communication => 1,
+        Category::Io => 2,
+    };
+    // Intervals per GPU, and per group for tasks that belong to a whole group.
+    let mut own: Vec<Vec<(Nanos, Nanos, u8)>> = vec![Vec::new(); n];
+    let mut shared: Vec<(Nanos, Nanos, u8, Option<u32>)> = Vec::new();
+    for (t, task) in dag.tasks().iter().enumerate() {
+        let (s, e) = (run.start[t].max(a), run.end[t].min(b));
+        if s >= e {
+            continue;
+        }
+        let r = rank(task.phase.category());
+        match (task.gpu, task.work) {
+            (Some(g), _) => own[g as usize].push((s, e, r)),
+            (None, Work::Collective { group, .. }) => shared.push((s, e, r, Some(group))),
+            (None, _) => shared.push((s, e, r, None)),
+        }
+    }
+    let mut member: Vec<Vec<bool>> = Vec::new();
+    for (_, _, _, group) in &shared {
+        if let Some(g) = *group {
+            let g = g as usize;
+            if member.len() <= g {
+                member.resize(g + 1, Vec::new());
+            }
+            if member[g].is_empty() {
+                member[g] = vec![false; n];
+                for &r in dag.group(g as u32) {
+                    member[g][r as usize] = true;
+                }
+            }
+        }
+    }
+    let mut points: Vec<(Nanos, i8, u8)> = Vec::new();
+    (0..n)
+        .map(|g| {
+            points.clear();
+            let mine = shared
+                .iter()
+                .filter(|(_, _, _, grp)| grp.is_none_or(|x| member[x as usize][g]))
+                .map(|&(s, e, r, _)| (s, e, r));
+            for (s, e, r) in own[g].iter().copied().chain(mine) {
+                points.push((s, 1, r));
+                points.push((e, -1, r));
+            }
+            points.sort_unstable();
+            let mut active = [0i64; 3];
+            let mut out = [0 as Nanos; 4];
+            let mut last = a;
+            for &(t, delta, r) in &points {
+                let span = t - last;
+                let top = active.iter().position(|&c| c > 0).unwrap_or(3);
+                out[top] += span;
+                last = t;
+                active[r as usize] += delta as i64;
+            }
+            out[3] += b - last;
+            out
+        })
+        .collect()
+}
+
+/// Utilisation per resource kind over the run: GPU compute over the steady window; links as bytes
+/// moved over (capacity x run length), by link kind.
+pub fn utilisation(machine: &Machine, run: &Run, steady: &Steady) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    if steady.iteration_ns > 0.0 {
+        out.insert("gpu_compute".to_string(), steady.breakdown_ns[0] / steady.iteration_ns);
+    }
+    let span = run.makespan.max(1) as f64;
+    for kind in machine.link_kinds() {
+        let (mut bytes, mut cap) = (0.0, 0.0);
+        for (l, link) in machine.links.iter().enumerate() {
+            if link.kind == kind {
+                bytes += run.link_bytes[l];
+                cap += link.capacity() * span;
+            }
+        }
+        out.insert(kind.name().to_string(), bytes / cap);
+    }
+    out
+}
+
+/// One simulated configuration: what `predict --format json` prints (one object per GPU count).
+/// Field names and units are a stable contract, documented in `docs/result.schema.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prediction {
+    pub dagsim_version: &'static str,
+    pub workload: String,
+    pub batch_per_gpu: u32,
+    pub gpus: u32,
+    pub nodes: u32,
+    pub topology: String,
+    pub gpu_model: String,
+    pub strategy: String,
+    pub allreduce: String,
+    pub comm_source: String,
+    pub iterations_simulated: u32,
+    pub iteration_time_s: f64,
+    pub throughput_samples_per_s: f64,
+    /// Throughput over the same setup on one GPU (weak scaling, Eq. 6 of the DAG paper).
+    pub speedup: f64,
+    pub scaling_efficiency: f64,
+    /// Seconds per iteration; sums to `iteration_time_s`.
+    pub breakdown: Breakdown,
+    pub utilisation: BTreeMap<String, f64>,
+    pub events: u64,
+}
+
+impl Prediction {
+    /// Fills the speedup fields from the single-GPU throughput of the same setup.
+    pub fn set_baseline(&mut self, single_gpu_throughput: f64) {
+        self.speedup = self.throughput_samples_per_s / single_gpu_throughput;
+        self.scaling_efficiency = self.speedup / self.gpus as f64;
+    }
+}
+
+/// Converts a steady state to the breakdown in seconds.
+pub fn breakdown_seconds(steady: &Steady) -> Breakdown {
+    let [c, m, i, d] = steady.breakdown_ns.map(ns_to_s);
+    Breakdown { compute: c, communication: m, io: i, idle: d }
+}

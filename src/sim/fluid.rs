@@ -1,0 +1,355 @@
+//! Bandwidth sharing: flows over links, rates by max-min fairness with per-flow caps (progressive
+//! filling). Only the connected component of links and flows touched since the last solve is
+//! re-solved, so a change costs the size of its component, not of the whole network.
+//! Knows nothing of tasks, events or devices: flows are ids with a link list, an amount and a cap.
+
+use crate::units::Nanos;
+
+pub type FlowId = u32;
+
+#[derive(Debug, Clone)]
+struct Flow {
+    /// Bytes still to move at time `last`.
+    remaining: f64,
+    rate: f64,
+    cap: f64,
+    last: Nanos,
+    links: std::ops::Range<u32>,
+    /// Bumped whenever the rate changes, so stale completion events can be told apart.
+    version: u32,
+    /// A completion event for the current version is out.
+    scheduled: bool,
+    live: bool,
+}
+
+/// A completion the caller should schedule: flow `flow` (at `version`) ends at `time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub flow: FlowId,
+    pub version: u32,
+    pub time: Nanos,
+}
+
+/// The set of active flows and the links they share.
+pub struct FluidNet {
+    capacity: Vec<f64>,
+    flows: Vec<Flow>,
+    free: Vec<FlowId>,
+    /// Links of all flows, flows index ranges into it; slots of dead flows are reused by size.
+    link_arena: Vec<u32>,
+    on_link: Vec<Vec<FlowId>>,
+    dirty_links: Vec<u32>,
+    // Scratch for solving, kept between calls so a solve allocates nothing.
+    link_mark: Vec<u32>,
+    flow_mark: Vec<u32>,
+    epoch: u32,
+    comp_links: Vec<u32>,
+    comp_flows: Vec<FlowId>,
+    cap_left: Vec<f64>,
+    unfixed_on: Vec<u32>,
+    fixed: Vec<bool>,
+    newly: Vec<FlowId>,
+    /// Freed arena slots, by length.
+    arena_free: Vec<Vec<std::ops::Range<u32>>>,
+}
+
+impl FluidNet {
+    /// `capacity[l]` is link `l`'s bandwidth in bytes/ns.
+    pub fn new(capacity: Vec<f64>) -> Self {
+        let n = capacity.len();
+        FluidNet {
+            capacity,
+            flows: Vec::new(),
+            free: Vec::new(),
+            link_arena: Vec::new(),
+            on_link: vec![Vec::new(); n],
+            dirty_links: Vec::new(),
+            link_mark: vec![0; n],
+            flow_mark: Vec::new(),
+            epoch: 0,
+            comp_links: Vec::new(),
+            comp_flows: Vec::new(),
+            cap_left: vec![0.0; n],
+            unfixed_on: vec![0; n],
+            fixed: Vec::new(),
+            newly: Vec::new(),
+            arena_free: Vec::new(),
+        }
+    }
+
+    /// Adds a flow of `bytes` over `links` (non-empty) at time `now`, at most `cap` bytes/ns.
+    /// Its rate is set at the next [`FluidNet::solve`].
+    pub fn add(&mut self, links: &[u32], bytes: f64, cap: f64, now: Nanos) -> FlowId {
+        debug_assert!(!links.is_empty());
+        let range = self.alloc_links(links);
+        let flow = Flow { remaining: bytes, rate: 0.0, cap, last: now, links: range, version: 0, scheduled: false, live: true };
+        let id = match self.free.pop() {
+            Some(id) => {
+                let version = self.flows[id as usize].version.wrapping_add(1);
+                self.flows[id as usize] = Flow { version, ..flow };
+                id
+            }
+            None => {
+                self.flows.push(flow);
+                self.flow_mark.push(0);
+                self.fixed.push(false);
+                (self.flows.len() - 1) as FlowId
+            }
+        };
+        for &l in links {
+            self.on_link[l as usize].push(id);
+            self.dirty_links.push(l);
+        }
+        id
+    }
+
+    fn alloc_links(&mut self, links: &[u32]) -> std::ops::Range<u32> {
+        let len = links.len() as u32;
+        if let Some(r) = self.arena_free.get_mut(len as usize).and_then(Vec::pop) {
+            self.link_arena[r.start as usize..r.end as usize].copy_from_slice(links);
+            return r;
+        }
+        let start = self.link_arena.len() as u32;
+        self.link_arena.extend_from_slice(links);
+        start..start + len
+    }
+
+    /// Removes a finished flow; the links it used are re-solved at the next [`FluidNet::solve`].
+    pub fn remove(&mut self, id: FlowId) {
+        let f = &mut self.flows[id as usize];
+        debug_assert!(f.live);
+        f.live = false;
+        f.scheduled = false;
+        f.version = f.version.wrapping_add(1);
+        let range = f.links.clone();
+        for i in range.clone() {
+            let l = self.link_arena[i as usize];
+            let list = &mut self.on_link[l as usize];
+            let pos = list.iter().position(|&x| x == id).expect("a live flow is listed on its links");
+            list.swap_remove(pos);
+            self.dirty_links.push(l);
+        }
+        let len = range.len();
+        if self.arena_free.len() <= len {
+            self.arena_free.resize_with(len + 1, Vec::new);
+        }
+        self.arena_free[len].push(range);
+        self.free.push(id);
+    }
+
+    /// Links of a flow.
+    pub fn links(&self, id: FlowId) -> &[u32] {
+        let r = &self.flows[id as usize].links;
+        &self.link_arena[r.start as usize..r.end as usize]
+    }
+
+    /// Current version of a flow: a completion event is valid only if it carries this version.
+    pub fn version(&self, id: FlowId) -> u32 {
+        self.flows[id as usize].version
+    }
+
+    pub fn is_live(&self, id: FlowId) -> bool {
+        self.flows[id as usize].live
+    }
+
+    /// Number of flows currently sharing link `l`.
+    pub fn flows_on(&self, l: u32) -> usize {
+        self.on_link[l as usize].len()
+    }
+
+    /// Current rate of a flow (bytes/ns), as of the last solve.
+    pub fn rate(&self, id: FlowId) -> f64 {
+        self.flows[id as usize].rate
+    }
+
+    /// Re-solves rates for every component touched since the last call and reports the flows whose
+    /// completion time changed (new flows included).
+    pub fn solve(&mut self, now: Nanos, out: &mut Vec<Completion>) {
+        if self.dirty_links.is_empty() {
+            return;
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.link_mark.iter_mut().for_each(|m| *m = 0);
+            self.flow_mark.iter_mut().for_each(|m| *m = 0);
+            self.epoch = 1;
+        }
+        let epoch = self.epoch;
+        self.comp_links.clear();
+        self.comp_flows.clear();
+        // Gather the touched component(s), breadth first from the dirty links.
+        let mut dirty = std::mem::take(&mut self.dirty_links);
+        for &l in &dirty {
+            if self.link_mark[l as usize] != epoch {
+                self.link_mark[l as usize] = epoch;
+                self.comp_links.push(l);
+            }
+        }
+        dirty.clear();
+        self.dirty_links = dirty;
+        let mut i = 0;
+        while i < self.comp_links.len() {
+            let l = self.comp_links[i] as usize;
+            i += 1;
+            for k in 0..self.on_link[l].len() {
+                let f = self.on_link[l][k];
+                if self.flow_mark[f as usize] == epoch {
+                    continue;
+                }
+                self.flow_mark[f as usize] = epoch;
+                self.comp_flows.push(f);
+                let r = self.flows[f as usize].links.clone();
+                for j in r {
+                    let l2 = self.link_arena[j as usize];
+                    if self.link_mark[l2 as usize] != epoch {
+                        self.link_mark[l2 as usize] = epoch;
+                        self.comp_links.push(l2);
+                    }
+                }
+            }
+        }
+        // Bring every affected flow's progress up to `now` at its old rate.
+        for &f in &self.comp_flows {
+            let fl = &mut self.flows[f as usize];
+            let moved = fl.rate * (now - fl.last) as f64;
+            fl.remaining = (fl.remaining - moved).max(0.0);
+            fl.last = now;
+        }
+        self.fill(now, out);
+    }
+
+    /// Progressive filling over the gathered component: raise all unfixed flows together until a
+    /// link saturates or a flow hits its cap, fix those flows, repeat.
+    fn fill(&mut self, now: Nanos, out: &mut Vec<Completion>) {
+        for &l in &self.comp_links {
+            self.cap_left[l as usize] = self.capacity[l as usize];
+            self.unfixed_on[l as usize] = self.on_link[l as usize].len() as u32;
+        }
+        for &f in &self.comp_flows {
+            self.fixed[f as usize] = false;
+        }
+        let mut newly = std::mem::take(&mut self.newly);
+        let mut left = self.comp_flows.len();
+        while left > 0 {
+            let mut share = f64::INFINITY;
+            for &l in &self.comp_links {
+                let n = self.unfixed_on[l as usize];
+                if n > 0 {
+                    share = share.min(self.cap_left[l as usize] / n as f64);
+                }
+            }
+            for &f in &self.comp_flows {
+                if !self.fixed[f as usize] {
+                    share = share.min(self.flows[f as usize].cap);
+                }
+            }
+            // The flows held back at this level: capped ones, and those crossing a saturated link.
+            newly.clear();
+            for &f in &self.comp_flows {
+                if self.fixed[f as usize] {
+                    continue;
+                }
+                let fl = &self.flows[f as usize];
+                let saturated = |l: &u32| {
+                    let n = self.unfixed_on[*l as usize];
+                    n > 0 && self.cap_left[*l as usize] / n as f64 <= share
+                };
+                if fl.cap <= share || self.link_arena[fl.links.start as usize..fl.links.end as usize].iter().any(saturated) {
+                    newly.push(f);
+                }
+            }
+            debug_assert!(!newly.is_empty(), "progressive filling fixes at least one flow per round");
+            for &f in &newly {
+                self.fixed[f as usize] = true;
+                left -= 1;
+                self.set_rate(f, share, now, out);
+                for j in self.flows[f as usize].links.clone() {
+                    let l = self.link_arena[j as usize] as usize;
+                    self.cap_left[l] = (self.cap_left[l] - share).max(0.0);
+                    self.unfixed_on[l] -= 1;
+                }
+            }
+        }
+        self.newly = newly;
+    }
+
+    fn set_rate(&mut self, f: FlowId, rate: f64, now: Nanos, out: &mut Vec<Completion>) {
+        let fl = &mut self.flows[f as usize];
+        if fl.scheduled && fl.rate == rate {
+            return; // its completion event still holds
+        }
+        fl.rate = rate;
+        fl.version = fl.version.wrapping_add(1);
+        fl.scheduled = rate > 0.0;
+        if fl.scheduled {
+            let dt = if fl.remaining <= 0.0 { 0 } else { crate::units::transfer_ns(fl.remaining, rate) };
+            out.push(Completion { flow: f, version: fl.version, time: now + dt });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn solve(net: &mut FluidNet, now: Nanos) -> Vec<Completion> {
+        let mut out = Vec::new();
+        net.solve(now, &mut out);
+        out
+    }
+
+    #[test]
+    fn two_flows_on_one_link_each_get_half() {
+        let mut net = FluidNet::new(vec![2.0]);
+        let a = net.add(&[0], 1000.0, f64::INFINITY, 0);
+        let b = net.add(&[0], 1000.0, f64::INFINITY, 0);
+        let done = solve(&mut net, 0);
+        assert_eq!(net.rate(a), 1.0);
+        assert_eq!(net.rate(b), 1.0);
+        assert!(done.iter().all(|c| c.time == 1000));
+    }
+
+    #[test]
+    fn max_min_gives_leftover_to_unconstrained_flows() {
+        // Link 0 (cap 1) carries flows a and b; link 1 (cap 10) carries b and c.
+        // Max-min: a = b = 0.5 (bottleneck link 0), c = 9.5.
+        let mut net = FluidNet::new(vec![1.0, 10.0]);
+        let a = net.add(&[0], 100.0, f64::INFINITY, 0);
+        let b = net.add(&[0, 1], 100.0, f64::INFINITY, 0);
+        let c = net.add(&[1], 100.0, f64::INFINITY, 0);
+        solve(&mut net, 0);
+        assert_eq!((net.rate(a), net.rate(b), net.rate(c)), (0.5, 0.5, 9.5));
+    }
+
+    #[test]
+    fn caps_limit_a_flow_and_free_the_rest() {
+        let mut net = FluidNet::new(vec![4.0]);
+        let a = net.add(&[0], 100.0, 1.0, 0);
+        let b = net.add(&[0], 100.0, f64::INFINITY, 0);
+        solve(&mut net, 0);
+        assert_eq!((net.rate(a), net.rate(b)), (1.0, 3.0));
+    }
+
+    #[test]
+    fn removal_speeds_up_the_survivor_and_keeps_progress() {
+        let mut net = FluidNet::new(vec![2.0]);
+        let a = net.add(&[0], 1000.0, f64::INFINITY, 0);
+        let b = net.add(&[0], 3000.0, f64::INFINITY, 0);
+        solve(&mut net, 0);
+        // At t=1000, a is done (1000 bytes at 1 byte/ns); b has 2000 left and now gets 2 bytes/ns.
+        net.remove(a);
+        let done = solve(&mut net, 1000);
+        assert_eq!(done, vec![Completion { flow: b, version: net.version(b), time: 2000 }]);
+    }
+
+    #[test]
+    fn untouched_components_are_not_rescheduled() {
+        let mut net = FluidNet::new(vec![1.0, 1.0]);
+        let _a = net.add(&[0], 100.0, f64::INFINITY, 0);
+        solve(&mut net, 0);
+        let b = net.add(&[1], 100.0, f64::INFINITY, 10);
+        let done = solve(&mut net, 10);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].flow, b);
+    }
+}

@@ -1,0 +1,93 @@
+//! The Workload: what one GPU does in one training iteration, layer by layer (forward time,
+//! backward time, gradient bytes, optionally a measured gradient-communication time), plus the
+//! size of an input sample. Readers for trace formats live in submodules; this module knows
+//! nothing of machines, strategies or the engine.
+
+mod trace;
+
+pub use trace::{read_trace, read_trace_str, TraceFormat};
+
+use crate::units::Nanos;
+use serde::Serialize;
+
+/// A duration summarised over the iterations a trace holds: rounded mean, spread, sample count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Stat {
+    pub mean_ns: Nanos,
+    pub std_ns: f64,
+    pub samples: u32,
+}
+
+impl Stat {
+    /// A single exact value (synthetic workloads, tests).
+    pub fn exact(ns: Nanos) -> Self {
+        Stat { mean_ns: ns, std_ns: 0.0, samples: 1 }
+    }
+
+    /// Mean and sample standard deviation of values in nanoseconds.
+    pub fn from_samples(values_ns: &[f64]) -> Self {
+        use statrs::statistics::Statistics;
+        let n = values_ns.len();
+        let mean = values_ns.iter().copied().mean();
+        let std = if n > 1 { values_ns.iter().copied().std_dev() } else { 0.0 };
+        Stat { mean_ns: mean.round().max(0.0) as Nanos, std_ns: std, samples: n as u32 }
+    }
+}
+
+/// One layer of the network as the trace gives it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layer {
+    pub name: String,
+    pub forward: Stat,
+    pub backward: Stat,
+    /// Measured gradient-communication time, if the trace has that column and it is non-zero.
+    pub comm: Option<Stat>,
+    /// Bytes of gradient this layer exchanges (equal to its parameter bytes; 0 if not learnable).
+    pub grad_bytes: u64,
+}
+
+impl Layer {
+    pub fn is_learnable(&self) -> bool {
+        self.grad_bytes > 0
+    }
+}
+
+/// Per-GPU work of one iteration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Workload {
+    /// Short name for reports (model name, or the trace file stem).
+    pub name: String,
+    /// Samples each GPU processes per iteration (weak scaling: fixed per GPU).
+    pub batch_per_gpu: u32,
+    /// Bytes of one sample as read from storage (the I/O task reads `batch * sample_bytes`).
+    pub sample_bytes: u64,
+    /// Bytes of one sample as copied host-to-device (after decoding/conversion on the CPU).
+    pub device_sample_bytes: u64,
+    /// Network layers in forward order (the data layer, if the trace had one, is not here).
+    pub layers: Vec<Layer>,
+    /// Time of the model-update step on one GPU per iteration.
+    pub update: Stat,
+    /// Measured time of the trace's data layer (loading a batch onto the GPU), if it had one.
+    pub data_load: Option<Stat>,
+    /// How many iterations the trace held (summarised into the stats above).
+    pub trace_iterations: u32,
+}
+
+impl Workload {
+    /// Sum of mean forward times.
+    pub fn forward_ns(&self) -> Nanos {
+        self.layers.iter().map(|l| l.forward.mean_ns).sum()
+    }
+    /// Sum of mean backward times.
+    pub fn backward_ns(&self) -> Nanos {
+        self.layers.iter().map(|l| l.backward.mean_ns).sum()
+    }
+    /// Total gradient bytes exchanged per iteration.
+    pub fn grad_bytes(&self) -> u64 {
+        self.layers.iter().map(|l| l.grad_bytes).sum()
+    }
+    /// Sum of the measured communication column (zero where absent).
+    pub fn measured_comm_ns(&self) -> Nanos {
+        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).sum()
+    }
+}

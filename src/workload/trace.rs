@@ -1,0 +1,411 @@
+//! Readers for layer-wise traces.
+//!
+//! Two formats, told apart by the first non-comment line:
+//!
+//! * **Native CSV** (documented in `traces/README.md`): `# key: value` metadata lines, then a header
+//!   row naming at least `name,forward_us,backward_us,grad_bytes` (optional `layer`, `comm_us`,
+//!   `iteration`), then one row per layer per iteration.
+//! * **Shi et al. table** (the DAG paper's Table VI and its published trace files): whitespace-,
+//!   tab- or comma-separated `id name forward backward comm size`, times in microseconds, sizes in
+//!   bytes, optional header line; a file may hold many iterations, each restarting at the first id.
+//!
+//! Both are summarised per layer as mean and spread over the iterations in the file.
+
+use super::{Layer, Stat, Workload};
+use crate::error::{Error, Location, Result};
+use crate::units::us_to_ns;
+use std::path::Path;
+
+/// Which reader to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// Pick by content (a header row with `forward_us` means native CSV).
+    Auto,
+    Native,
+    ShiTable,
+}
+
+/// One layer of one iteration, before summarising.
+struct Row {
+    line: usize,
+    id: Option<i64>,
+    iteration: Option<u32>,
+    name: String,
+    forward_us: f64,
+    backward_us: f64,
+    comm_us: f64,
+    grad_bytes: u64,
+}
+
+/// Values from `# key: value` lines of a native trace.
+#[derive(Default)]
+struct Meta {
+    name: Option<String>,
+    batch_per_gpu: Option<u32>,
+    sample_bytes: Option<u64>,
+    device_sample_bytes: Option<u64>,
+    update_us: Option<f64>,
+}
+
+/// Reads a trace file into a [`Workload`]. A field the file does not give (batch size, sample
+/// bytes) is left at 0 for the caller to fill in from the command line or scenario.
+pub fn read_trace(path: &Path, format: TraceFormat) -> Result<Workload> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    read_trace_str(&text, path, format)
+}
+
+/// Same as [`read_trace`] on text already in memory; `path` is used for names and messages.
+pub fn read_trace_str(text: &str, path: &Path, format: TraceFormat) -> Result<Workload> {
+    let format = match format {
+        TraceFormat::Auto => detect(text),
+        f => f,
+    };
+    let (meta, rows) = match format {
+        TraceFormat::Native => parse_native(text, path)?,
+        _ => (Meta::default(), parse_shi(text, path)?),
+    };
+    if rows.is_empty() {
+        return Err(Error::parse(Location::file(path), "the trace holds no layer rows"));
+    }
+    summarise(rows, meta, path)
+}
+
+fn detect(text: &str) -> TraceFormat {
+    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
+    match first {
+        Some(l) if l.to_ascii_lowercase().contains("forward_us") => TraceFormat::Native,
+        _ => TraceFormat::ShiTable,
+    }
+}
+
+fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
+    let mut meta = Meta::default();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        let Some(body) = line.strip_prefix('#') else { continue };
+        let Some((key, value)) = body.split_once(':') else { continue };
+        let (key, value) = (key.trim(), value.trim());
+        let at = || Location::line(path, i + 1).with_field(key.to_string());
+        let int = |v: &str| -> Result<u64> {
+            parse_count(v).ok_or_else(|| Error::parse(at(), format!("expected a non-negative integer, found `{v}`")))
+        };
+        match key {
+            "model" | "name" => meta.name = Some(value.to_string()),
+            "batch_per_gpu" | "batch" => {
+                let b = int(value)?;
+                meta.batch_per_gpu = Some(u32::try_from(b).map_err(|_| Error::parse(at(), "batch size too large"))?);
+            }
+            "sample_bytes" => meta.sample_bytes = Some(int(value)?),
+            "device_sample_bytes" => meta.device_sample_bytes = Some(int(value)?),
+            "update_us" => meta.update_us = Some(parse_time(value).map_err(|m| Error::parse(at(), m))?),
+            _ => {} // other comment lines (source, units, notes) are for people
+        }
+    }
+    Ok(meta)
+}
+
+fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
+    let meta = parse_meta(text, path)?;
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let headers = reader
+        .headers()
+        .map_err(|e| Error::parse(Location::file(path), format!("cannot read the header row: {e}")))?
+        .clone();
+    let header_line = reader.position().line() as usize;
+    let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
+    let need = |name: &str| {
+        col(name).ok_or_else(|| {
+            Error::parse(
+                Location::line(path, header_line.max(1)),
+                format!(
+                    "missing column `{name}`; a native trace needs name,forward_us,backward_us,grad_bytes \
+                     (found: {})",
+                    headers.iter().collect::<Vec<_>>().join(",")
+                ),
+            )
+        })
+    };
+    let (c_name, c_fwd, c_bwd, c_bytes) = (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
+    let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
+
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map(|p| p.line() as usize).unwrap_or(0);
+            Error::parse(Location::line(path, line), format!("malformed CSV row: {e}"))
+        })?;
+        let line = record.position().map(|p| p.line() as usize).unwrap_or(0);
+        if record.iter().all(|f| f.is_empty()) {
+            continue;
+        }
+        if record.len() != headers.len() {
+            return Err(Error::parse(
+                Location::line(path, line),
+                format!("expected {} fields as in the header, found {}", headers.len(), record.len()),
+            ));
+        }
+        let field = |c: usize, name: &str| -> (String, Location) {
+            (record[c].to_string(), Location::line(path, line).with_field(name.to_string()))
+        };
+        let time = |c: usize, name: &str| -> Result<f64> {
+            let (v, at) = field(c, name);
+            parse_time(&v).map_err(|m| Error::parse(at, m))
+        };
+        let id = match c_id {
+            Some(c) => {
+                let (v, at) = field(c, "layer");
+                Some(v.parse::<i64>().map_err(|_| Error::parse(at, format!("expected an integer layer id, found `{v}`")))?)
+            }
+            None => None,
+        };
+        let iteration = match c_iter {
+            Some(c) => {
+                let (v, at) = field(c, "iteration");
+                Some(v.parse::<u32>().map_err(|_| Error::parse(at, format!("expected an iteration number, found `{v}`")))?)
+            }
+            None => None,
+        };
+        let (bytes, at) = field(c_bytes, "grad_bytes");
+        let grad_bytes =
+            parse_count(&bytes).ok_or_else(|| Error::parse(at, format!("expected a non-negative byte count, found `{bytes}`")))?;
+        rows.push(Row {
+            line,
+            id,
+            iteration,
+            name: record[c_name].to_string(),
+            forward_us: time(c_fwd, "forward_us")?,
+            backward_us: time(c_bwd, "backward_us")?,
+            comm_us: match c_comm {
+                Some(c) if !record[c].is_empty() => time(c, "comm_us")?,
+                _ => 0.0,
+            },
+            grad_bytes,
+        });
+    }
+    Ok((meta, rows))
+}
+
+fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
+    const FIELDS: [&str; 6] = ["id", "name", "forward", "backward", "comm", "size"];
+    let mut rows = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let parts: Vec<&str> =
+            trimmed.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).collect();
+        // A header line (e.g. "Id Name Forward Backward Comm. Size") starts with a non-number.
+        if rows.is_empty() && parts.first().is_some_and(|p| p.parse::<i64>().is_err()) {
+            continue;
+        }
+        if parts.len() != FIELDS.len() {
+            return Err(Error::parse(
+                Location::line(path, line),
+                format!(
+                    "expected 6 fields (id name forward_us backward_us comm_us size_bytes), found {}",
+                    parts.len()
+                ),
+            ));
+        }
+        let at = |k: usize| Location::line(path, line).with_field(FIELDS[k]);
+        let id = parts[0]
+            .parse::<i64>()
+            .map_err(|_| Error::parse(at(0), format!("expected an integer layer id, found `{}`", parts[0])))?;
+        let time = |k: usize| parse_time(parts[k]).map_err(|m| Error::parse(at(k), m));
+        let grad_bytes = parse_count(parts[5])
+            .ok_or_else(|| Error::parse(at(5), format!("expected a non-negative byte count, found `{}`", parts[5])))?;
+        rows.push(Row {
+            line,
+            id: Some(id),
+            iteration: None,
+            name: parts[1].to_string(),
+            forward_us: time(2)?,
+            backward_us: time(3)?,
+            comm_us: time(4)?,
+            grad_bytes,
+        });
+    }
+    Ok(rows)
+}
+
+/// A time in microseconds: finite and non-negative.
+fn parse_time(v: &str) -> std::result::Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Ok(x) if x < 0.0 => Err(format!("time must not be negative, found `{v}`")),
+        _ => Err(format!("expected a time in microseconds, found `{v}`")),
+    }
+}
+
+/// A byte or sample count: a non-negative integer, also written in float notation (`1.5e+07`).
+fn parse_count(v: &str) -> Option<u64> {
+    if let Ok(n) = v.parse::<u64>() {
+        return Some(n);
+    }
+    let x: f64 = v.parse().ok()?;
+    (x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x < 2f64.powi(63)).then_some(x as u64)
+}
+
+/// Splits rows into iterations and summarises each layer across them.
+fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
+    let iterations = split_iterations(&rows);
+    let first = &iterations[0];
+    for iter in &iterations[1..] {
+        if iter.len() != first.len() || iter.iter().zip(first.iter()).any(|(a, b)| a.name != b.name) {
+            let bad = iter.iter().zip(first.iter()).find(|(a, b)| a.name != b.name).map(|(a, _)| a);
+            let line = bad.or(iter.first()).map(|r| r.line).unwrap_or(0);
+            return Err(Error::parse(
+                Location::line(path, line),
+                format!(
+                    "iterations differ: the first has {} layers, this one {}; every iteration must list the same layers in the same order",
+                    first.len(),
+                    iter.len()
+                ),
+            ));
+        }
+    }
+    let n_layers = first.len();
+    let mut layers = Vec::with_capacity(n_layers);
+    for k in 0..n_layers {
+        let samples = |f: &dyn Fn(&Row) -> f64| -> Vec<f64> { iterations.iter().map(|it| f(it[k]) * 1e3).collect() };
+        let bytes = first[k].grad_bytes;
+        if let Some(r) = iterations.iter().map(|it| it[k]).find(|r| r.grad_bytes != bytes) {
+            return Err(Error::parse(
+                Location::line(path, r.line).with_field("grad_bytes"),
+                format!("layer `{}` changes gradient size between iterations ({} vs {})", r.name, bytes, r.grad_bytes),
+            ));
+        }
+        let comm = Stat::from_samples(&samples(&|r| r.comm_us));
+        layers.push(Layer {
+            name: first[k].name.clone(),
+            forward: Stat::from_samples(&samples(&|r| r.forward_us)),
+            backward: Stat::from_samples(&samples(&|r| r.backward_us)),
+            comm: (comm.mean_ns > 0).then_some(comm),
+            grad_bytes: bytes,
+        });
+    }
+    // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
+    let data_load = match layers.first() {
+        Some(l) if l.name.eq_ignore_ascii_case("data") && l.grad_bytes == 0 && l.backward.mean_ns == 0 => {
+            Some(layers.remove(0).forward)
+        }
+        _ => None,
+    };
+    if layers.is_empty() {
+        return Err(Error::parse(Location::file(path), "the trace has no network layers besides the data layer"));
+    }
+    let name = meta.name.unwrap_or_else(|| {
+        path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into())
+    });
+    let sample_bytes = meta.sample_bytes.unwrap_or(0);
+    Ok(Workload {
+        name,
+        batch_per_gpu: meta.batch_per_gpu.unwrap_or(0),
+        sample_bytes,
+        device_sample_bytes: meta.device_sample_bytes.unwrap_or(sample_bytes),
+        layers,
+        update: Stat::exact(us_to_ns(meta.update_us.unwrap_or(0.0))),
+        data_load,
+        trace_iterations: iterations.len() as u32,
+    })
+}
+
+/// An iteration ends where the `iteration` column changes, or where the layer id stops increasing,
+/// or (without ids) where the first layer's name comes round again.
+fn split_iterations(rows: &[Row]) -> Vec<Vec<&Row>> {
+    let mut out: Vec<Vec<&Row>> = vec![Vec::new()];
+    for (i, row) in rows.iter().enumerate() {
+        let new_iter = i > 0 && {
+            let prev = &rows[i - 1];
+            match (row.iteration, prev.iteration, row.id, prev.id) {
+                (Some(a), Some(b), _, _) => a != b,
+                (_, _, Some(a), Some(b)) => a <= b,
+                _ => row.name == rows[0].name,
+            }
+        };
+        if new_iter {
+            out.push(Vec::new());
+        }
+        out.last_mut().expect("one iteration exists").push(row);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> &'static Path {
+        Path::new("t.csv")
+    }
+
+    #[test]
+    fn shi_table_with_two_iterations_is_averaged() {
+        let text = "Id Name Forward Backward Comm. Size\n\
+                    0 data 100 0 0 0\n1 conv1 10 20 5 400\n2 fc 30 40 7 800\n\
+                    0 data 300 0 0 0\n1 conv1 20 30 5 400\n2 fc 30 40 9 800\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        assert_eq!(w.trace_iterations, 2);
+        assert_eq!(w.layers.len(), 2);
+        assert_eq!(w.data_load.unwrap().mean_ns, 200_000);
+        assert_eq!(w.layers[0].forward.mean_ns, 15_000);
+        assert_eq!(w.layers[0].backward.mean_ns, 25_000);
+        assert_eq!(w.layers[1].comm.unwrap().mean_ns, 8_000);
+        assert!((w.layers[0].forward.std_ns - 7071.07).abs() < 0.01);
+        assert_eq!(w.grad_bytes(), 1200);
+    }
+
+    #[test]
+    fn native_csv_reads_metadata() {
+        let text = "# model: tiny\n# batch_per_gpu: 32\n# sample_bytes: 1000\n# update_us: 7\n\
+                    layer,name,forward_us,backward_us,comm_us,grad_bytes\n1,a,1,2,0,0\n2,b,3,4,1.5,4e3\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        assert_eq!(w.name, "tiny");
+        assert_eq!(w.batch_per_gpu, 32);
+        assert_eq!(w.sample_bytes, 1000);
+        assert_eq!(w.device_sample_bytes, 1000);
+        assert_eq!(w.update.mean_ns, 7000);
+        assert_eq!(w.layers[1].grad_bytes, 4000);
+        assert_eq!(w.layers[1].comm.unwrap().mean_ns, 1500);
+        assert!(w.layers[0].comm.is_none());
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let text = "layer,name,forward_us,backward_us,grad_bytes\n1,a,1,-2,0\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:2") && e.contains("backward_us") && e.contains("negative"), "{e}");
+
+        let text = "layer,name,forward_us,backward_us,grad_bytes\n1,a,x,2,0\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:2") && e.contains("forward_us"), "{e}");
+
+        let text = "layer,name,forward_us,grad_bytes\n1,a,1,0\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("missing column `backward_us`"), "{e}");
+
+        let text = "0 data 1 0 0 0\n1 conv 1 2 3\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:2") && e.contains("expected 6 fields"), "{e}");
+
+        let text = "1 conv 1 2 3 1.5\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("size"), "{e}");
+
+        let e = read_trace_str("# nothing\n", p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("no layer rows"), "{e}");
+    }
+
+    #[test]
+    fn iterations_must_match() {
+        let text = "1 a 1 1 0 0\n2 b 1 1 0 8\n1 a 1 1 0 0\n2 c 1 1 0 8\n";
+        let e = read_trace_str(text, p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:4") && e.contains("iterations differ"), "{e}");
+    }
+}
