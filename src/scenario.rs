@@ -86,9 +86,9 @@ impl Scenario {
 
     /// Builds the setup this scenario describes (after the caller applied command-line overrides).
     pub fn setup(&self) -> Result<Setup> {
-        let trace = self
-            .trace_path()
-            .ok_or_else(|| Error::invalid("workload", "no trace given: use --trace FILE or `[workload] trace = ...`"))?;
+        let trace = self.trace_path().ok_or_else(|| {
+            Error::invalid("workload", "no trace given: use --trace FILE or `[workload] trace = ...`")
+        })?;
         let mut workload = read_trace(&trace, TraceFormat::Auto)?;
         let w = &self.workload;
         if let Some(b) = w.batch_per_gpu {

@@ -137,8 +137,8 @@ fn eq6_speedup_with_a_shared_file_system() {
     let preds = setup.predict_scaling(&[1, 2, 4, 8]).unwrap();
     for p in preds {
         let n = p.gpus as u64;
-        let expected =
-            n as f64 * (tio1 + th2d).max(tf + tb) as f64 / (n * tio1 + th2d).max(tf + tb + if n > 1 { t_no } else { 0 }) as f64;
+        let expected = n as f64 * (tio1 + th2d).max(tf + tb) as f64
+            / (n * tio1 + th2d).max(tf + tb + if n > 1 { t_no } else { 0 }) as f64;
         assert!((p.speedup - expected).abs() < 1e-9, "{} GPUs: speedup {} vs Eq. 6 {}", n, p.speedup, expected);
     }
 }
@@ -147,11 +147,20 @@ fn eq6_speedup_with_a_shared_file_system() {
 fn breakdown_sums_to_iteration_time() {
     let w = workload(&LAYERS, 20_000, 9_000, 300);
     for strategy in ["none", "io", "wfbp", "io+wfbp", "io+wfbp+comm=trace"] {
-        let setup = Setup { workload: w.clone(), topology: topology(true), strategy: Strategy::parse(strategy).unwrap(), iterations: 5 };
+        let setup = Setup {
+            workload: w.clone(),
+            topology: topology(true),
+            strategy: Strategy::parse(strategy).unwrap(),
+            iterations: 5,
+        };
         for gpus in [1, 3, 8] {
             let p = setup.predict(gpus).unwrap();
             let total = p.breakdown.total();
-            assert!((total - p.iteration_time_s).abs() < 1e-12, "{strategy} x{gpus}: {total} vs {}", p.iteration_time_s);
+            assert!(
+                (total - p.iteration_time_s).abs() < 1e-12,
+                "{strategy} x{gpus}: {total} vs {}",
+                p.iteration_time_s
+            );
         }
     }
 }

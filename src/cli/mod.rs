@@ -21,7 +21,11 @@ pub mod exit {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "dagsim", version, about = "Predict distributed DNN training speed by simulating a DAG of compute and communication tasks")]
+#[command(
+    name = "dagsim",
+    version,
+    about = "Predict distributed DNN training speed by simulating a DAG of compute and communication tasks"
+)]
 #[command(propagate_version = true)]
 struct Cli {
     #[command(subcommand)]

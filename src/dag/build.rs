@@ -35,7 +35,10 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
         return Err(Error::invalid("GPU count", "must be at least 1"));
     }
     if n as usize > m.gpus.len() {
-        return Err(Error::invalid("GPU count", format!("{n} GPUs asked for, machine `{}` has {}", m.name, m.gpus.len())));
+        return Err(Error::invalid(
+            "GPU count",
+            format!("{n} GPUs asked for, machine `{}` has {}", m.name, m.gpus.len()),
+        ));
     }
     if iterations < 2 {
         return Err(Error::invalid("iterations", "at least 2 are needed to measure a steady-state iteration"));
@@ -52,8 +55,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let layers = &w.layers;
     let nl = layers.len();
     let mut b = DagBuilder::new();
-    let compute_q: Vec<_> =
-        (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
+    let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
     let comm_q = b.add_queue("comm", Discipline::Fifo, None);
     let group = b.add_group((0..n).collect());
     let learnable: Vec<usize> = (0..nl).rev().filter(|&l| layers[l].is_learnable()).collect();
@@ -110,7 +112,14 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             let mut last = h2d;
             let mut first_fwd = None;
             for (l, layer) in layers.iter().enumerate() {
-                let t = b.add_task(task(Work::Fixed { ns: layer.forward.mean_ns }, q, Phase::Forward, Some(g), it, Some(l)));
+                let t = b.add_task(task(
+                    Work::Fixed { ns: layer.forward.mean_ns },
+                    q,
+                    Phase::Forward,
+                    Some(g),
+                    it,
+                    Some(l),
+                ));
                 b.add_edge(last, t);
                 if l == 0 {
                     if let Some(p) = prev_update[gi] {

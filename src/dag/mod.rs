@@ -172,7 +172,8 @@ impl Dag {
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
         let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
-        let nodes: Vec<_> = self.tasks.iter().enumerate().map(|(i, t)| g.add_node(format!("T{i} {}", t.label()))).collect();
+        let nodes: Vec<_> =
+            self.tasks.iter().enumerate().map(|(i, t)| g.add_node(format!("T{i} {}", t.label()))).collect();
         for (i, &n) in nodes.iter().enumerate() {
             for &s in self.successors(i as TaskId) {
                 g.add_edge(n, nodes[s as usize], ());
@@ -235,7 +236,10 @@ impl DagBuilder {
             }
             if let Work::Collective { group, .. } = t.work {
                 if group as usize >= self.groups.len() {
-                    return Err(Error::invalid("task graph", format!("task `{}` uses unknown group {group}", t.label())));
+                    return Err(Error::invalid(
+                        "task graph",
+                        format!("task `{}` uses unknown group {group}", t.label()),
+                    ));
                 }
             }
         }
@@ -251,7 +255,8 @@ impl DagBuilder {
             succ_start[i + 1] += succ_start[i];
         }
         let succ: Vec<TaskId> = self.edges.iter().map(|e| e.1).collect();
-        let dag = Dag { tasks: self.tasks, succ_start, succ, pred_count, queues: self.queues, groups: self.groups, meta };
+        let dag =
+            Dag { tasks: self.tasks, succ_start, succ, pred_count, queues: self.queues, groups: self.groups, meta };
         dag.check_acyclic()?;
         Ok(dag)
     }
@@ -281,7 +286,11 @@ impl Dag {
         let mut visited = vec![false; n];
         while !visited[at as usize] {
             visited[at as usize] = true;
-            at = *self.successors(at).iter().find(|&&s| indeg[s as usize] > 0).expect("a stuck task has a stuck successor");
+            at = *self
+                .successors(at)
+                .iter()
+                .find(|&&s| indeg[s as usize] > 0)
+                .expect("a stuck task has a stuck successor");
         }
         Err(Error::Cycle { task: at, label: self.task(at).label() })
     }

@@ -170,7 +170,7 @@ impl Machine {
             if l.from >= n || l.to >= n {
                 return Err(err(format!("link {i} names a device that does not exist")));
             }
-            if !(l.capacity() > 0.0) {
+            if l.capacity().is_nan() || l.capacity() <= 0.0 {
                 let (a, b) = (&devices[l.from as usize].name, &devices[l.to as usize].name);
                 return Err(err(format!("link {a} -> {b} has zero bandwidth")));
             }

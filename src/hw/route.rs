@@ -15,10 +15,7 @@ impl Route {
     /// The fastest a single message of `bytes` can go on this route alone: the slowest link's
     /// curve value at that size. Infinite for an empty route (a device to itself).
     pub fn rate_cap(&self, machine: &Machine, bytes: u64) -> f64 {
-        self.links
-            .iter()
-            .map(|&l| machine.links[l as usize].bandwidth.rate_for(bytes))
-            .fold(f64::INFINITY, f64::min)
+        self.links.iter().map(|&l| machine.links[l as usize].bandwidth.rate_for(bytes)).fold(f64::INFINITY, f64::min)
     }
 }
 

@@ -106,7 +106,10 @@ impl LinkSpec {
             (Some(gb), None) => gb_per_s_to_bytes_per_ns(gb),
             (None, Some(gbit)) => gbit_per_s_to_bytes_per_ns(gbit),
             _ => {
-                return Err(Error::topology(topo, format!("{what}: give exactly one of bandwidth_gb_s or bandwidth_gbit_s")))
+                return Err(Error::topology(
+                    topo,
+                    format!("{what}: give exactly one of bandwidth_gb_s or bandwidth_gbit_s"),
+                ))
             }
         };
         if !(rate.is_finite() && rate > 0.0) {

@@ -47,11 +47,7 @@ pub struct Steady {
 /// The end of each iteration: the last GPU's final task of that iteration.
 pub fn iteration_ends(dag: &Dag, run: &Run) -> Vec<Nanos> {
     let n = dag.meta.gpus as usize;
-    dag.meta
-        .iteration_end
-        .chunks(n)
-        .map(|ends| ends.iter().map(|&t| run.end[t as usize]).max().unwrap_or(0))
-        .collect()
+    dag.meta.iteration_end.chunks(n).map(|ends| ends.iter().map(|&t| run.end[t as usize]).max().unwrap_or(0)).collect()
 }
 
 /// Measures the steady state: iterations 1..K against the end of iteration 0.

@@ -82,7 +82,16 @@ impl FluidNet {
     pub fn add(&mut self, links: &[u32], bytes: f64, cap: f64, now: Nanos) -> FlowId {
         debug_assert!(!links.is_empty());
         let range = self.alloc_links(links);
-        let flow = Flow { remaining: bytes, rate: 0.0, cap, last: now, links: range, version: 0, scheduled: false, live: true };
+        let flow = Flow {
+            remaining: bytes,
+            rate: 0.0,
+            cap,
+            last: now,
+            links: range,
+            version: 0,
+            scheduled: false,
+            live: true,
+        };
         let id = match self.free.pop() {
             Some(id) => {
                 let version = self.flows[id as usize].version.wrapping_add(1);
@@ -254,7 +263,9 @@ impl FluidNet {
                     let n = self.unfixed_on[*l as usize];
                     n > 0 && self.cap_left[*l as usize] / n as f64 <= share
                 };
-                if fl.cap <= share || self.link_arena[fl.links.start as usize..fl.links.end as usize].iter().any(saturated) {
+                if fl.cap <= share
+                    || self.link_arena[fl.links.start as usize..fl.links.end as usize].iter().any(saturated)
+                {
                     newly.push(f);
                 }
             }

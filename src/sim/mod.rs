@@ -423,7 +423,11 @@ impl<'a> Engine<'a> {
     fn stalled(&self) -> Error {
         let pending = self.dag.len() - self.done;
         let stuck = (0..self.dag.len()).find(|&t| self.end[t] == Nanos::MAX).expect("some task is unfinished");
-        let example = format!("task {stuck} ({}) waits on {} predecessors", self.dag.task(stuck as TaskId).label(), self.waiting_preds[stuck]);
+        let example = format!(
+            "task {stuck} ({}) waits on {} predecessors",
+            self.dag.task(stuck as TaskId).label(),
+            self.waiting_preds[stuck]
+        );
         Error::Stalled { time_ns: self.now, pending, example }
     }
 }

@@ -49,12 +49,14 @@ impl Default for Strategy {
 impl Strategy {
     /// Parses `feature+feature+key=value`. Aliases: `cntk` = none, `caffe-mpi` = io+wfbp.
     pub fn parse(spec: &str) -> Result<Self> {
-        let mut s = Strategy { io_overlap: false, wfbp: false, comm_source: CommSource::Model, allreduce: Algorithm::Ring };
+        let mut s =
+            Strategy { io_overlap: false, wfbp: false, comm_source: CommSource::Model, allreduce: Algorithm::Ring };
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
         for token in spec.split('+').map(str::trim) {
             match token.split_once('=') {
                 Some(("allreduce", v)) => {
-                    s.allreduce = Algorithm::parse(v).ok_or_else(|| bad(format!("unknown all-reduce algorithm `{v}` (known: ring)")))?
+                    s.allreduce = Algorithm::parse(v)
+                        .ok_or_else(|| bad(format!("unknown all-reduce algorithm `{v}` (known: ring)")))?
                 }
                 Some(("comm", "model")) => s.comm_source = CommSource::Model,
                 Some(("comm", "trace")) => s.comm_source = CommSource::Trace,
@@ -71,7 +73,10 @@ impl Strategy {
                     "" => return Err(bad("empty feature".into())),
                     other => {
                         let names: Vec<&str> = NAMED.iter().map(|n| n.0).collect();
-                        return Err(bad(format!("unknown feature `{other}` (known: {}, cntk, caffe-mpi)", names.join(", "))));
+                        return Err(bad(format!(
+                            "unknown feature `{other}` (known: {}, cntk, caffe-mpi)",
+                            names.join(", ")
+                        )));
                     }
                 },
             }

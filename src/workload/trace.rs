@@ -106,11 +106,8 @@ fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
 
 fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
     let meta = parse_meta(text, path)?;
-    let mut reader = csv::ReaderBuilder::new()
-        .comment(Some(b'#'))
-        .trim(csv::Trim::All)
-        .flexible(true)
-        .from_reader(text.as_bytes());
+    let mut reader =
+        csv::ReaderBuilder::new().comment(Some(b'#')).trim(csv::Trim::All).flexible(true).from_reader(text.as_bytes());
     let headers = reader
         .headers()
         .map_err(|e| Error::parse(Location::file(path), format!("cannot read the header row: {e}")))?
@@ -129,7 +126,8 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             )
         })
     };
-    let (c_name, c_fwd, c_bwd, c_bytes) = (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
+    let (c_name, c_fwd, c_bwd, c_bytes) =
+        (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
     let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
 
     let mut rows = Vec::new();
@@ -158,20 +156,26 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         let id = match c_id {
             Some(c) => {
                 let (v, at) = field(c, "layer");
-                Some(v.parse::<i64>().map_err(|_| Error::parse(at, format!("expected an integer layer id, found `{v}`")))?)
+                Some(
+                    v.parse::<i64>()
+                        .map_err(|_| Error::parse(at, format!("expected an integer layer id, found `{v}`")))?,
+                )
             }
             None => None,
         };
         let iteration = match c_iter {
             Some(c) => {
                 let (v, at) = field(c, "iteration");
-                Some(v.parse::<u32>().map_err(|_| Error::parse(at, format!("expected an iteration number, found `{v}`")))?)
+                Some(
+                    v.parse::<u32>()
+                        .map_err(|_| Error::parse(at, format!("expected an iteration number, found `{v}`")))?,
+                )
             }
             None => None,
         };
         let (bytes, at) = field(c_bytes, "grad_bytes");
-        let grad_bytes =
-            parse_count(&bytes).ok_or_else(|| Error::parse(at, format!("expected a non-negative byte count, found `{bytes}`")))?;
+        let grad_bytes = parse_count(&bytes)
+            .ok_or_else(|| Error::parse(at, format!("expected a non-negative byte count, found `{bytes}`")))?;
         rows.push(Row {
             line,
             id,
@@ -207,10 +211,7 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
         if parts.len() != FIELDS.len() {
             return Err(Error::parse(
                 Location::line(path, line),
-                format!(
-                    "expected 6 fields (id name forward_us backward_us comm_us size_bytes), found {}",
-                    parts.len()
-                ),
+                format!("expected 6 fields (id name forward_us backward_us comm_us size_bytes), found {}", parts.len()),
             ));
         }
         let at = |k: usize| Location::line(path, line).with_field(FIELDS[k]);
