@@ -80,3 +80,8 @@ impl Error {
         Error::Topology { topology: topology.into(), msg: msg.into() }
     }
 }
+
+/// 1-based line number of a byte offset in `text` (for parsers that report spans).
+pub fn line_of_offset(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}

@@ -55,7 +55,7 @@ impl Scenario {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let mut s: Scenario = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map(|sp| text[..sp.start].lines().count().max(1));
+            let line = e.span().map(|sp| crate::error::line_of_offset(&text, sp.start));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
         })?;
         s.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();

@@ -144,7 +144,7 @@ pub fn load_topology(name_or_path: &str) -> Result<Topology> {
 pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
     let topo: Topology = if toml {
         ::toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start].lines().count().max(1));
+            let line = e.span().map(|s| crate::error::line_of_offset(text, s.start));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
         })?
     } else {

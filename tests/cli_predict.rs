@@ -1,0 +1,135 @@
+//! `dagsim predict` as users run it: the default job, the JSON contract, and bad input giving a
+//! clear error with exit code 2 (never a panic).
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::path::PathBuf;
+
+fn dagsim() -> Command {
+    let mut c = Command::cargo_bin("dagsim").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    (dir, p)
+}
+
+#[test]
+fn the_main_job_runs_with_no_other_argument() {
+    dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "16"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("k80-cluster").and(predicate::str::contains("io+wfbp")));
+}
+
+#[test]
+fn json_has_the_documented_keys_and_breakdown_sums() {
+    let out = dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "16", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "iteration_time_s",
+        "throughput_samples_per_s",
+        "speedup",
+        "scaling_efficiency",
+        "breakdown",
+        "gpus",
+        "strategy",
+        "topology",
+        "utilisation",
+        "dagsim_version",
+    ] {
+        assert!(v.get(key).is_some(), "missing key {key}");
+    }
+    let b = &v["breakdown"];
+    let sum: f64 = ["compute", "communication", "io", "idle"].iter().map(|k| b[k].as_f64().unwrap()).sum();
+    assert!((sum - v["iteration_time_s"].as_f64().unwrap()).abs() < 1e-9);
+    assert_eq!(v["gpus"], 16);
+}
+
+#[test]
+fn a_list_of_gpu_counts_gives_one_row_each() {
+    let out = dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "1,2,4,8,16", "--format", "csv"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 6, "{text}");
+    let json = dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "1,4", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+    assert_eq!(v[0]["speedup"], 1.0);
+}
+
+#[test]
+fn output_file_is_written_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.json");
+    dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "4", "--format", "json", "-o"])
+        .arg(&path)
+        .assert()
+        .success()
+        .stdout("");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["gpus"], 4);
+    // Only the output file is left in the directory (no temporary files).
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let assert = dagsim().args(args).assert().code(2);
+    let stderr = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
+    }
+}
+
+#[test]
+fn bad_inputs_exit_2_with_a_clear_message() {
+    fails_with(&["predict", "--trace", "no/such/file.csv"], &["no/such/file.csv", "No such file"]);
+    fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "0"], &["at least 1"]);
+    fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--topology", "dgx-99"], &["dgx-99", "preset"]);
+    fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--strategy", "teleport"], &["teleport"]);
+    fails_with(&["predict", "--gpus", "4"], &["no trace given"]);
+    fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "x"], &["invalid value"]);
+
+    let (_d, p) = temp_file("neg.csv", "# batch_per_gpu: 8\nname,forward_us,backward_us,grad_bytes\nconv,1,-3,0\n");
+    fails_with(&["predict", "--trace", p.to_str().unwrap()], &["neg.csv:3", "backward_us", "negative"]);
+    let (_d, p) = temp_file("nan.csv", "# batch_per_gpu: 8\nname,forward_us,backward_us,grad_bytes\nconv,fast,3,0\n");
+    fails_with(&["predict", "--trace", p.to_str().unwrap()], &["nan.csv:3", "forward_us"]);
+    let (_d, p) = temp_file("cols.csv", "name,forward_us,grad_bytes\nconv,1,0\n");
+    fails_with(&["predict", "--trace", p.to_str().unwrap()], &["cols.csv", "missing column `backward_us`"]);
+    let (_d, p) = temp_file("shi.txt", "1 conv1 10 20 5 400\n2 fc 30 40 7\n");
+    fails_with(&["predict", "--trace", p.to_str().unwrap(), "--batch", "4"], &["shi.txt:2", "expected 6 fields"]);
+    let (_d, p) = temp_file("nobatch.txt", "1 conv1 10 20 5 400\n");
+    fails_with(&["predict", "--trace", p.to_str().unwrap()], &["batch size", "--batch"]);
+    let (_d, p) = temp_file("topo.json", r#"{"name": "broken", "cluster": {"nodes": 1}}"#);
+    fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--topology", p.to_str().unwrap()], &["topo.json:1"]);
+    let (_d, p) = temp_file("s.toml", "gpus = [4]\nstrategy = 'io'\n[workload]\ntrace = 'missing.csv'\n");
+    fails_with(&["predict", "--scenario", p.to_str().unwrap()], &["missing.csv"]);
+    let (_d, p) = temp_file("s.toml", "gpus = [4]\nbogus = 1\n");
+    fails_with(&["predict", "--scenario", p.to_str().unwrap()], &["s.toml:2", "bogus"]);
+}
+
+#[test]
+fn scenario_files_resolve_paths_against_their_directory() {
+    dagsim()
+        .args(["predict", "--scenario", "scenarios/alexnet_k80_scaling.toml", "--format", "csv"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("alexnet"));
+}
