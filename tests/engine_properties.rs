@@ -67,7 +67,7 @@ proptest! {
                          edges in prop::collection::vec((0usize..40, 0usize..40), 0..80)) {
         let m = machine();
         let (dag, edges) = build(&m, &specs, &edges);
-        let run = simulate(&dag, &m, Options { record_flows: true }).unwrap();
+        let run = simulate(&dag, &m, Options { record_flows: true, ..Options::default() }).unwrap();
         // Precedence.
         for &(a, b) in &edges {
             prop_assert!(run.start[b as usize] >= run.end[a as usize], "edge {a}->{b} violated");
@@ -112,7 +112,7 @@ proptest! {
             }
         }
         // Determinism.
-        let again = simulate(&dag, &m, Options { record_flows: true }).unwrap();
+        let again = simulate(&dag, &m, Options { record_flows: true, ..Options::default() }).unwrap();
         prop_assert_eq!(&run.start, &again.start);
         prop_assert_eq!(&run.end, &again.end);
     }

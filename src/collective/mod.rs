@@ -93,6 +93,17 @@ impl Plan {
         }
     }
 
+    /// Steps with the same class move exactly the same transfers (same pairs, same bytes), so the
+    /// engine can time a class once. Ring steps are all alike.
+    pub fn step_class(&self, step: u32) -> u32 {
+        match *self {
+            Plan::Empty | Plan::Ring { .. } | Plan::FromRoot { .. } | Plan::ToRoot { .. } => {
+                let _ = step;
+                0
+            }
+        }
+    }
+
     /// Calls `f` for every transfer of step `step`, in rank order.
     pub fn for_each_transfer(&self, step: u32, mut f: impl FnMut(Transfer)) {
         debug_assert!(step < self.step_count());

@@ -80,6 +80,10 @@ impl FluidNet {
     /// Adds a flow of `bytes` over `links` (non-empty) at time `now`, at most `cap` bytes/ns.
     /// Its rate is set at the next [`FluidNet::solve`].
     pub fn add(&mut self, links: &[u32], bytes: f64, cap: f64, now: Nanos) -> FlowId {
+        self.add_inner(links, bytes, cap, now, true)
+    }
+
+    fn add_inner(&mut self, links: &[u32], bytes: f64, cap: f64, now: Nanos, dirty: bool) -> FlowId {
         debug_assert!(!links.is_empty());
         let range = self.alloc_links(links);
         let flow = Flow {
@@ -107,9 +111,24 @@ impl FluidNet {
         };
         for &l in links {
             self.on_link[l as usize].push(id);
-            self.dirty_links.push(l);
+            if dirty {
+                self.dirty_links.push(l);
+            }
         }
         id
+    }
+
+    /// Inserts a flow that has been moving alone on its links since `last` at `rate` (its state as
+    /// a full simulation would hold it), without marking its links for re-solving. Returns the id
+    /// and the version its already-known completion event must carry. Used when a collective that
+    /// ran on reserved links is turned back into individual flows.
+    pub fn insert_moving(&mut self, links: &[u32], bytes: f64, cap: f64, rate: f64, last: Nanos) -> (FlowId, u32) {
+        let id = self.add_inner(links, bytes, cap, last, false);
+        let f = &mut self.flows[id as usize];
+        f.rate = rate;
+        f.version = f.version.wrapping_add(1);
+        f.scheduled = true;
+        (id, f.version)
     }
 
     fn alloc_links(&mut self, links: &[u32]) -> std::ops::Range<u32> {

@@ -1,8 +1,19 @@
 //! The discrete-event engine. Runs a [`Dag`] on a [`Machine`]: a task starts when its predecessors
 //! are done and its serial queue (if any) is free; fixed-time tasks end after their duration;
 //! transfers become flows that share link bandwidth ([`fluid`]); collectives run their lowered
-//! steps one after another. Time is integer nanoseconds and every tie is broken by insertion
-//! order, so the same inputs give the same [`Run`], bit for bit.
+//! steps one after another.
+//!
+//! Determinism: time is integer nanoseconds, and everything that happens at one instant is
+//! settled in a canonical order (tasks that became ready start in task-id order, queues dispatch in
+//! queue-id order and pick by (priority, ready time, task id)), so the outcome does not depend on
+//! the order in which events of the same instant were processed. The same inputs give the same
+//! [`Run`], bit for bit.
+//!
+//! Speed: a collective whose links carry no other traffic, and whose transfers within each step
+//! use disjoint links, is run on *reserved* links: each kind of step is timed once and one event
+//! marks the end. If other traffic arrives on a reserved link, the collective is turned back into
+//! the individual flows a step-by-step run would hold at that instant ([`Engine::materialize`]),
+//! so both paths give identical results (tested).
 //!
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
@@ -12,16 +23,19 @@ use crate::collective::Plan;
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
-use crate::units::Nanos;
+use crate::units::{transfer_ns, Nanos};
 use fluid::{Completion, FlowId, FluidNet};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-/// What the engine records beyond task spans.
+/// What the engine records beyond task spans, and how it may take shortcuts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
-    /// Keep one record per flow (start, end, bytes, links) for timelines. Costs memory.
+    /// Keep one record per flow (start, end, bytes, links) for timelines. Costs memory, and turns
+    /// off reserved-link collectives (their steps have no individual flows to record).
     pub record_flows: bool,
+    /// Always run collectives flow by flow (the reference path; slower at scale, same results).
+    pub stepwise_collectives: bool,
 }
 
 /// One finished flow, when [`Options::record_flows`] is on.
@@ -49,12 +63,17 @@ pub struct Run {
     pub makespan: Nanos,
     /// Bytes carried by each link over the whole run.
     pub link_bytes: Vec<f64>,
-    /// Events processed, and flows created.
+    /// Events processed (fewer when collectives run on reserved links).
     pub events: u64,
+    /// Point-to-point transfers carried out, counting every transfer of every collective step.
     pub flows: u64,
+    /// Finished flows in a canonical order (by start, end, task, step, src, dst).
     pub flow_records: Vec<FlowRecord>,
     /// Routes used by flows (indexed by [`FlowRecord::route`]).
     pub routes: Vec<Route>,
+    /// Collectives that ran on reserved links from start to end, and those turned back into flows.
+    pub reserved_collectives: u64,
+    pub materialized_collectives: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,9 +84,12 @@ enum EventKind {
     FlowActivate(u32),
     /// A flow's last byte arrives (valid only if the version still matches).
     FlowDone(FlowId, u32),
+    /// A collective on reserved links ends (valid only if the generation still matches).
+    CollectiveDone(u32, u32),
 }
 
-/// Ordered by time, then by insertion sequence: the deterministic tie-break.
+/// Ordered by time, then by insertion sequence (only relevant inside an instant, whose outcome is
+/// order-independent by construction).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Event {
     time: Nanos,
@@ -90,18 +112,40 @@ struct Pending {
     src: DeviceId,
     dst: DeviceId,
     step: u32,
-    /// Set once activated.
-    flow: Option<FlowId>,
+    /// When bytes start (or started) to move.
     start: Nanos,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A collective on reserved links: when it started, each step class's duration, the links held.
+#[derive(Debug, Clone, Default)]
+struct Reservation {
+    start: Nanos,
+    end: Nanos,
+    class_time: Vec<Nanos>,
+    links: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
 struct CollectiveRun {
     task: TaskId,
     plan: Plan,
     group: u32,
     step: u32,
     outstanding: u32,
+    /// Bumped when a reservation ends early, so its pending end event is ignored.
+    generation: u32,
+    reservation: Option<Reservation>,
+}
+
+/// Timing of one transfer alone on its route.
+#[derive(Debug, Clone, Copy)]
+struct Solo {
+    route: u32,
+    latency: Nanos,
+    cap: f64,
+    rate: f64,
+    /// From the start of the transfer to its last byte.
+    duration: Nanos,
 }
 
 /// Runs `dag` on `machine`.
@@ -120,30 +164,41 @@ struct Engine<'a> {
     start: Vec<Nanos>,
     end: Vec<Nanos>,
     done: usize,
+    /// Tasks that became ready at this instant, and queues freed at it: settled in canonical order.
+    ready_now: Vec<TaskId>,
+    queues_now: Vec<u32>,
     queue_busy: Vec<bool>,
-    /// Per queue: ready tasks keyed by (priority or 0, readiness sequence).
-    queue_ready: Vec<BinaryHeap<Reverse<(i64, u64, TaskId)>>>,
+    /// Per queue: ready tasks keyed by (priority or 0, ready time, task id).
+    queue_ready: Vec<BinaryHeap<Reverse<(i64, Nanos, TaskId)>>>,
     net: FluidNet,
-    /// Pending/active flows, indexed by slot; `flow_slot[f]` maps a fluid flow back to its slot.
+    /// Pending/active flows by slot; `flow_slot[f]` maps a fluid flow back to its slot.
     pending: Vec<Pending>,
     free_pending: Vec<u32>,
     flow_slot: Vec<u32>,
     collectives: Vec<CollectiveRun>,
     free_collectives: Vec<u32>,
+    /// Per link: 0, or 1 + the collective slot holding it reserved.
+    reserved_by: Vec<u32>,
     routes: Vec<Route>,
     route_index: HashMap<(DeviceId, DeviceId), u32>,
     completions: Vec<Completion>,
-    /// Reused buffer for a collective step's transfers (device pairs and bytes).
+    /// Reused buffers: a step's transfers; link marks for reservation checks.
     step_scratch: Vec<(DeviceId, DeviceId, u64)>,
+    link_mark: Vec<u32>,
+    link_epoch: u32,
     link_bytes: Vec<f64>,
     events_processed: u64,
     flows_created: u64,
     flow_records: Vec<FlowRecord>,
+    reserved_count: u64,
+    materialized_count: u64,
+    reservation_pool: Vec<Reservation>,
 }
 
 impl<'a> Engine<'a> {
     fn new(dag: &'a Dag, machine: &'a Machine, options: Options) -> Self {
         let n = dag.len();
+        let nlinks = machine.links.len();
         let capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
         Engine {
             dag,
@@ -156,6 +211,8 @@ impl<'a> Engine<'a> {
             start: vec![Nanos::MAX; n],
             end: vec![Nanos::MAX; n],
             done: 0,
+            ready_now: Vec::new(),
+            queues_now: Vec::new(),
             queue_busy: vec![false; dag.queues().len()],
             queue_ready: vec![BinaryHeap::new(); dag.queues().len()],
             net: FluidNet::new(capacity),
@@ -164,14 +221,20 @@ impl<'a> Engine<'a> {
             flow_slot: Vec::new(),
             collectives: Vec::new(),
             free_collectives: Vec::new(),
+            reserved_by: vec![0; nlinks],
             routes: Vec::new(),
             route_index: HashMap::new(),
             completions: Vec::new(),
             step_scratch: Vec::new(),
-            link_bytes: vec![0.0; machine.links.len()],
+            link_mark: vec![0; nlinks],
+            link_epoch: 0,
+            link_bytes: vec![0.0; nlinks],
             events_processed: 0,
             flows_created: 0,
             flow_records: Vec::new(),
+            reserved_count: 0,
+            materialized_count: 0,
+            reservation_pool: Vec::new(),
         }
     }
 
@@ -181,36 +244,32 @@ impl<'a> Engine<'a> {
     }
 
     fn run(mut self) -> Result<Run> {
-        for t in 0..self.dag.len() as TaskId {
-            if self.waiting_preds[t as usize] == 0 {
-                self.make_ready(t)?;
-            }
-        }
+        self.ready_now.extend((0..self.dag.len() as TaskId).filter(|&t| self.waiting_preds[t as usize] == 0));
         loop {
-            // Settle bandwidth shares once per instant, after every event at `now` is handled.
-            let next = self.events.peek().map(|e| e.0.time);
-            if next != Some(self.now) {
-                self.solve_flows();
+            // Everything at `now`: events first, then the canonical settling of ready tasks and
+            // freed queues (which may add events at `now`), then bandwidth shares.
+            while self.events.peek().is_some_and(|e| e.0.time == self.now) {
+                let Reverse(ev) = self.events.pop().expect("peeked");
+                self.handle(ev)?;
+            }
+            if !self.ready_now.is_empty() || !self.queues_now.is_empty() {
+                self.settle()?;
+                continue;
+            }
+            self.solve_flows();
+            if self.events.peek().is_some_and(|e| e.0.time == self.now) {
+                continue;
             }
             let Some(Reverse(ev)) = self.events.pop() else { break };
-            debug_assert!(ev.time >= self.now, "time never goes back");
+            debug_assert!(ev.time > self.now, "time never goes back");
             self.now = ev.time;
-            self.events_processed += 1;
-            match ev.kind {
-                EventKind::TaskDone(t) => self.finish(t)?,
-                EventKind::FlowActivate(slot) => self.activate(slot)?,
-                EventKind::FlowDone(f, version) => {
-                    if self.net.is_live(f) && self.net.version(f) == version {
-                        let slot = self.flow_slot[f as usize];
-                        self.net.remove(f);
-                        self.flow_finished(slot)?;
-                    }
-                }
-            }
+            self.handle(ev)?;
         }
         if self.done < self.dag.len() {
             return Err(self.stalled());
         }
+        let mut flow_records = self.flow_records;
+        flow_records.sort_by_key(|f| (f.start, f.end, f.task, f.step, f.src, f.dst));
         Ok(Run {
             makespan: self.end.iter().copied().max().unwrap_or(0),
             start: self.start,
@@ -218,9 +277,71 @@ impl<'a> Engine<'a> {
             link_bytes: self.link_bytes,
             events: self.events_processed,
             flows: self.flows_created,
-            flow_records: self.flow_records,
+            flow_records,
             routes: self.routes,
+            reserved_collectives: self.reserved_count,
+            materialized_collectives: self.materialized_count,
         })
+    }
+
+    fn handle(&mut self, ev: Event) -> Result<()> {
+        self.events_processed += 1;
+        match ev.kind {
+            EventKind::TaskDone(t) => self.finish(t),
+            EventKind::FlowActivate(slot) => self.activate(slot),
+            EventKind::FlowDone(f, version) => {
+                if self.net.is_live(f) && self.net.version(f) == version {
+                    let slot = self.flow_slot[f as usize];
+                    self.net.remove(f);
+                    self.flow_finished(slot)?;
+                }
+                Ok(())
+            }
+            EventKind::CollectiveDone(c, generation) => {
+                let run = &self.collectives[c as usize];
+                if run.generation == generation && run.reservation.is_some() {
+                    self.end_reservation(c)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the tasks that became ready at this instant (in task-id order) and dispatches freed
+    /// queues (in queue-id order).
+    fn settle(&mut self) -> Result<()> {
+        let mut ready = std::mem::take(&mut self.ready_now);
+        ready.sort_unstable();
+        for &t in &ready {
+            match self.dag.task(t).queue {
+                Some(q) => {
+                    let task = self.dag.task(t);
+                    let key = match self.dag.queues()[q as usize].discipline {
+                        Discipline::Fifo => 0,
+                        Discipline::Priority => task.priority as i64,
+                    };
+                    self.queue_ready[q as usize].push(Reverse((key, self.now, t)));
+                    self.queues_now.push(q);
+                }
+                None => self.begin(t)?,
+            }
+        }
+        ready.clear();
+        self.ready_now = ready;
+        let mut queues = std::mem::take(&mut self.queues_now);
+        queues.sort_unstable();
+        queues.dedup();
+        for &q in &queues {
+            if !self.queue_busy[q as usize] {
+                if let Some(Reverse((_, _, t))) = self.queue_ready[q as usize].pop() {
+                    self.queue_busy[q as usize] = true;
+                    self.begin(t)?;
+                }
+            }
+        }
+        queues.clear();
+        self.queues_now = queues;
+        Ok(())
     }
 
     fn solve_flows(&mut self) {
@@ -233,33 +354,6 @@ impl<'a> Engine<'a> {
         self.completions = completions;
     }
 
-    fn make_ready(&mut self, t: TaskId) -> Result<()> {
-        let task = self.dag.task(t);
-        match task.queue {
-            Some(q) => {
-                let key = match self.dag.queues()[q as usize].discipline {
-                    Discipline::Fifo => 0,
-                    Discipline::Priority => task.priority as i64,
-                };
-                self.seq += 1;
-                self.queue_ready[q as usize].push(Reverse((key, self.seq, t)));
-                if !self.queue_busy[q as usize] {
-                    self.dispatch(q)?;
-                }
-                Ok(())
-            }
-            None => self.begin(t),
-        }
-    }
-
-    fn dispatch(&mut self, q: u32) -> Result<()> {
-        if let Some(Reverse((_, _, t))) = self.queue_ready[q as usize].pop() {
-            self.queue_busy[q as usize] = true;
-            self.begin(t)?;
-        }
-        Ok(())
-    }
-
     fn begin(&mut self, t: TaskId) -> Result<()> {
         self.start[t as usize] = self.now;
         match self.dag.task(t).work {
@@ -270,40 +364,274 @@ impl<'a> Engine<'a> {
                 let plan = Plan::lower(op, algorithm, ranks, bytes);
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
-                } else {
-                    let run = CollectiveRun { task: t, plan, group, step: 0, outstanding: 0 };
-                    let slot = match self.free_collectives.pop() {
-                        Some(s) => {
-                            self.collectives[s as usize] = run;
-                            s
-                        }
-                        None => {
-                            self.collectives.push(run);
-                            (self.collectives.len() - 1) as u32
-                        }
-                    };
-                    self.start_step(slot)?;
+                    return Ok(());
                 }
+                let slot = match self.free_collectives.pop() {
+                    Some(s) => s,
+                    None => {
+                        self.collectives.push(CollectiveRun {
+                            task: t,
+                            plan,
+                            group,
+                            step: 0,
+                            outstanding: 0,
+                            generation: 0,
+                            reservation: None,
+                        });
+                        (self.collectives.len() - 1) as u32
+                    }
+                };
+                let run = &mut self.collectives[slot as usize];
+                run.task = t;
+                run.plan = plan;
+                run.group = group;
+                run.step = 0;
+                run.outstanding = 0;
+                run.generation = run.generation.wrapping_add(1);
+                if !(self.options.record_flows || self.options.stepwise_collectives) && self.try_reserve(slot)? {
+                    return Ok(());
+                }
+                self.start_step(slot)?;
             }
         }
         Ok(())
     }
 
-    fn start_step(&mut self, slot: u32) -> Result<()> {
-        let CollectiveRun { plan, group, step, .. } = self.collectives[slot as usize];
-        let mut scratch = std::mem::take(&mut self.step_scratch);
-        scratch.clear();
-        let ranks = self.dag.group(group);
+    /// Fills `step_scratch` with the (src device, dst device, bytes) transfers of a step.
+    fn load_step(&mut self, slot: u32, step: u32) {
+        let run = &self.collectives[slot as usize];
+        let (plan, ranks) = (run.plan, self.dag.group(run.group));
         let gpus = &self.machine.gpus;
+        let scratch = &mut self.step_scratch;
+        scratch.clear();
         plan.for_each_transfer(step, |x| {
             let dev = |r: u32| gpus[ranks[r as usize] as usize].device;
             scratch.push((dev(x.src), dev(x.dst), x.bytes));
         });
+    }
+
+    fn start_step(&mut self, slot: u32) -> Result<()> {
+        let step = self.collectives[slot as usize].step;
+        self.load_step(slot, step);
+        let scratch = std::mem::take(&mut self.step_scratch);
         self.collectives[slot as usize].outstanding = scratch.len() as u32;
         for &(src, dst, bytes) in &scratch {
             self.start_flow(Owner::Collective(slot), src, dst, bytes, step)?;
         }
         self.step_scratch = scratch;
+        Ok(())
+    }
+
+    /// Timing of a transfer that has its route to itself: what the fluid model gives a lone flow.
+    fn solo(&mut self, src: DeviceId, dst: DeviceId, bytes: u64) -> Result<Solo> {
+        let route = self.route(src, dst)?;
+        let r = &self.routes[route as usize];
+        let latency = r.latency_ns;
+        if bytes == 0 || r.links.is_empty() {
+            return Ok(Solo { route, latency, cap: f64::INFINITY, rate: f64::INFINITY, duration: latency });
+        }
+        let cap = r.rate_cap(self.machine, bytes);
+        let rate = r.links.iter().map(|&l| self.machine.links[l as usize].capacity()).fold(cap, f64::min);
+        Ok(Solo { route, latency, cap, rate, duration: latency + transfer_ns(bytes as f64, rate) })
+    }
+
+    /// Runs collective `slot` on reserved links if its links are free of other traffic and each
+    /// step's transfers use disjoint links. Returns false (nothing reserved) otherwise.
+    fn try_reserve(&mut self, slot: u32) -> Result<bool> {
+        const PROVISIONAL: u32 = u32::MAX;
+        let plan = self.collectives[slot as usize].plan;
+        let mut res = self.reservation_pool.pop().unwrap_or_default();
+        res.class_time.clear();
+        res.links.clear();
+        let mut ok = true;
+        for (rep, _) in Self::steps_per_class(plan, plan.step_count()) {
+            if rep == u32::MAX {
+                res.class_time.push(0);
+                continue;
+            }
+            self.load_step(slot, rep);
+            let scratch = std::mem::take(&mut self.step_scratch);
+            let class_epoch = self.next_epoch();
+            let mut longest = 0;
+            'members: for &(src, dst, bytes) in &scratch {
+                let solo = self.solo(src, dst, bytes)?;
+                longest = longest.max(solo.duration);
+                for &l in &self.routes[solo.route as usize].links {
+                    let li = l as usize;
+                    // Busy, held by another collective, or shared within this step: not eligible.
+                    let held = self.reserved_by[li];
+                    if self.net.flows_on(l) > 0
+                        || (held != 0 && held != PROVISIONAL)
+                        || self.link_mark[li] == class_epoch
+                    {
+                        ok = false;
+                        break 'members;
+                    }
+                    self.link_mark[li] = class_epoch;
+                    if held == 0 {
+                        self.reserved_by[li] = PROVISIONAL;
+                        res.links.push(l);
+                    }
+                }
+            }
+            self.step_scratch = scratch;
+            if !ok {
+                break;
+            }
+            res.class_time.push(longest);
+        }
+        if !ok {
+            for &l in &res.links {
+                self.reserved_by[l as usize] = 0;
+            }
+            self.reservation_pool.push(res);
+            return Ok(false);
+        }
+        for &l in &res.links {
+            self.reserved_by[l as usize] = slot + 1;
+        }
+        let total: Nanos = (0..plan.step_count()).map(|s| res.class_time[plan.step_class(s) as usize]).sum();
+        res.start = self.now;
+        res.end = self.now + total;
+        let generation = self.collectives[slot as usize].generation;
+        self.push(res.end, EventKind::CollectiveDone(slot, generation));
+        self.collectives[slot as usize].reservation = Some(res);
+        self.reserved_count += 1;
+        Ok(true)
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.link_epoch = self.link_epoch.wrapping_add(1);
+        if self.link_epoch == 0 {
+            self.link_mark.iter_mut().for_each(|m| *m = 0);
+            self.link_epoch = 1;
+        }
+        self.link_epoch
+    }
+
+    /// Adds the bytes and transfer count of `count` runs of `step` (all its transfers finished).
+    fn account_steps(&mut self, slot: u32, step: u32, count: u64) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.load_step(slot, step);
+        let scratch = std::mem::take(&mut self.step_scratch);
+        for &(src, dst, bytes) in &scratch {
+            let route = self.route(src, dst)?;
+            for &l in &self.routes[route as usize].links {
+                self.link_bytes[l as usize] += (bytes * count) as f64;
+            }
+        }
+        self.flows_created += scratch.len() as u64 * count;
+        self.step_scratch = scratch;
+        Ok(())
+    }
+
+    /// Per class, how many of the steps `0..upto` belong to it, with a representative step.
+    fn steps_per_class(plan: Plan, upto: u32) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = Vec::new();
+        for s in 0..upto {
+            let c = plan.step_class(s) as usize;
+            if out.len() <= c {
+                out.resize(c + 1, (u32::MAX, 0));
+            }
+            if out[c].0 == u32::MAX {
+                out[c].0 = s;
+            }
+            out[c].1 += 1;
+        }
+        out
+    }
+
+    /// Frees the links of a reserved collective; returns (start, end, class times).
+    fn release(&mut self, slot: u32) -> (Nanos, Nanos, Vec<Nanos>) {
+        let mut res = self.collectives[slot as usize].reservation.take().expect("reserved");
+        for &l in &res.links {
+            self.reserved_by[l as usize] = 0;
+        }
+        let class_time = std::mem::take(&mut res.class_time);
+        let out = (res.start, res.end, class_time);
+        self.reservation_pool.push(res);
+        out
+    }
+
+    /// A reserved collective ran to its end undisturbed.
+    fn end_reservation(&mut self, slot: u32) -> Result<()> {
+        self.release(slot);
+        let plan = self.collectives[slot as usize].plan;
+        for (rep, count) in Self::steps_per_class(plan, plan.step_count()) {
+            if rep != u32::MAX {
+                self.account_steps(slot, rep, count)?;
+            }
+        }
+        let t = self.collectives[slot as usize].task;
+        self.free_collectives.push(slot);
+        self.finish(t)
+    }
+
+    /// Turns a reserved collective back into the flows a step-by-step run would hold now: steps
+    /// before the current one are done; in the current one, each transfer is done, waiting out its
+    /// latency, or moving alone since its start at its solo rate.
+    fn materialize(&mut self, slot: u32) -> Result<()> {
+        self.materialized_count += 1;
+        let now = self.now;
+        let plan = self.collectives[slot as usize].plan;
+        let end = self.collectives[slot as usize].reservation.as_ref().expect("reserved").end;
+        if now >= end {
+            // Its end event is due at this very instant: finish it here instead.
+            let run = &mut self.collectives[slot as usize];
+            run.generation = run.generation.wrapping_add(1);
+            return self.end_reservation(slot);
+        }
+        let (start, _, class_time) = self.release(slot);
+        let mut step = 0;
+        let mut step_start = start;
+        loop {
+            let t = class_time[plan.step_class(step) as usize];
+            if now < step_start + t {
+                break;
+            }
+            step_start += t;
+            step += 1;
+        }
+        for (rep, count) in Self::steps_per_class(plan, step) {
+            if rep != u32::MAX {
+                self.account_steps(slot, rep, count)?;
+            }
+        }
+        let run = &mut self.collectives[slot as usize];
+        run.generation = run.generation.wrapping_add(1);
+        run.step = step;
+        self.load_step(slot, step);
+        let scratch = std::mem::take(&mut self.step_scratch);
+        let mut outstanding = 0;
+        for &(src, dst, bytes) in &scratch {
+            let solo = self.solo(src, dst, bytes)?;
+            let route = solo.route;
+            if step_start + solo.duration <= now {
+                for &l in &self.routes[route as usize].links {
+                    self.link_bytes[l as usize] += bytes as f64;
+                }
+                self.flows_created += 1;
+                continue;
+            }
+            outstanding += 1;
+            let began = step_start + solo.latency;
+            let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began };
+            let pslot = self.new_pending(p);
+            if began >= now {
+                self.push(began, EventKind::FlowActivate(pslot));
+            } else {
+                let links = std::mem::take(&mut self.routes[route as usize].links);
+                let (f, version) = self.net.insert_moving(&links, bytes as f64, solo.cap, solo.rate, began);
+                self.routes[route as usize].links = links;
+                self.map_flow(f, pslot);
+                self.push(step_start + solo.duration, EventKind::FlowDone(f, version));
+            }
+        }
+        self.step_scratch = scratch;
+        debug_assert!(outstanding > 0, "the current step has a transfer still under way");
+        self.collectives[slot as usize].outstanding = outstanding;
         Ok(())
     }
 
@@ -323,10 +651,9 @@ impl<'a> Engine<'a> {
         Ok(id)
     }
 
-    fn start_flow(&mut self, owner: Owner, src: DeviceId, dst: DeviceId, bytes: u64, step: u32) -> Result<()> {
-        let route = self.route(src, dst)?;
-        let p = Pending { owner, route, bytes, src, dst, step, flow: None, start: self.now };
-        let slot = match self.free_pending.pop() {
+    fn new_pending(&mut self, p: Pending) -> u32 {
+        self.flows_created += 1;
+        match self.free_pending.pop() {
             Some(s) => {
                 self.pending[s as usize] = p;
                 s
@@ -335,35 +662,48 @@ impl<'a> Engine<'a> {
                 self.pending.push(p);
                 (self.pending.len() - 1) as u32
             }
-        };
-        self.flows_created += 1;
+        }
+    }
+
+    fn map_flow(&mut self, f: FlowId, slot: u32) {
+        if self.flow_slot.len() <= f as usize {
+            self.flow_slot.resize(f as usize + 1, 0);
+        }
+        self.flow_slot[f as usize] = slot;
+    }
+
+    fn start_flow(&mut self, owner: Owner, src: DeviceId, dst: DeviceId, bytes: u64, step: u32) -> Result<()> {
+        let route = self.route(src, dst)?;
         let latency = self.routes[route as usize].latency_ns;
+        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: self.now + latency });
         self.push(self.now + latency, EventKind::FlowActivate(slot));
         Ok(())
     }
 
     fn activate(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
-        let route = &self.routes[p.route as usize];
-        self.pending[slot as usize].start = self.now;
-        if p.bytes == 0 || route.links.is_empty() {
+        let nlinks = self.routes[p.route as usize].links.len();
+        if p.bytes == 0 || nlinks == 0 {
             return self.flow_finished(slot);
         }
+        // Traffic arriving on a reserved link: the collective holding it goes back to flows first.
+        for i in 0..nlinks {
+            let l = self.routes[p.route as usize].links[i] as usize;
+            if self.reserved_by[l] != 0 {
+                self.materialize(self.reserved_by[l] - 1)?;
+            }
+        }
+        let route = &self.routes[p.route as usize];
         let cap = route.rate_cap(self.machine, p.bytes);
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
-        if self.flow_slot.len() <= f as usize {
-            self.flow_slot.resize(f as usize + 1, 0);
-        }
-        self.flow_slot[f as usize] = slot;
-        self.pending[slot as usize].flow = Some(f);
+        self.map_flow(f, slot);
         Ok(())
     }
 
     fn flow_finished(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         self.free_pending.push(slot);
-        let route = &self.routes[p.route as usize];
-        for &l in &route.links {
+        for &l in &self.routes[p.route as usize].links {
             self.link_bytes[l as usize] += p.bytes as f64;
         }
         let task = match p.owner {
@@ -407,14 +747,14 @@ impl<'a> Engine<'a> {
         self.done += 1;
         if let Some(q) = self.dag.task(t).queue {
             self.queue_busy[q as usize] = false;
-            self.dispatch(q)?;
+            self.queues_now.push(q);
         }
         let dag = self.dag;
         for &s in dag.successors(t) {
             let w = &mut self.waiting_preds[s as usize];
             *w -= 1;
             if *w == 0 {
-                self.make_ready(s)?;
+                self.ready_now.push(s);
             }
         }
         Ok(())
