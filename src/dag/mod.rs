@@ -243,18 +243,44 @@ impl DagBuilder {
                 }
             }
         }
-        self.edges.sort_unstable();
-        self.edges.dedup();
+        // Successor lists by counting sort on the source, then each (short) list sorted and
+        // deduplicated in place: O(E) rather than sorting all edges.
         let mut succ_start = vec![0u32; n + 1];
-        let mut pred_count = vec![0u32; n];
-        for &(a, b) in &self.edges {
+        for &(a, _) in &self.edges {
             succ_start[a as usize + 1] += 1;
-            pred_count[b as usize] += 1;
         }
         for i in 0..n {
             succ_start[i + 1] += succ_start[i];
         }
-        let succ: Vec<TaskId> = self.edges.iter().map(|e| e.1).collect();
+        let mut fill = succ_start.clone();
+        let mut succ = vec![0 as TaskId; self.edges.len()];
+        for &(a, b) in &self.edges {
+            succ[fill[a as usize] as usize] = b;
+            fill[a as usize] += 1;
+        }
+        drop(fill);
+        self.edges = Vec::new();
+        let mut pred_count = vec![0u32; n];
+        let mut write = 0usize;
+        let mut read = 0usize;
+        for i in 0..n {
+            let end = succ_start[i + 1] as usize;
+            succ[read..end].sort_unstable();
+            succ_start[i] = write as u32;
+            let mut last = None;
+            for k in read..end {
+                let b = succ[k];
+                if last != Some(b) {
+                    succ[write] = b;
+                    write += 1;
+                    pred_count[b as usize] += 1;
+                    last = Some(b);
+                }
+            }
+            read = end;
+        }
+        succ_start[n] = write as u32;
+        succ.truncate(write);
         let dag =
             Dag { tasks: self.tasks, succ_start, succ, pred_count, queues: self.queues, groups: self.groups, meta };
         dag.check_acyclic()?;
