@@ -3,8 +3,10 @@
 //! size of an input sample. Readers for trace formats live in submodules; this module knows
 //! nothing of machines, strategies or the engine.
 
+pub mod gpu;
 mod trace;
 
+pub use gpu::{GpuSpec, Precision};
 pub use trace::{read_trace, read_trace_str, TraceFormat};
 
 use crate::units::Nanos;
