@@ -4,6 +4,7 @@
 //! nothing of machines, strategies or the engine.
 
 pub mod gpu;
+pub mod zoo;
 mod trace;
 
 pub use gpu::{GpuSpec, Precision};
