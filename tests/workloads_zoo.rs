@@ -13,7 +13,7 @@ const PUBLISHED: &[(&str, u64, &str)] = &[
     ("resnet18", 11_689_512, "torchvision resnet18"),
     ("resnet34", 21_797_672, "torchvision resnet34"),
     ("resnet50", 25_557_032, "torchvision resnet50 (~25.6 M)"),
-    ("googlenet", 6_998_552, "B-Caffe GoogLeNet log: sum of the 128 parameter blobs"),
+    ("googlenet", 6_998_552, "Caffe bvlc_googlenet without the auxiliary heads (paper: 6.8 M)"),
     ("mobilenet-v2", 3_504_872, "torchvision mobilenet_v2 (paper: 3.4 M)"),
     ("shufflenet-v2", 2_278_604, "torchvision shufflenet_v2_x1_0 (paper: 2.3 M)"),
     ("mnasnet1.3", 6_282_256, "torchvision mnasnet1_3"),

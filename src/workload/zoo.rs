@@ -52,6 +52,11 @@ pub struct ZooLayer {
     pub in_elems: u64,
     /// Output elements written per sample.
     pub out_elems: u64,
+    /// For convolutions and linear layers: the GEMM reduction length (input channels per group
+    /// times kernel area, or input features) and, for convolutions, kernel size and stride.
+    pub reduction: u64,
+    pub kernel: u64,
+    pub stride: u64,
 }
 
 /// A network: layers in forward order and the size of one input sample.
@@ -67,7 +72,8 @@ impl Model {
     /// Looks a model up by name (case-insensitive; `-`/`_` ignored). BERT models take the sequence
     /// length from `seq_len` (default 128), CNNs ignore it.
     pub fn by_name(name: &str, seq_len: Option<u32>) -> Result<Model> {
-        let key: String = name.to_ascii_lowercase().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '.').collect();
+        let key: String =
+            name.to_ascii_lowercase().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '.').collect();
         let seq = seq_len.unwrap_or(128) as u64;
         let model = match key.as_str() {
             "alexnet" | "alexnetoriginal" | "alexnetkrizhevsky" => alexnet_original(),
@@ -157,7 +163,17 @@ impl Cnn {
     }
     fn push(&mut self, name: &str, kind: LayerKind, params: u64, flops: f64, in_elems: u64) {
         let out_elems = self.elems();
-        self.layers.push(ZooLayer { name: name.to_string(), kind, params, flops, in_elems, out_elems });
+        self.layers.push(ZooLayer {
+            name: name.to_string(),
+            kind,
+            params,
+            flops,
+            in_elems,
+            out_elems,
+            reduction: 0,
+            kernel: 0,
+            stride: 0,
+        });
     }
 
     /// Convolution with square kernel `k`; `groups` splits channels; `bias` adds one per output.
@@ -172,6 +188,8 @@ impl Cnn {
         let depthwise = groups > 1 && cin / groups <= 8;
         let kind = if depthwise { LayerKind::DepthwiseConv } else { LayerKind::Conv };
         self.push(name, kind, weights + if bias { out } else { 0 }, flops, ine);
+        let last = self.layers.last_mut().expect("just pushed");
+        (last.reduction, last.kernel, last.stride) = ((cin / groups) * k * k, k, stride);
     }
     fn conv(&mut self, name: &str, out: u64, k: u64, stride: u64, pad: u64, bias: bool) {
         self.conv_g(name, out, k, stride, pad, 1, bias);
@@ -208,6 +226,7 @@ impl Cnn {
         let inp = self.elems();
         (self.c, self.h, self.w) = (out, 1, 1);
         self.push(name, LayerKind::Linear, inp * out + out, 2.0 * (inp * out) as f64, inp);
+        self.layers.last_mut().expect("just pushed").reduction = inp;
     }
     /// Residual addition of two tensors of the current shape.
     fn add(&mut self, name: &str) {
@@ -281,8 +300,7 @@ fn alexnet_owt() -> Model {
 /// VGG configurations (Simonyan and Zisserman, Table 1): channels, 0 for a 2x2 max-pool.
 const VGG11: [u64; 13] = [64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0];
 const VGG16: [u64; 18] = [64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
-const VGG19: [u64; 21] =
-    [64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0];
+const VGG19: [u64; 21] = [64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0];
 
 fn vgg(name: &'static str, cfg: &[u64]) -> Model {
     let mut n = Cnn::new(3, 224, 224);
@@ -387,7 +405,9 @@ fn googlenet() -> Model {
         }
         let p = format!("inception_{tag}");
         let input = n.shape();
-        for (branch, layers) in [("1x1", vec![(b1, 1)]), ("3x3", vec![(r3, 1), (b3, 3)]), ("5x5", vec![(r5, 1), (b5, 5)])] {
+        for (branch, layers) in
+            [("1x1", vec![(b1, 1)]), ("3x3", vec![(r3, 1), (b3, 3)]), ("5x5", vec![(r5, 1), (b5, 5)])]
+        {
             n.set_shape(input);
             for (i, (c, k)) in layers.iter().enumerate() {
                 let suffix = if layers.len() == 2 && i == 0 { "_reduce" } else { "" };
@@ -414,7 +434,8 @@ fn mobilenet_v2() -> Model {
     n.bn("features.0.bn");
     n.act("features.0.relu6");
     // (expansion t, channels c, repeats n, stride s) from the paper's Table 2.
-    let settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
+    let settings =
+        [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
     let mut block = 1;
     for (t, c, reps, s) in settings {
         for r in 0..reps {
@@ -506,7 +527,8 @@ fn mnas_round(v: f64) -> u64 {
 
 /// Tan et al. 2019, MNASNet-A1 without squeeze-excitation as in torchvision (`mnasnet1_3`).
 fn mnasnet(alpha: f64) -> Model {
-    let d: Vec<u64> = [32.0, 16.0, 24.0, 40.0, 80.0, 96.0, 192.0, 320.0].iter().map(|c| mnas_round(c * alpha)).collect();
+    let d: Vec<u64> =
+        [32.0, 16.0, 24.0, 40.0, 80.0, 96.0, 192.0, 320.0].iter().map(|c| mnas_round(c * alpha)).collect();
     let mut n = Cnn::new(3, 224, 224);
     n.conv("layers.0", d[0], 3, 2, 1, false);
     n.bn("layers.1");
@@ -517,7 +539,14 @@ fn mnasnet(alpha: f64) -> Model {
     n.conv("layers.6", d[1], 1, 1, 0, false);
     n.bn("layers.7");
     // (out, kernel, stride, expansion, repeats)
-    let stacks = [(d[2], 3, 2, 3, 3), (d[3], 5, 2, 3, 3), (d[4], 5, 2, 6, 3), (d[5], 3, 1, 6, 2), (d[6], 5, 2, 6, 4), (d[7], 3, 1, 6, 1)];
+    let stacks = [
+        (d[2], 3, 2, 3, 3),
+        (d[3], 5, 2, 3, 3),
+        (d[4], 5, 2, 6, 3),
+        (d[5], 3, 1, 6, 2),
+        (d[6], 5, 2, 6, 4),
+        (d[7], 3, 1, 6, 1),
+    ];
     for (s, (out, k, stride, t, reps)) in stacks.into_iter().enumerate() {
         for r in 0..reps {
             inverted_residual(&mut n, &format!("stack{}.{r}", s + 8), out, k, if r == 0 { stride } else { 1 }, t);
@@ -539,8 +568,14 @@ fn bert(name: &'static str, depth: u32, hidden: u64, heads: u64, seq: u64) -> Mo
     let ffn = 4 * hidden;
     let tok = seq * hidden;
     let mut layers = Vec::new();
-    let mut push = |name: String, kind, params, flops: f64, in_elems, out_elems| {
-        layers.push(ZooLayer { name, kind, params, flops, in_elems, out_elems });
+    let mut push = |name: String, kind: LayerKind, params: u64, flops: f64, in_elems: u64, out_elems: u64| {
+        // GEMM reduction length: input features of a linear layer, the head size for attention.
+        let reduction = match kind {
+            LayerKind::Linear => (in_elems / seq).max(hidden),
+            LayerKind::MatMul => hidden / heads,
+            _ => 0,
+        };
+        layers.push(ZooLayer { name, kind, params, flops, in_elems, out_elems, reduction, kernel: 0, stride: 0 });
     };
     let linear = |inp: u64, out: u64| (inp * out + out, 2.0 * (seq * inp * out) as f64);
     push("embeddings".into(), LayerKind::Embedding, (VOCAB + 512 + 2) * hidden, 3.0 * tok as f64, seq, tok);
@@ -553,7 +588,14 @@ fn bert(name: &'static str, depth: u32, hidden: u64, heads: u64, seq: u64) -> Mo
         push(format!("{p}.attention.scores"), LayerKind::MatMul, 0, 2.0 * (seq * seq * hidden) as f64, 2 * tok, scores);
         push(format!("{p}.attention.softmax"), LayerKind::Softmax, 0, 5.0 * scores as f64, scores, scores);
         push(format!("{p}.attention.dropout"), LayerKind::Dropout, 0, scores as f64, scores, scores);
-        push(format!("{p}.attention.context"), LayerKind::MatMul, 0, 2.0 * (seq * seq * hidden) as f64, scores + tok, tok);
+        push(
+            format!("{p}.attention.context"),
+            LayerKind::MatMul,
+            0,
+            2.0 * (seq * seq * hidden) as f64,
+            scores + tok,
+            tok,
+        );
         let (o_p, o_f) = linear(hidden, hidden);
         push(format!("{p}.attention.output"), LayerKind::Linear, o_p, o_f, tok, tok);
         push(format!("{p}.attention.add"), LayerKind::Add, 0, tok as f64, 2 * tok, tok);
@@ -585,7 +627,8 @@ mod tests {
 
     #[test]
     fn mnasnet_channel_rounding_matches_torchvision() {
-        let d: Vec<u64> = [32.0, 16.0, 24.0, 40.0, 80.0, 96.0, 192.0, 320.0].iter().map(|c| mnas_round(c * 1.3)).collect();
+        let d: Vec<u64> =
+            [32.0, 16.0, 24.0, 40.0, 80.0, 96.0, 192.0, 320.0].iter().map(|c| mnas_round(c * 1.3)).collect();
         assert_eq!(d, [40, 24, 32, 56, 104, 128, 248, 416]);
     }
 
