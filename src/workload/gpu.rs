@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use serde::Serialize;
 
 /// Arithmetic precision of a training run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// 32-bit floats everywhere.
@@ -17,11 +17,30 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// The name used on the command line and in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+        }
+    }
+
     /// Bytes of one activation or gradient element.
     pub fn bytes(self) -> u64 {
         match self {
             Precision::Fp32 => 4,
             Precision::Fp16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp32" | "float32" | "single" => Ok(Precision::Fp32),
+            "fp16" | "mixed" | "amp" | "half" => Ok(Precision::Fp16),
+            _ => Err(format!("unknown precision `{s}` (expected one of: fp32, fp16)")),
         }
     }
 }

@@ -8,7 +8,7 @@ use super::zoo::{LayerKind, Model};
 use serde::Serialize;
 
 /// The optimizer, for its per-parameter state and its update traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Optimizer {
     /// Plain SGD: no state.
@@ -41,6 +41,18 @@ impl Optimizer {
             Optimizer::Adam
         } else {
             Optimizer::Momentum
+        }
+    }
+}
+
+impl std::str::FromStr for Optimizer {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "sgd" => Ok(Optimizer::Sgd),
+            "momentum" => Ok(Optimizer::Momentum),
+            "adam" | "adamw" => Ok(Optimizer::Adam),
+            _ => Err(format!("unknown optimizer `{s}` (expected one of: sgd, momentum, adam)")),
         }
     }
 }

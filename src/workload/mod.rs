@@ -7,12 +7,15 @@ pub mod compare;
 pub mod gpu;
 pub mod import;
 pub mod memory;
+pub mod source;
 pub mod synth;
 mod trace;
+mod write;
 pub mod zoo;
 
 pub use gpu::{GpuSpec, Precision};
 pub use trace::{read_trace, read_trace_str, TraceFormat};
+pub use write::native_trace;
 
 use crate::units::Nanos;
 use serde::Serialize;

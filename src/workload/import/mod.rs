@@ -22,7 +22,8 @@ use serde::Serialize;
 use std::path::Path;
 
 /// Profile formats the importers read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ProfileFormat {
     /// PipeDream profiler `graph.txt`.
     Pipedream,
@@ -32,6 +33,19 @@ pub enum ProfileFormat {
     Bcaffe,
     /// PyTorch profiler (Kineto) Chrome-trace JSON.
     Kineto,
+}
+
+impl std::str::FromStr for ProfileFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "pipedream" => Ok(ProfileFormat::Pipedream),
+            "caffe" => Ok(ProfileFormat::Caffe),
+            "bcaffe" | "b-caffe" => Ok(ProfileFormat::Bcaffe),
+            "kineto" | "chrome" | "pytorch" => Ok(ProfileFormat::Kineto),
+            _ => Err(format!("unknown profile format `{s}` (expected one of: pipedream, caffe, bcaffe, kineto)")),
+        }
+    }
 }
 
 /// One measured layer.
