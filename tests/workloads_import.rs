@@ -79,7 +79,11 @@ fn kineto_handwritten_example_averages_steps() {
 fn importer_errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
-    std::fs::write(&bad, "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"a\", \"ts\": 1}]}").unwrap();
+    std::fs::write(
+        &bad,
+        "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"a\", \"ts\": 1}]}",
+    )
+    .unwrap();
     let e = read_profile(&bad, ProfileFormat::Kineto).unwrap_err().to_string();
     assert!(e.contains("bad.json") && e.contains("dur"), "{e}");
     let e = read_profile(&bad, ProfileFormat::Caffe).unwrap_err().to_string();

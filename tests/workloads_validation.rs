@@ -51,3 +51,27 @@ fn synthetic_layer_times_match_measured_profiles_after_calibration() {
     let within = rows.iter().filter(|r| r.comparison.median_layer_error_calibrated <= 0.25).count();
     assert_eq!(within, rows.len() - KNOWN_MISSES.len(), "a known miss now passes: update KNOWN_MISSES and the docs");
 }
+
+/// Out of sample, no calibration: ResNet-50 v1.5 on one V100-SXM2 (DGX-1) with NVIDIA's PyTorch
+/// implementation, as measured by DLPerf (Oneflow-Inc/DLPerf,
+/// NVIDIADeepLearningExamples/PyTorch/resnet50v1.5/README.md): 367.29 samples/s in FP32 at batch
+/// 128 and 802.9 samples/s with AMP (dynamic loss scale) at batch 256.
+#[test]
+fn uncalibrated_resnet50_throughput_on_v100_is_within_25_percent_of_dlperf() {
+    use dagsim::workload::gpu::{GpuSpec, Precision};
+    use dagsim::workload::memory::Optimizer;
+    use dagsim::workload::synth::{synthesize, SynthOptions};
+    use dagsim::workload::zoo::Model;
+    let m = Model::by_name("resnet50", None).unwrap();
+    let gpu = GpuSpec::by_name("v100-sxm2").unwrap();
+    for (precision, batch, measured) in [(Precision::Fp32, 128, 367.29), (Precision::Fp16, 256, 802.9)] {
+        let s = synthesize(&m, gpu, SynthOptions { batch, precision, optimizer: Optimizer::Momentum }).unwrap();
+        let modelled = batch as f64 / (s.iteration_ns() * 1e-9);
+        let err = (modelled - measured) / measured;
+        println!(
+            "resnet50 {precision:?} b{batch}: model {modelled:.1} samples/s, DLPerf {measured}, error {:+.1}%",
+            100.0 * err
+        );
+        assert!(err.abs() < 0.25, "{precision:?}: {modelled:.1} vs {measured}");
+    }
+}

@@ -193,7 +193,18 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
     writeln!(
         w,
         "{:32} {:12} {:16} {:>5} {:>8} | {:>9} {:>7} | {:>6} {:>9} {:>7} | {:>9} {:>7}",
-        "profile", "model", "gpu", "batch", "matched", "raw layer", "iter", "factor", "cal layer", "iter", "xfer layer", "iter"
+        "profile",
+        "model",
+        "gpu",
+        "batch",
+        "matched",
+        "raw layer",
+        "iter",
+        "factor",
+        "cal layer",
+        "iter",
+        "xfer layer",
+        "iter"
     )?;
     for r in rows {
         let c = &r.comparison;
@@ -259,7 +270,14 @@ fn memory(a: MemoryArgs) -> Result<u8> {
         ("GPU memory", f.capacity),
     ];
     let write = |out: &mut dyn Write| -> std::io::Result<()> {
-        writeln!(out, "{} on {} at batch {} ({}), per GPU:", a.model.model, a.model.gpu, a.model.batch, a.model.precision.name())?;
+        writeln!(
+            out,
+            "{} on {} at batch {} ({}), per GPU:",
+            a.model.model,
+            a.model.gpu,
+            a.model.batch,
+            a.model.precision.name()
+        )?;
         for (what, bytes) in lines {
             writeln!(out, "  {what:17} {:>8.2} GiB", gib(bytes))?;
         }

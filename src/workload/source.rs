@@ -86,7 +86,8 @@ impl WorkloadSource {
         let batch = self.batch.unwrap_or(1);
         let precision = self.precision.unwrap_or(Precision::Fp32);
         let optimizer = self.optimizer.unwrap_or_else(|| Optimizer::default_for(&model));
-        let device_sample_bytes = synthesize(&model, gpu, SynthOptions { batch, precision, optimizer })?.device_sample_bytes;
+        let device_sample_bytes =
+            synthesize(&model, gpu, SynthOptions { batch, precision, optimizer })?.device_sample_bytes;
         Ok(Some(footprint(&model, gpu, batch, precision, optimizer, preload_batches, device_sample_bytes)))
     }
 }

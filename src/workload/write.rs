@@ -28,7 +28,8 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
         id += 1;
         let comm = l.comm.map_or_else(|| "0".to_string(), |c| us(c.mean_ns));
         // Names with commas or quotes are quoted as CSV requires.
-        let name = if l.name.contains([',', '"']) { format!("\"{}\"", l.name.replace('"', "\"\"")) } else { l.name.clone() };
+        let name =
+            if l.name.contains([',', '"']) { format!("\"{}\"", l.name.replace('"', "\"\"")) } else { l.name.clone() };
         let _ = writeln!(s, "{id},{name},{},{},{comm},{}", us(l.forward.mean_ns), us(l.backward.mean_ns), l.grad_bytes);
     }
     s
