@@ -7,6 +7,7 @@ use dagsim::workload::zoo::{Model, MODEL_NAMES};
 const PUBLISHED: &[(&str, u64, &str)] = &[
     ("alexnet", 60_965_224, "Caffe bvlc_alexnet (Krizhevsky et al. 2012, ~61 M)"),
     ("alexnet-owt", 61_100_840, "torchvision alexnet"),
+    ("alexnet-bn", 60_900_000, "GradientFlow (Sun et al.) Fig. 5: 60.9 M"),
     ("vgg11", 132_863_336, "torchvision vgg11"),
     ("vgg16", 138_357_544, "torchvision vgg16 (paper: 138 M)"),
     ("vgg19", 143_667_240, "torchvision vgg19 (paper: 144 M)"),
@@ -29,6 +30,7 @@ fn every_zoo_model_matches_its_published_parameter_count() {
         let ours = Model::by_name(name, None).unwrap().params();
         println!("{name}: {ours} vs {published} ({source})");
         let rel = (ours as f64 - *published as f64).abs() / *published as f64;
-        assert!(rel < 0.002, "{name}: {ours} parameters, published {published} ({source})");
+        let tolerance = if published % 100_000 == 0 { 0.002 } else { 0.0 }; // rounded figures
+        assert!(rel <= tolerance, "{name}: {ours} parameters, published {published} ({source})");
     }
 }

@@ -78,6 +78,7 @@ impl Model {
         let model = match key.as_str() {
             "alexnet" | "alexnetoriginal" | "alexnetkrizhevsky" => alexnet_original(),
             "alexnetowt" | "alexnettorchvision" => alexnet_owt(),
+            "alexnetbn" | "alexnetgradientflow" => alexnet_bn(),
             "vgg11" | "vgga" => vgg("vgg11", &VGG11),
             "vgg16" => vgg("vgg16", &VGG16),
             "vgg19" => vgg("vgg19", &VGG19),
@@ -115,6 +116,7 @@ impl Model {
 pub const MODEL_NAMES: &[&str] = &[
     "alexnet",
     "alexnet-owt",
+    "alexnet-bn",
     "vgg11",
     "vgg16",
     "vgg19",
@@ -264,6 +266,31 @@ fn alexnet_original() -> Model {
     n.pool("pool5", 3, 2, 0, true);
     alexnet_classifier(&mut n);
     n.finish("alexnet", 3 * 227 * 227)
+}
+
+/// The batch-norm AlexNet GradientFlow trains (Sun et al., Fig. 5: 27 layers counting data and
+/// loss, 60.9 M parameters in 26 tensors): the original grouped AlexNet with batch normalisation
+/// after every convolution in place of LRN.
+fn alexnet_bn() -> Model {
+    let mut n = Cnn::new(3, 227, 227);
+    let convs: [(u64, u64, u64, u64, u64, bool); 5] = [
+        (96, 11, 4, 0, 1, true),
+        (256, 5, 1, 2, 2, true),
+        (384, 3, 1, 1, 1, false),
+        (384, 3, 1, 1, 2, false),
+        (256, 3, 1, 1, 2, true),
+    ];
+    for (i, (out, k, stride, pad, groups, pool)) in convs.into_iter().enumerate() {
+        let c = i + 1;
+        n.conv_g(&format!("conv{c}"), out, k, stride, pad, groups, true);
+        n.bn(&format!("bn{c}"));
+        n.act(&format!("relu{c}"));
+        if pool {
+            n.pool(&format!("pool{c}"), 3, 2, 0, true);
+        }
+    }
+    alexnet_classifier(&mut n);
+    n.finish("alexnet-bn", 3 * 227 * 227)
 }
 
 fn alexnet_classifier(n: &mut Cnn) {
@@ -640,6 +667,21 @@ mod tests {
         }
         let e = Model::by_name("lenet", None).unwrap_err().to_string();
         assert!(e.contains("lenet") && e.contains("resnet50"), "{e}");
+    }
+
+    #[test]
+    fn alexnet_bn_has_gradientflows_layer_and_tensor_counts() {
+        let m = Model::by_name("alexnet-bn", None).unwrap();
+        assert_eq!(m.layers.len() + 2, 27); // plus the data and loss layers
+        let tensors: usize = m
+            .layers
+            .iter()
+            .map(|l| match l.kind {
+                LayerKind::Conv | LayerKind::Linear | LayerKind::BatchNorm => 2,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(tensors, 26);
     }
 
     #[test]
