@@ -162,3 +162,27 @@ fn compare_and_memory_and_list_run() {
         .stdout(contains("activations"));
     dagsim().args(["trace", "list"]).assert().success().stdout(contains("mnasnet1.3"));
 }
+
+#[test]
+fn a_scenario_can_name_a_model_instead_of_a_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("bert.toml");
+    std::fs::write(
+        &scenario,
+        "gpus = [1, 8]\n[workload]\nmodel = \"bert-base\"\ngpu = \"v100\"\nbatch_per_gpu = 32\nprecision = \"fp16\"\n\
+         calibrate_throughput = 400.0\n[machine]\ntopology = \"v100-cluster\"\n",
+    )
+    .unwrap();
+    let assert = dagsim().args(["predict", "--format", "csv", "--scenario"]).arg(&scenario).assert().success();
+    let stdout = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(stdout.contains("bert-base"), "{stdout}");
+    // The command line's trace replaces the scenario's model.
+    dagsim()
+        .args(["predict", "--gpus", "1", "--trace", "traces/alexnet_k80.csv", "--scenario"])
+        .arg(&scenario)
+        .assert()
+        .success()
+        .stdout(contains("alexnet"));
+    std::fs::write(&scenario, "[workload]\nmodel = \"bert-base\"\nprecision = \"fp64\"\n").unwrap();
+    dagsim().args(["predict", "--scenario"]).arg(&scenario).assert().code(2).stderr(contains("fp64"));
+}

@@ -82,6 +82,12 @@ pub fn run(args: Args) -> Result<u8> {
         None => Scenario::default(),
     };
     // Flags override the scenario; paths given on the command line are relative to the cwd.
+    if args.trace.is_some() {
+        // A trace on the command line replaces a scenario's model and its synthesis settings.
+        let w = &mut scenario.workload;
+        (w.model, w.gpu, w.precision, w.optimizer, w.seq_len, w.calibrate_throughput) =
+            (None, None, None, None, None, None);
+    }
     if let Some(t) = args.trace {
         scenario.workload.trace = Some(std::path::absolute(&t).unwrap_or(t));
     }
