@@ -119,7 +119,7 @@ pub fn footprint(
     let kept: u64 = model
         .layers
         .iter()
-        .filter(|l| !(l.kind == LayerKind::Activation && !l.name.contains("gelu")))
+        .filter(|l| l.kind != LayerKind::Activation || l.name.contains("gelu"))
         .map(|l| l.out_elems)
         .sum();
     let activations = (kept + model.input_elems) * elem * batch as u64;
