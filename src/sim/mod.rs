@@ -250,8 +250,8 @@ impl<'a> Engine<'a> {
     /// Handles every event due at `now`, including those the handlers add at `now`.
     fn drain_instant(&mut self) -> Result<()> {
         while let Some(mut bucket) = self.events.remove(&self.now) {
-            for i in 0..bucket.len() {
-                self.handle(bucket[i])?;
+            for &ev in &bucket {
+                self.handle(ev)?;
             }
             bucket.clear();
             self.bucket_pool.push(bucket);
