@@ -3,8 +3,12 @@
 //! exit codes.
 
 mod bench;
+#[cfg(feature = "cuda")]
+mod calibrate_gpu;
 mod output;
 mod predict;
+#[cfg(feature = "cuda")]
+mod replay;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +40,10 @@ struct Cli {
 enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
+    #[cfg(feature = "cuda")]
+    CalibrateGpu(calibrate_gpu::Args),
+    #[cfg(feature = "cuda")]
+    Replay(replay::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -44,6 +52,10 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
+        #[cfg(feature = "cuda")]
+        Command::CalibrateGpu(args) => calibrate_gpu::run(args),
+        #[cfg(feature = "cuda")]
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,0 +1,144 @@
+//! The `--gpu` path of `dagsim calibrate` (registered as `dagsim calibrate-gpu` until merged):
+//! measures this machine's GPUs, writes the calibration file, and optionally a topology file for
+//! `dagsim predict --topology`. With `--from FILE` it re-derives from an earlier calibration file
+//! without touching a GPU.
+
+use super::exit;
+use super::output::emit;
+use dagsim::error::{Error, Result};
+use dagsim::gpu::calibration::{derive_topology, CalibrationFile, Dtype, Settings};
+use dagsim::gpu::measure::{geometric_sizes, measure, MeasureOptions};
+use dagsim::hw::load_topology;
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  dagsim calibrate-gpu -o cal.json
+  dagsim calibrate-gpu --devices 0,1 --repetitions 50 -o cal.json --topology-out my-node.json --base-topology v100-cluster
+  dagsim calibrate-gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
+  dagsim predict --trace traces/alexnet_k80.csv --topology my-node.json --gpus 1,2,4
+
+Measures (CUDA events; warm-up runs, then repetitions summarised by median and interquartile range):
+  GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable, peer copies
+  for every ordered GPU pair, and NCCL all-reduce over all chosen GPUs. The file also holds the fits:
+  TFLOP/s, and latency + bandwidth + bandwidth curve per link. The topology file takes its GPU-host link
+  from the pinned host-to-device fit, a direct GPU-GPU link from the peer fit when peers beat the host
+  link by 1.5x, and network and storage from --base-topology (not measured here).";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DtypeArg {
+    F32,
+    F16,
+    Bf16,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(about = "Measure this machine's GPUs and write a calibration file (needs --features cuda)", after_help = EXAMPLES)]
+pub struct Args {
+    /// CUDA device ordinals to measure (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "N,...")]
+    devices: Vec<u32>,
+    /// Untimed runs before each measured point.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    warmup: u32,
+    /// Timed runs per point (the median is reported).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    repetitions: u32,
+    /// Square GEMM sizes n.
+    #[arg(long, value_delimiter = ',', default_value = "256,512,1024,2048,4096,8192", value_name = "N,...")]
+    gemm_sizes: Vec<u32>,
+    /// GEMM data types.
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "f32,f16,bf16", value_name = "T,...")]
+    dtypes: Vec<DtypeArg>,
+    /// Smallest copy / all-reduce message (bytes); sizes grow by 4x.
+    #[arg(long, default_value_t = 4096, value_name = "BYTES")]
+    min_bytes: u64,
+    /// Largest copy / all-reduce message (bytes).
+    #[arg(long, default_value_t = 256 << 20, value_name = "BYTES")]
+    max_bytes: u64,
+    /// Re-derive from this calibration file instead of measuring (no GPU needed).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Write the calibration file here (atomically; default stdout, `-` for stdout).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Also write a topology file for `dagsim predict --topology`.
+    #[arg(long, value_name = "FILE")]
+    topology_out: Option<PathBuf>,
+    /// Topology that supplies what is not measured (network, storage, node count).
+    #[arg(long, default_value = "k80-cluster", value_name = "NAME|FILE")]
+    base_topology: String,
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    if args.repetitions == 0 {
+        return Err(Error::invalid("--repetitions", "must be at least 1"));
+    }
+    if args.min_bytes == 0 || args.min_bytes > args.max_bytes {
+        return Err(Error::invalid("--min-bytes", "must be at least 1 and at most --max-bytes"));
+    }
+    // Load the base first so a typo fails before minutes of measuring.
+    let base = args.topology_out.as_ref().map(|_| load_topology(&args.base_topology)).transpose()?;
+    let file = match &args.from {
+        Some(path) => CalibrationFile::load(path)?,
+        None => {
+            let opts = MeasureOptions {
+                devices: args.devices.clone(),
+                settings: Settings { warmup: args.warmup, repetitions: args.repetitions },
+                gemm_sizes: args.gemm_sizes.clone(),
+                dtypes: args
+                    .dtypes
+                    .iter()
+                    .map(|d| match d {
+                        DtypeArg::F32 => Dtype::F32,
+                        DtypeArg::F16 => Dtype::F16,
+                        DtypeArg::Bf16 => Dtype::Bf16,
+                    })
+                    .collect(),
+                message_sizes: geometric_sizes(args.min_bytes, args.max_bytes),
+            };
+            CalibrationFile::new(measure(&opts)?)
+        }
+    };
+    if args.from.is_none() || args.output.is_some() {
+        emit(args.output.as_deref(), |w| file.write_json(w))?;
+    }
+    if let (Some(path), Some(base)) = (&args.topology_out, &base) {
+        let topology = derive_topology(&file, base)?;
+        emit(Some(path), |w| {
+            serde_json::to_writer_pretty(&mut *w, &topology)?;
+            writeln!(w)
+        })?;
+    }
+    eprint!("{}", summary(&file));
+    Ok(exit::OK)
+}
+
+/// A few lines for the terminal; the file holds everything.
+fn summary(file: &CalibrationFile) -> String {
+    let m = &file.measurements;
+    let f = &file.fits;
+    let mut s = String::new();
+    for d in &m.devices {
+        s += &format!("device {}: {} (sm_{}, {} SMs)\n", d.ordinal, d.name, d.compute_capability, d.multiprocessors);
+    }
+    for g in f.gemm.iter().filter(|g| Some(g.n) == f.gemm.iter().filter(|h| h.device == g.device).map(|h| h.n).max()) {
+        s += &format!("  gemm device {} {} n={}: {:.1} TFLOP/s\n", g.device, g.dtype.name(), g.n, g.tflops);
+    }
+    for h in &f.host_copies {
+        s += &format!(
+            "  {:?} {:?} device {}: {:.2} GB/s, {:.1} us\n",
+            h.direction, h.memory, h.device, h.fit.bandwidth_gb_s, h.fit.latency_us
+        );
+    }
+    for p in &f.peer_copies {
+        s += &format!("  peer {} -> {}: {:.2} GB/s, {:.1} us\n", p.src, p.dst, p.fit.bandwidth_gb_s, p.fit.latency_us);
+    }
+    if let Some(a) = &f.allreduce {
+        s += &format!("  all-reduce: {:.2} GB/s algorithm bandwidth, {:.1} us\n", a.bandwidth_gb_s, a.latency_us);
+    }
+    for n in &m.notes {
+        s += &format!("note: {n}\n");
+    }
+    s
+}
