@@ -123,8 +123,10 @@ mod tests {
         let pts = synthetic(5e-6, 15e9, &[0.04, -0.01]);
         let f = AlphaBeta::fit(&pts).unwrap();
         let curve = curve_points(&pts, f.latency_s);
-        assert_eq!(curve.len(), pts.len());
-        for (&(s, t), &(cs, rate)) in pts.iter().zip(&curve) {
+        // Only points measured faster than the fitted latency (noise on tiny messages) drop out.
+        let kept: Vec<(u64, f64)> = pts.iter().copied().filter(|&(_, t)| t > f.latency_s).collect();
+        assert!(kept.len() >= pts.len() - 2 && kept.len() == curve.len(), "{} of {}", curve.len(), pts.len());
+        for (&(s, t), &(cs, rate)) in kept.iter().zip(&curve) {
             assert_eq!(s, cs);
             let replayed = f.latency_s + s as f64 / (rate * 1e9);
             assert!((replayed / t - 1.0).abs() < 1e-12);
