@@ -109,7 +109,15 @@ pub fn run(args: Args) -> Result<u8> {
         "measured_iteration_time_s": m.median,
         "measured": m,
         "relative_error": outcome.relative_error(),
+        "host_enqueue_s": outcome.enqueue_s,
     });
+    if outcome.enqueue_s > 0.5 * outcome.measured_span_s {
+        eprintln!(
+            "warning: enqueuing the DAG took {:.3} s of host time against {:.3} s measured; the CPU issuing \
+             work may be setting the pace (tasks this short are hard to replay one launch each)",
+            outcome.enqueue_s, outcome.measured_span_s
+        );
+    }
     emit(args.output.as_deref(), |w| match args.format {
         Format::Json => writeln!(w, "{}", serde_json::to_string_pretty(&head.json(Some(measured.clone())))?),
         _ => {

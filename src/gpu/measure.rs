@@ -64,14 +64,18 @@ pub fn measure(opts: &MeasureOptions) -> Result<GpuMeasurements> {
     };
     let max_bytes = opts.message_sizes.iter().copied().max().unwrap_or(0) as usize;
     // SAFETY: only tries to dlopen cuBLAS.
-    if !opts.gemm_sizes.is_empty() && !unsafe { cudarc::cublas::sys::is_culib_present() } {
+    if opts.gemm_sizes.is_empty() || opts.dtypes.is_empty() {
+        m.notes.push("no GEMM sizes or dtypes asked for: GEMM throughput not measured".into());
+    } else if !unsafe { cudarc::cublas::sys::is_culib_present() } {
         m.notes.push("cuBLAS could not be loaded: GEMM throughput not measured".into());
     } else {
         for (ctx, &dev) in ctxs.iter().zip(&devices) {
             measure_gemm(ctx, dev, opts, &mut m)?;
         }
     }
-    if max_bytes > 0 {
+    if max_bytes == 0 {
+        m.notes.push("no message sizes asked for: copies and all-reduce not measured".into());
+    } else {
         for (ctx, &dev) in ctxs.iter().zip(&devices) {
             measure_host_copies(ctx, dev, opts, max_bytes, &mut m.host_copies)?;
         }

@@ -194,6 +194,11 @@ pub struct ReplayOutcome {
     /// Steady-state iteration time of each timed replay, summarised (seconds).
     pub measured_iteration_s: Summary,
     pub predicted_iteration_s: f64,
+    /// Host time to enqueue one whole replay (median over the timed replays). When it is not
+    /// well below the measured time, the CPU issuing work, not the GPUs, may set the pace.
+    pub enqueue_s: f64,
+    /// Measured span from the end of iteration 0 to the end of the last (median).
+    pub measured_span_s: f64,
 }
 
 impl ReplayOutcome {
@@ -224,16 +229,26 @@ pub fn execute(plan: &ReplayPlan, opts: &ReplayOptions) -> Result<ReplayOutcome>
     for _ in 0..opts.warmup {
         gpu.run_once(plan)?;
     }
-    let times = (0..opts.repetitions.max(1)).map(|_| gpu.run_once(plan)).collect::<Result<Vec<f64>>>()?;
+    let runs = (0..opts.repetitions.max(1)).map(|_| gpu.run_once(plan)).collect::<Result<Vec<Timed>>>()?;
+    let summary = |xs: Vec<f64>| Summary::of(&xs).ok_or_else(|| Error::Gpu("replay gave no usable time".into()));
+    let measured_iteration_s = summary(runs.iter().map(|r| r.iteration_s).collect())?;
     Ok(ReplayOutcome {
         devices: ctxs.iter().map(describe).collect::<Result<_>>()?,
-        measured_iteration_s: Summary::of(&times).ok_or_else(|| Error::Gpu("replay gave no usable time".into()))?,
+        measured_iteration_s,
         predicted_iteration_s: plan.predicted_iteration_s,
+        enqueue_s: summary(runs.iter().map(|r| r.enqueue_s).collect())?.median,
+        measured_span_s: measured_iteration_s.median * (plan.iterations - 1) as f64,
     })
 }
 
 use cudarc::driver::{result as cu, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 use std::sync::Arc;
+
+/// One timed replay: steady-state iteration time and host enqueue time, seconds.
+struct Timed {
+    iteration_s: f64,
+    enqueue_s: f64,
+}
 
 /// Everything one replay needs on the GPUs, created once and reused by every run.
 struct Gpus {
@@ -366,8 +381,9 @@ impl Gpus {
         })
     }
 
-    /// Enqueues the whole DAG once, waits for it, returns its steady-state iteration time (s).
-    fn run_once(&mut self, plan: &ReplayPlan) -> Result<f64> {
+    /// Enqueues the whole DAG once, waits for it, returns its steady-state iteration time.
+    fn run_once(&mut self, plan: &ReplayPlan) -> Result<Timed> {
+        let enqueue_start = std::time::Instant::now();
         for (i, step) in plan.steps.iter().enumerate() {
             // Wait for predecessors recorded on other streams (same-stream order is implicit).
             for &(sid, _) in &self.done[i] {
@@ -393,6 +409,7 @@ impl Gpus {
             }
             self.clock_events[it].record(&self.clock).map_err(cuda("cuEventRecord"))?;
         }
+        let enqueue_s = enqueue_start.elapsed().as_secs_f64();
         for s in &self.streams {
             s.synchronize().map_err(cuda("cuStreamSynchronize"))?;
         }
@@ -400,7 +417,7 @@ impl Gpus {
         let last = self.clock_events.len() - 1;
         let span_ms =
             self.clock_events[0].elapsed_ms(&self.clock_events[last]).map_err(cuda("cuEventElapsedTime"))? as f64;
-        Ok(span_ms * 1e-3 / last as f64)
+        Ok(Timed { iteration_s: span_ms * 1e-3 / last as f64, enqueue_s })
     }
 
     fn enqueue(&mut self, step: &Step) -> Result<()> {
