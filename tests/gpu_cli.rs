@@ -111,6 +111,21 @@ fn a_calibration_file_becomes_a_topology_that_predict_reads() {
         .assert()
         .success()
         .stderr(predicate::str::contains("Synthetic GPU"));
+    let links = dir.path().join("links.cal.json");
+    dagsim().args(["calibrate-gpu", "--from"]).arg(&cal).arg("--calibration-out").arg(&links).assert().success();
+    let l: serde_json::Value = serde_json::from_slice(&std::fs::read(&links).unwrap()).unwrap();
+    assert_eq!(l["format"], "dagsim-calibration/1");
+    assert_eq!(l["links"][0]["kind"], "pcie");
+    assert!((l["links"][0]["latency_us"].as_f64().unwrap() - 8.0).abs() < 0.1, "{l}");
+    // One GPU: no all-reduce to write as an nccl-tests table, and the command says so.
+    dagsim()
+        .args(["calibrate-gpu", "--from"])
+        .arg(&cal)
+        .arg("--nccl-table")
+        .arg(dir.path().join("ar.nccl"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no all-reduce was measured"));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&topo).unwrap()).unwrap();
     assert!((t["cluster"]["pcie"]["bandwidth_gb_s"].as_f64().unwrap() - 20.0).abs() < 0.1, "{t}");
     assert!((t["cluster"]["pcie"]["latency_us"].as_f64().unwrap() - 8.0).abs() < 0.1, "{t}");

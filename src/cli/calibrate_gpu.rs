@@ -7,6 +7,7 @@ use super::exit;
 use super::output::emit;
 use dagsim::error::{Error, Result};
 use dagsim::gpu::calibration::{derive_topology, CalibrationFile, Dtype, Settings};
+use dagsim::gpu::link_calibration::{link_calibration, nccl_tests_table};
 use dagsim::gpu::measure::{geometric_sizes, measure, MeasureOptions};
 use dagsim::hw::load_topology;
 use std::path::PathBuf;
@@ -17,13 +18,16 @@ Examples:
   dagsim calibrate-gpu --devices 0,1 --repetitions 50 -o cal.json --topology-out my-node.json --base-topology v100-cluster
   dagsim calibrate-gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
   dagsim predict --trace traces/alexnet_k80.csv --topology my-node.json --gpus 1,2,4
+  dagsim calibrate-gpu --calibration-out links.cal.json --nccl-table allreduce.nccl -o cal.json
 
 Measures (CUDA events; warm-up runs, then repetitions summarised by median and interquartile range):
   GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable, peer copies
   for every ordered GPU pair, and NCCL all-reduce over all chosen GPUs. The file also holds the fits:
   TFLOP/s, and latency + bandwidth + bandwidth curve per link. The topology file takes its GPU-host link
   from the pinned host-to-device fit, a direct GPU-GPU link from the peer fit when peers beat the host
-  link by 1.5x, and network and storage from --base-topology (not measured here).";
+  link by 1.5x, and network and storage from --base-topology (not measured here). --calibration-out
+  writes the same link fits (with their bandwidth curves) in the shared calibration format, and
+  --nccl-table the all-reduce series as an nccl-tests table that `dagsim calibrate` fits.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum DtypeArg {
@@ -65,6 +69,12 @@ pub struct Args {
     /// Also write a topology file for `dagsim predict --topology`.
     #[arg(long, value_name = "FILE")]
     topology_out: Option<PathBuf>,
+    /// Also write the link fits in the shared calibration format (`predict --calibration FILE`).
+    #[arg(long, value_name = "FILE")]
+    calibration_out: Option<PathBuf>,
+    /// Also write the measured all-reduce as an nccl-tests table (input for `dagsim calibrate`).
+    #[arg(long, value_name = "FILE")]
+    nccl_table: Option<PathBuf>,
     /// Topology that supplies what is not measured (network, storage, node count).
     #[arg(long, default_value = "k80-cluster", value_name = "NAME|FILE")]
     base_topology: String,
@@ -109,6 +119,15 @@ pub fn run(args: Args) -> Result<u8> {
             serde_json::to_writer_pretty(&mut *w, &topology)?;
             writeln!(w)
         })?;
+    }
+    if let Some(path) = &args.calibration_out {
+        let cal = link_calibration(&file)?;
+        emit(Some(path), |w| w.write_all(cal.to_json().as_bytes()))?;
+    }
+    if let Some(path) = &args.nccl_table {
+        let table = nccl_tests_table(&file)
+            .ok_or_else(|| Error::Gpu("no all-reduce was measured (it needs 2 GPUs and NCCL)".into()))?;
+        emit(Some(path), |w| w.write_all(table.as_bytes()))?;
     }
     eprint!("{}", summary(&file));
     Ok(exit::OK)

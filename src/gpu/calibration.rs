@@ -318,7 +318,7 @@ pub fn derive_topology(file: &CalibrationFile, base: &Topology) -> Result<Topolo
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn summary(t: f64) -> Summary {
@@ -334,7 +334,8 @@ mod tests {
             .collect()
     }
 
-    fn synthetic(peer_gb_s: f64) -> GpuMeasurements {
+    /// Two GPUs with known latencies and bandwidths; peers at `peer_gb_s`.
+    pub(crate) fn synthetic(peer_gb_s: f64) -> GpuMeasurements {
         let devices: Vec<DeviceInfo> = (0..2)
             .map(|i| DeviceInfo {
                 ordinal: i,

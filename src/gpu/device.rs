@@ -103,6 +103,10 @@ pub fn enable_peer(ctx: &Arc<CudaContext>, peer: &Arc<CudaContext>) -> Result<bo
     }
 }
 
+/// Flags for page-locked host memory as data loaders use it (`pin_memory`): plain page-locked,
+/// not write-combined (cudarc's `alloc_pinned` default), which would make host reads slow.
+pub const PAGE_LOCKED: u32 = 0;
+
 /// An event that records time (cudarc's default event does not).
 pub fn timing_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent> {
     ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda("cuEventCreate"))

@@ -9,7 +9,7 @@ use super::calibration::{
     AllReduceSeries, Direction, Dtype, GemmPoint, GpuMeasurements, HostCopySeries, HostMemory, PeerCopySeries,
     Settings, SizePoint,
 };
-use super::device::{cuda, describe, enable_peer, ensure_driver, open, select_devices, time_repeated};
+use super::device::{cuda, describe, enable_peer, ensure_driver, open, select_devices, time_repeated, PAGE_LOCKED};
 use super::stats::Summary;
 use crate::error::{Error, Result};
 use cudarc::cublas::{sys::cublasOperation_t, CudaBlas, Gemm, GemmConfig};
@@ -179,7 +179,8 @@ fn measure_host_copies(
     let stream = new_stream(ctx)?;
     let mut device_buf = alloc_zeros::<u8>(&stream, max_bytes)?;
     // SAFETY: the pinned buffer is written (zeroed) before any copy reads it.
-    let mut pinned = unsafe { ctx.alloc_pinned::<u8>(max_bytes) }.map_err(cuda("cuMemHostAlloc"))?;
+    let mut pinned =
+        unsafe { ctx.alloc_pinned_with_flags::<u8>(max_bytes, PAGE_LOCKED) }.map_err(cuda("cuMemHostAlloc"))?;
     let pinned = pinned.as_mut_slice().map_err(cuda("cuEventSynchronize"))?;
     pinned.fill(0);
     let mut pageable = vec![0u8; max_bytes];
@@ -228,7 +229,7 @@ fn measure_peer(
     let (dptr, _) = dst_buf.device_ptr_mut(&dst_stream);
     let s = opts.settings;
     // A 4-byte copy pins down the latency end of the fit.
-    let mut sizes = vec![4u64];
+    let mut sizes: Vec<u64> = if max_bytes >= 4 { vec![4] } else { Vec::new() };
     sizes.extend(opts.message_sizes.iter().copied().filter(|&b| b > 4));
     let mut points = Vec::new();
     for bytes in sizes {

@@ -1,6 +1,7 @@
 //! The real-GPU backend (cargo feature `cuda`): measures this machine's GPUs to calibrate dagsim's
 //! costs ([`measure`] fills [`calibration::GpuMeasurements`], [`fit`] and [`calibration`] turn
-//! them into latency/bandwidth curves and a topology file), and replays a simulated DAG on real
+//! them into latency/bandwidth curves, a topology file and, in [`link_calibration`], the machines'
+//! shared calibration format and an nccl-tests table), and replays a simulated DAG on real
 //! GPUs to check a prediction ([`replay`]).
 //!
 //! CUDA libraries are loaded at run time (cudarc's dynamic loading), so this builds anywhere; every
@@ -13,6 +14,7 @@
 pub mod calibration;
 pub mod device;
 pub mod fit;
+pub mod link_calibration;
 pub mod measure;
 pub mod replay;
 pub mod stats;

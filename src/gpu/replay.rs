@@ -12,6 +12,7 @@
 use super::calibration::DeviceInfo;
 use super::device::{
     compile_spin, cuda, describe, enable_peer, ensure_driver, ensure_library, open, select_devices, Spinner,
+    PAGE_LOCKED,
 };
 use super::stats::Summary;
 use crate::collective::CollectiveOp;
@@ -261,7 +262,9 @@ struct Gpus {
     /// Owns the memory `device_ptrs` point into.
     _device_bufs: Vec<CudaSlice<u8>>,
     device_ptrs: Vec<sys::CUdeviceptr>,
-    pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
+    /// Owns the page-locked memory `host_ptrs` point into.
+    _pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
+    host_ptrs: Vec<*mut u8>,
     comms: Vec<cudarc::nccl::Comm>,
     nccl_bufs: Vec<CudaSlice<f32>>,
     clock: Arc<CudaStream>,
@@ -329,14 +332,17 @@ impl Gpus {
         let mut device_bufs = Vec::with_capacity(n);
         let mut device_ptrs = Vec::with_capacity(n);
         let mut pinned = Vec::with_capacity(n);
+        let mut host_ptrs = Vec::with_capacity(n);
         for (r, ctx) in ctxs.iter().enumerate() {
             let stream = ctx.default_stream();
             let mut buf = stream.alloc_zeros::<u8>(dev_bytes[r] as usize).map_err(cuda("cuMemAlloc"))?;
             device_ptrs.push(buf.device_ptr_mut(&stream).0);
             device_bufs.push(buf);
             // SAFETY: zeroed right away, before any copy reads it.
-            let mut host = unsafe { ctx.alloc_pinned::<u8>(host_bytes[r] as usize) }.map_err(cuda("cuMemHostAlloc"))?;
+            let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(host_bytes[r] as usize, PAGE_LOCKED) }
+                .map_err(cuda("cuMemHostAlloc"))?;
             host.as_mut_slice().map_err(cuda("cuEventSynchronize"))?.fill(0);
+            host_ptrs.push(host.as_mut_ptr().map_err(cuda("cuEventSynchronize"))?);
             pinned.push(host);
         }
         let (mut comms, mut nccl_bufs) = (Vec::new(), Vec::new());
@@ -373,7 +379,8 @@ impl Gpus {
             done,
             _device_bufs: device_bufs,
             device_ptrs,
-            pinned,
+            _pinned: pinned,
+            host_ptrs,
             comms,
             nccl_bufs,
             clock,
@@ -429,11 +436,15 @@ impl Gpus {
                     self.spinners[r as usize].launch(stream(r), ns, full)?;
                 }
             }
+            // An empty copy has nothing to time (and CUDA need not accept it).
+            Action::HostToDevice { bytes: 0 }
+            | Action::DeviceToHost { bytes: 0 }
+            | Action::PeerCopy { bytes: 0, .. } => {}
             Action::HostToDevice { bytes } | Action::DeviceToHost { bytes } => {
                 let r = step.ranks[0];
-                let host = self.pinned[r as usize].as_mut_ptr().map_err(cuda("cuEventSynchronize"))?;
-                // SAFETY: both buffers were sized for the largest copy of this rank.
-                let host = unsafe { std::slice::from_raw_parts_mut(host, bytes as usize) };
+                // SAFETY: both buffers were sized for the largest copy of this rank; the host
+                // buffer lives as long as `self`.
+                let host = unsafe { std::slice::from_raw_parts_mut(self.host_ptrs[r as usize], bytes as usize) };
                 let (dptr, s) = (self.device_ptrs[r as usize], stream(r).cu_stream());
                 unsafe {
                     match step.action {
