@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<u8> {
                     .collect(),
                 message_sizes: geometric_sizes(args.min_bytes, args.max_bytes),
             };
-            CalibrationFile::new(measure(&opts)?)
+            CalibrationFile::new(contain_cuda_panics(|| measure(&opts))?)
         }
     };
     if args.from.is_none() || args.output.is_some() {
@@ -160,4 +160,35 @@ fn summary(file: &CalibrationFile) -> String {
         s += &format!("note: {n}\n");
     }
     s
+}
+
+/// Runs GPU code with cudarc's panics turned into errors. The library checks for the CUDA libraries
+/// before any call, but cudarc still panics on a symbol an older driver lacks, or on a failed
+/// internal assertion; the user should get an error message and exit code 2, not a backtrace.
+/// The panic hook is silenced meanwhile (this is the CLI, which owns stderr).
+pub(super) fn contain_cuda_panics<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    outcome.unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown failure");
+        Err(Error::Gpu(format!("a CUDA library call failed: {msg} (is the driver older than CUDA 12.8?)")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_in_gpu_code_become_errors() {
+        let e = contain_cuda_panics::<()>(|| panic!("Missing symbol cuFoo")).unwrap_err();
+        assert!(e.to_string().contains("Missing symbol cuFoo"), "{e}");
+        assert_eq!(contain_cuda_panics(|| Ok(3)).unwrap(), 3);
+    }
 }

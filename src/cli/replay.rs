@@ -92,6 +92,14 @@ pub fn run(args: Args) -> Result<u8> {
     let setup = scenario.setup()?;
     let sim = setup.simulate(gpus, Options::default())?;
     let plan = plan(&sim.dag, &sim.machine, &sim.run)?;
+    let nodes = sim.machine.gpus[..gpus as usize].iter().map(|g| g.node).max().map_or(1, |n| n + 1);
+    if nodes > 1 {
+        eprintln!(
+            "note: on topology `{}` these {gpus} GPUs span {nodes} nodes; the replay runs them all on this \
+             machine, so the links between nodes are not reproduced",
+            setup.topology.name
+        );
+    }
     let head = Header { workload: &setup.workload.name, strategy: setup.strategy.name(), gpus, plan: &plan };
     if args.dry_run {
         emit(args.output.as_deref(), |w| match args.format {
@@ -101,7 +109,7 @@ pub fn run(args: Args) -> Result<u8> {
         return Ok(exit::OK);
     }
     let opts = ReplayOptions { devices: args.devices, warmup: args.warmup, repetitions: args.repeat };
-    let outcome = execute(&plan, &opts)?;
+    let outcome = super::calibrate_gpu::contain_cuda_panics(|| execute(&plan, &opts))?;
     let m = outcome.measured_iteration_s;
     let names: Vec<String> = outcome.devices.iter().map(|d| format!("{} ({})", d.ordinal, d.name)).collect();
     let measured = serde_json::json!({
