@@ -98,6 +98,8 @@ pub fn enable_peer(ctx: &Arc<CudaContext>, peer: &Arc<CudaContext>) -> Result<bo
         ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent"))?;
         match sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0) {
             sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+            // A context can map at most a few peers (8 on most systems); beyond that copies are staged.
+            sys::CUresult::CUDA_ERROR_TOO_MANY_PEERS => Ok(false),
             e => Err(cuda("cuCtxEnablePeerAccess")(e)),
         }
     }
@@ -181,9 +183,8 @@ impl Spinner {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda("cuDeviceGetAttribute"))?;
-        let khz = ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
-            .map_err(cuda("cuDeviceGetAttribute"))?;
+        // Only the starting guess for `calibrate`; newer CUDA versions may not report it.
+        let khz = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(1_500_000);
         Ok(Spinner {
             _module: module,
             func,

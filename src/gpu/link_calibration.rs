@@ -3,7 +3,7 @@
 //! the all-reduce series as an nccl-tests table, so `dagsim calibrate` can fit collectives to it.
 //! Pure conversion; no CUDA.
 //!
-//! Until that module is merged here, [`format`] mirrors the part of it this backend writes (same
+//! Until that module is merged here, [`format`](mod@format) mirrors the part of it this backend writes (same
 //! names, fields and serde attributes). After the merge, replace the `format` module with
 //! `use crate::hw::calibration as format;`: the code below uses only `Calibration::new`, `links`,
 //! `to_json` and the struct literals the real module has.
