@@ -563,6 +563,23 @@ mod tests {
     }
 
     #[test]
+    fn measured_communication_runs_as_kernels_on_every_gpu() {
+        // With comm=trace the all-reduce is the trace's measured time: a fixed task of the whole
+        // group, replayed as a kernel of that time on every GPU's communication stream.
+        let sim = simulated(2, "wfbp+comm=trace");
+        let p = plan(&sim.dag, &sim.machine, &sim.run).unwrap();
+        let comm: Vec<&Step> =
+            p.steps.iter().filter(|s| sim.dag.task(s.task).phase == Phase::GradientAggregation).collect();
+        assert!(!comm.is_empty());
+        for s in comm {
+            assert!(matches!(s.action, Action::Kernel { .. }), "{s:?}");
+            assert_eq!(s.ranks, vec![0, 1]);
+            assert!(matches!(s.lane, Lane::Queue(_)));
+        }
+        assert_eq!(p.counts().collectives, 0);
+    }
+
+    #[test]
     fn plan_carries_the_prediction_it_checks() {
         let sim = simulated(2, "none");
         let p = plan(&sim.dag, &sim.machine, &sim.run).unwrap();
