@@ -10,24 +10,27 @@ use dagsim::gpu::calibration::{derive_topology, CalibrationFile, Dtype, Settings
 use dagsim::gpu::link_calibration::{link_calibration, nccl_tests_table};
 use dagsim::gpu::measure::{geometric_sizes, measure, MeasureOptions};
 use dagsim::hw::load_topology;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const EXAMPLES: &str = "\
 Examples:
   dagsim calibrate-gpu -o cal.json
-  dagsim calibrate-gpu --devices 0,1 --repetitions 50 -o cal.json --topology-out my-node.json --base-topology v100-cluster
+  dagsim calibrate-gpu --devices 0,1 --repetitions 50 -o cal.json \\
+      --topology-out my-node.json --base-topology v100-cluster
   dagsim calibrate-gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
+  dagsim calibrate-gpu --from cal.json --calibration-out links.cal.json --nccl-table ar.nccl
   dagsim predict --trace traces/alexnet_k80.csv --topology my-node.json --gpus 1,2,4
-  dagsim calibrate-gpu --calibration-out links.cal.json --nccl-table allreduce.nccl -o cal.json
 
-Measures (CUDA events; warm-up runs, then repetitions summarised by median and interquartile range):
-  GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable, peer copies
-  for every ordered GPU pair, and NCCL all-reduce over all chosen GPUs. The file also holds the fits:
-  TFLOP/s, and latency + bandwidth + bandwidth curve per link. The topology file takes its GPU-host link
-  from the pinned host-to-device fit, a direct GPU-GPU link from the peer fit when peers beat the host
-  link by 1.5x, and network and storage from --base-topology (not measured here). --calibration-out
-  writes the same link fits (with their bandwidth curves) in the shared calibration format, and
-  --nccl-table the all-reduce series as an nccl-tests table that `dagsim calibrate` fits.";
+Measures with CUDA events (warm-up runs, then repetitions summarised by median and IQR):
+GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable,
+peer copies for every ordered GPU pair, NCCL all-reduce over all chosen GPUs. The file also
+holds the fits: TFLOP/s, and latency, bandwidth and bandwidth curve per link.
+
+Outputs for predict: --topology-out takes the GPU-host link from the pinned host-to-device
+fit, a direct GPU-GPU link from the peer fit when peers beat the host link by 1.5x, and
+network and storage from --base-topology (not measured). --calibration-out writes the link
+fits with their curves in the shared calibration format (predict --calibration), and
+--nccl-table the all-reduce as an nccl-tests table for `dagsim calibrate`.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum DtypeArg {
@@ -36,8 +39,20 @@ enum DtypeArg {
     Bf16,
 }
 
+/// The temporary `dagsim calibrate-gpu` subcommand: [`Args`] plus `-o`. Merged into
+/// `dagsim calibrate`, the flags of [`Args`] are flattened in and its own `-o` is passed to [`run`].
 #[derive(Debug, clap::Args)]
 #[command(about = "Measure this machine's GPUs and write a calibration file (needs --features cuda)", after_help = EXAMPLES)]
+pub struct Command {
+    #[command(flatten)]
+    pub args: Args,
+    /// Write the calibration file here (atomically; default stdout, `-` for stdout).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// The flags of `dagsim calibrate --gpu`.
+#[derive(Debug, clap::Args)]
 pub struct Args {
     /// CUDA device ordinals to measure (default: all).
     #[arg(long, value_delimiter = ',', value_name = "N,...")]
@@ -63,9 +78,6 @@ pub struct Args {
     /// Re-derive from this calibration file instead of measuring (no GPU needed).
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
-    /// Write the calibration file here (atomically; default stdout, `-` for stdout).
-    #[arg(short, long, value_name = "FILE")]
-    output: Option<PathBuf>,
     /// Also write a topology file for `dagsim predict --topology`.
     #[arg(long, value_name = "FILE")]
     topology_out: Option<PathBuf>,
@@ -80,7 +92,9 @@ pub struct Args {
     base_topology: String,
 }
 
-pub fn run(args: Args) -> Result<u8> {
+/// Measures (or reads `--from`) and writes the calibration file to `output` (stdout if `None`;
+/// with `--from`, only if given) and the other outputs the flags ask for.
+pub fn run(args: Args, output: Option<&Path>) -> Result<u8> {
     if args.repetitions == 0 {
         return Err(Error::invalid("--repetitions", "must be at least 1"));
     }
@@ -110,8 +124,8 @@ pub fn run(args: Args) -> Result<u8> {
             CalibrationFile::new(contain_cuda_panics(|| measure(&opts))?)
         }
     };
-    if args.from.is_none() || args.output.is_some() {
-        emit(args.output.as_deref(), |w| file.write_json(w))?;
+    if args.from.is_none() || output.is_some() {
+        emit(output, |w| file.write_json(w))?;
     }
     if let (Some(path), Some(base)) = (&args.topology_out, &base) {
         let topology = derive_topology(&file, base)?;

@@ -41,7 +41,7 @@ enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
     #[cfg(feature = "cuda")]
-    CalibrateGpu(calibrate_gpu::Args),
+    CalibrateGpu(calibrate_gpu::Command),
     #[cfg(feature = "cuda")]
     Replay(replay::Args),
 }
@@ -53,7 +53,7 @@ pub fn run() -> ExitCode {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
         #[cfg(feature = "cuda")]
-        Command::CalibrateGpu(args) => calibrate_gpu::run(args),
+        Command::CalibrateGpu(c) => calibrate_gpu::run(c.args, c.output.as_deref()),
         #[cfg(feature = "cuda")]
         Command::Replay(args) => replay::run(args),
     };

@@ -14,12 +14,14 @@ const EXAMPLES: &str = "\
 Examples:
   dagsim replay --gpu --trace traces/alexnet_k80.csv --gpus 2 --topology my-node.json
   dagsim replay --gpu --scenario scenarios/alexnet_k80_scaling.toml --gpus 4 --repeat 10
-  dagsim replay --gpu --trace traces/alexnet_k80.csv --gpus 2 --dry-run   # the plan only, no GPU
+  dagsim replay --gpu --trace traces/alexnet_k80.csv --gpus 2 --dry-run   # plan only, no GPU
 
-Compute and update tasks run as spin kernels of the trace's time (one block per SM, clock calibrated
-at start); host-to-device transfers as pinned memcpys; GPU-GPU transfers as peer copies; all-reduce
-as NCCL calls; storage reads and inter-host transfers wait their simulated time (not measured).
-Use a topology describing this machine (dagsim calibrate-gpu --topology-out) for a fair comparison.";
+Compute and update tasks run as spin kernels of the trace's time (one block per SM, clock
+calibrated at start); host-to-device transfers as pinned memcpys; GPU-GPU transfers as peer
+copies; collectives as NCCL calls; storage reads and transfers between hosts wait their
+simulated time (not measured). One stream per GPU and DAG queue, DAG edges as CUDA events.
+For a fair comparison use a trace measured on this GPU and a topology of this machine
+(dagsim calibrate-gpu --topology-out).";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Run a simulated DAG on real GPUs and compare with the prediction (needs --features cuda)", after_help = EXAMPLES)]
