@@ -10,6 +10,8 @@ pub mod bench;
 pub mod collective;
 pub mod dag;
 pub mod error;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod hw;
 pub mod predict;
 pub mod report;

@@ -3,8 +3,12 @@
 //! exit codes.
 
 mod bench;
+#[cfg(feature = "cuda")]
+mod calibrate_gpu;
 mod output;
 mod predict;
+#[cfg(feature = "cuda")]
+mod replay;
 mod trace;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +42,10 @@ enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
     Trace(trace::Args),
+    #[cfg(feature = "cuda")]
+    CalibrateGpu(calibrate_gpu::Command),
+    #[cfg(feature = "cuda")]
+    Replay(replay::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -47,6 +55,10 @@ pub fn run() -> ExitCode {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Trace(args) => trace::run(args),
+        #[cfg(feature = "cuda")]
+        Command::CalibrateGpu(c) => calibrate_gpu::run(c.args, c.output.as_deref()),
+        #[cfg(feature = "cuda")]
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
