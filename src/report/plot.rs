@@ -94,8 +94,7 @@ fn render(path: &Path, size: (u32, u32), draw: impl Fn(DrawingArea<SVGBackend, S
             }
             let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(path, e))?;
             std::io::Write::write_all(&mut tmp, svg.as_bytes()).map_err(|e| Error::io(path, e))?;
-            tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-            Ok(())
+            persist(tmp, path)
         }
         Some("png") => {
             // The bitmap backend picks the encoder from the extension, so the temporary file keeps it.
@@ -104,14 +103,25 @@ fn render(path: &Path, size: (u32, u32), draw: impl Fn(DrawingArea<SVGBackend, S
                 let root = BitMapBackend::new(tmp.path(), size).into_drawing_area();
                 draw_png(root).map_err(fail)?;
             }
-            tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-            Ok(())
+            persist(tmp, path)
         }
         _ => Err(Error::invalid(
             format!("plot file {}", path.display()),
             "the name must end in .png or .svg (that picks the format)",
         )),
     }
+}
+
+/// Renames the finished temporary file into place, readable like any other output (temporary
+/// files are created private).
+fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(path, e))?;
+    }
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
 }
 
 /// Generates the two monomorphised renderers of one chart function.
