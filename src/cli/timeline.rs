@@ -122,7 +122,7 @@ pub fn run(args: Args) -> Result<u8> {
         }
     })?;
     if let Some(path) = &args.gantt {
-        let rows = gantt_rows(dag, run, args.iteration);
+        let (window, rows) = gantt_rows(dag, run, args.iteration);
         let title = format!(
             "{} on {} GPUs ({}), {}: iteration {}",
             setup.workload.name,
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> Result<u8> {
             setup.strategy.name(),
             args.iteration
         );
-        gantt_chart(path, &title, &rows)?;
+        gantt_chart(path, &title, window, &rows)?;
     }
     if super::verbosity() > 0 {
         eprintln!("simulated {} tasks, {} events; critical path {} tasks", dag.len(), run.events, critical.len());

@@ -124,6 +124,20 @@ fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Draws a one-line legend of coloured boxes into its own strip, so it never hides data.
+fn legend_strip<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, ShapeStyle)]) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let mut x = 120;
+    for (name, style) in entries {
+        area.draw(&Rectangle::new([(x, 12), (x + 14, 26)], *style))?;
+        area.draw(&Text::new(name.clone(), (x + 20, 12), (FONT, 14)))?;
+        x += 40 + 8 * name.chars().count() as i32;
+    }
+    Ok(())
+}
+
 /// Generates the two monomorphised renderers of one chart function.
 macro_rules! render_with {
     ($path:expr, $size:expr, $f:expr) => {
@@ -146,6 +160,7 @@ where
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
+        .margin_right(45)
         .x_label_area_size(45)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..max_x * 1.05, 0.0..max_y * 1.05)?;
@@ -175,7 +190,7 @@ where
 
 /// Horizontal stacked bars of where an iteration's time goes (ScaleDNN Fig. 3 style).
 pub fn breakdown_chart(path: &Path, title: &str, bars: &[Bar]) -> Result<()> {
-    let height = 140 + 28 * bars.len().max(1) as u32;
+    let height = 180 + 28 * bars.len().max(1) as u32;
     render_with!(path, (1000, height), |root| draw_breakdown(root, title, bars))
 }
 
@@ -184,12 +199,15 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
+    let height = root.dim_in_pixel().1 as i32;
+    let (root, legend) = root.split_vertically(height - 40);
     let max_x = bars.iter().map(|b| b.seconds.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1000.0;
     let label_width = bars.iter().map(|b| b.label.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
     let n = bars.len();
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
+        .margin_right(45)
         .x_label_area_size(45)
         .y_label_area_size(label_width.min(600))
         .build_cartesian_2d(0.0..max_x * 1.05, -0.5..n as f64 - 0.5)?;
@@ -208,32 +226,30 @@ where
         .x_desc("time per iteration (ms)")
         .label_style((FONT, 14))
         .draw()?;
-    for (c, (&name, &color)) in CATEGORY_NAMES.iter().zip(&CATEGORY_COLORS).enumerate() {
-        let rects = bars.iter().enumerate().map(move |(i, b)| {
+    for (c, &color) in CATEGORY_COLORS.iter().enumerate() {
+        chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
             let y = (n - 1 - i) as f64;
             let x0: f64 = b.seconds[..c].iter().sum::<f64>() * 1000.0;
             let x1 = x0 + b.seconds[c] * 1000.0;
             Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], color.filled())
-        });
-        chart
-            .draw_series(rects)?
-            .label(name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        }))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    let entries: Vec<(String, ShapeStyle)> =
+        CATEGORY_NAMES.iter().zip(&CATEGORY_COLORS).map(|(n, c)| (n.to_string(), c.filled())).collect();
+    legend_strip(&legend, &entries)?;
     root.present()?;
     Ok(())
 }
 
-/// The rows of a Gantt chart for iteration `iteration`: per GPU, one row per serial queue and per
-/// copy engine/reader; group tasks (collectives) appear on every member GPU's row.
-pub fn gantt_rows(dag: &Dag, run: &Run, iteration: u32) -> Vec<GanttRow> {
+/// The rows of a Gantt chart of iteration `iteration` in steady state: the window from the end of
+/// the previous iteration to the end of this one, with every span in it clipped to it (so batches
+/// prefetched for the next iteration show too). Per GPU, one row per serial queue and per copy
+/// engine/reader; group tasks (collectives) appear on every member GPU's row. Returns the window
+/// and the rows.
+pub fn gantt_rows(dag: &Dag, run: &Run, iteration: u32) -> ((Nanos, Nanos), Vec<GanttRow>) {
+    let ends = super::iteration_ends(dag, run);
+    let i = (iteration as usize).min(ends.len().saturating_sub(1));
+    let window = (if i == 0 { 0 } else { ends[i - 1] }, ends.get(i).copied().unwrap_or(run.makespan));
     let critical = critical_path(dag, run);
     let mut on_path = vec![false; dag.len()];
     for &t in &critical {
@@ -241,7 +257,8 @@ pub fn gantt_rows(dag: &Dag, run: &Run, iteration: u32) -> Vec<GanttRow> {
     }
     let mut rows: std::collections::BTreeMap<(u32, u32), GanttRow> = std::collections::BTreeMap::new();
     for (t, task) in dag.tasks().iter().enumerate() {
-        if task.iteration != iteration {
+        let (s, e) = (run.start[t].max(window.0), run.end[t].min(window.1));
+        if s > e || (s == e && run.start[t] != run.end[t]) {
             continue;
         }
         let gpus: Vec<u32> = match (task.gpu, task.work) {
@@ -263,32 +280,39 @@ pub fn gantt_rows(dag: &Dag, run: &Run, iteration: u32) -> Vec<GanttRow> {
             rows.entry((g, order))
                 .or_insert_with(|| GanttRow { label: format!("GPU {g} {track}"), spans: Vec::new() })
                 .spans
-                .push((run.start[t], run.end[t], task.phase, on_path[t]));
+                .push((s, e, task.phase, on_path[t]));
         }
     }
-    rows.into_values().collect()
+    (window, rows.into_values().collect())
 }
 
-/// A Gantt chart: one row per track, spans coloured by phase, critical-path spans outlined.
-/// Times are shown in ms from the earliest span.
-pub fn gantt_chart(path: &Path, title: &str, rows: &[GanttRow]) -> Result<()> {
-    let height = 150 + 22 * rows.len().max(1) as u32;
-    render_with!(path, (1200, height), |root| draw_gantt(root, title, rows))
+/// A Gantt chart over `window`: one row per track, spans coloured by phase, critical-path spans
+/// outlined, the legend in a strip below. Times are shown in ms from the window's start.
+pub fn gantt_chart(path: &Path, title: &str, window: (Nanos, Nanos), rows: &[GanttRow]) -> Result<()> {
+    let height = 190 + 22 * rows.len().max(1) as u32;
+    render_with!(path, (1200, height), |root| draw_gantt(root, title, window, rows))
 }
 
-fn draw_gantt<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, rows: &[GanttRow]) -> DrawResult
+fn draw_gantt<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    window: (Nanos, Nanos),
+    rows: &[GanttRow],
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let t0 = rows.iter().flat_map(|r| r.spans.iter().map(|s| s.0)).min().unwrap_or(0);
-    let t1 = rows.iter().flat_map(|r| r.spans.iter().map(|s| s.1)).max().unwrap_or(1).max(t0 + 1);
+    let (t0, t1) = (window.0, window.1.max(window.0 + 1));
+    let height = root.dim_in_pixel().1 as i32;
+    let (root, legend) = root.split_vertically(height - 40);
     let ms = |t: Nanos| (t - t0) as f64 / 1e6;
     let n = rows.len();
     let label_width = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
+        .margin_right(45)
         .x_label_area_size(45)
         .y_label_area_size(label_width)
         .build_cartesian_2d(0.0..ms(t1), -0.5..n as f64 - 0.5)?;
@@ -304,7 +328,7 @@ where
                 String::new()
             }
         })
-        .x_desc("time in iteration (ms)")
+        .x_desc("time since the iteration started (ms)")
         .label_style((FONT, 13))
         .draw()?;
     for (i, row) in rows.iter().enumerate() {
@@ -319,25 +343,12 @@ where
                 .map(|&(s, e, _, _)| Rectangle::new([(ms(s), y - 0.42), (ms(e), y + 0.42)], BLACK.stroke_width(2))),
         )?;
     }
-    let phases = [Phase::Io, Phase::HostToDevice, Phase::Forward, Phase::Backward, Phase::GradientAggregation, Phase::Update];
-    for p in phases {
-        let color = phase_color(p);
-        chart
-            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
-            .label(p.name())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-    }
-    chart
-        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
-        .label("critical path (outlined)")
-        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLACK.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FONT, 13))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
+    let entries: Vec<(String, ShapeStyle)> = [Phase::Io, Phase::HostToDevice, Phase::Forward, Phase::Backward, Phase::GradientAggregation, Phase::Update]
+        .iter()
+        .map(|&p| (p.name().to_string(), phase_color(p).filled()))
+        .chain([("critical path (outlined)".to_string(), BLACK.stroke_width(2))])
+        .collect();
+    legend_strip(&legend, &entries)?;
     root.present()?;
     Ok(())
 }
@@ -357,6 +368,7 @@ where
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
+        .margin_right(45)
         .x_label_area_size(45)
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..max, 0.0..max)?;
