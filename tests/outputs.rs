@@ -129,7 +129,17 @@ fn timeline_csv_and_text_agree_with_the_run() {
     }
     assert_eq!(n, sim.dag.len());
     let text = dagsim()
-        .args(["timeline", "--trace", trace().to_str().unwrap(), "--gpus", "2", "--iterations", "2", "--format", "text"])
+        .args([
+            "timeline",
+            "--trace",
+            trace().to_str().unwrap(),
+            "--gpus",
+            "2",
+            "--iterations",
+            "2",
+            "--format",
+            "text",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
@@ -157,7 +167,10 @@ fn svg_texts(path: &Path) -> Vec<String> {
     let xml = std::fs::read_to_string(path).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();
     assert_eq!(doc.root_element().tag_name().name(), "svg");
-    doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text().map(|t| t.trim().to_string())).collect()
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .collect()
 }
 
 #[test]
@@ -255,7 +268,11 @@ fn sweep_has_one_row_per_point_and_equals_sharded_and_merged() {
         .success();
     assert_eq!(std::fs::read_to_string(&merged).unwrap(), full);
     // A missing shard is reported when the sweep is given.
-    let o = dagsim().args(["sweep", "merge", "--sweep", sweep_file().to_str().unwrap()]).args(&parts[..2]).output().unwrap();
+    let o = dagsim()
+        .args(["sweep", "merge", "--sweep", sweep_file().to_str().unwrap()])
+        .args(&parts[..2])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("4 of 12 points are missing"));
     // The plots it wrote are valid files with their titles.
@@ -265,7 +282,11 @@ fn sweep_has_one_row_per_point_and_equals_sharded_and_merged() {
             decode_png(&p);
         } else {
             let texts = svg_texts(&p);
-            let want = if f.starts_with("speedup") { "alexnet-small: speedup vs GPUs" } else { "alexnet-small: time per iteration" };
+            let want = if f.starts_with("speedup") {
+                "alexnet-small: speedup vs GPUs"
+            } else {
+                "alexnet-small: time per iteration"
+            };
             assert!(texts.iter().any(|t| t == want), "{f}: {texts:?}");
             if f.starts_with("speedup") {
                 assert!(texts.iter().any(|t| t == "strategy=none topology=k80-cluster"), "{texts:?}");

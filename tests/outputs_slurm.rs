@@ -92,7 +92,11 @@ fn slurm_array_sweep_equals_single_process_sweep() {
     );
     let started = Instant::now();
     while !socket.exists() {
-        assert!(started.elapsed() < Duration::from_secs(20), "munged did not start: {}", log_tail(&d.join("munge/munged.log")));
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "munged did not start: {}",
+            log_tail(&d.join("munge/munged.log"))
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -144,11 +148,18 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     };
     let mut ctld = Command::new(&slurmctld);
     env(&mut ctld);
-    daemons.0.push(ctld.args(["-D", "-i", "-f"]).arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    daemons
+        .0
+        .push(ctld.args(["-D", "-i", "-f"]).arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     let mut sd = Command::new(&slurmd);
     env(&mut sd);
     daemons.0.push(
-        sd.args(["-D", "-N", "dagsimnode", "-f"]).arg(&conf).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
+        sd.args(["-D", "-N", "dagsimnode", "-f"])
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
     let started = Instant::now();
     loop {
@@ -176,7 +187,12 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     let out = submit
         .current_dir(d)
         .args(["--wait", "--array=0-3", "--cpus-per-task=1"])
-        .arg(format!("--export=ALL,SWEEP={},OUT_DIR={}/shards,DAGSIM={}", sweep.display(), d.display(), dagsim.display()))
+        .arg(format!(
+            "--export=ALL,SWEEP={},OUT_DIR={}/shards,DAGSIM={}",
+            sweep.display(),
+            d.display(),
+            dagsim.display()
+        ))
         .arg(root().join("slurm/sweep_array.sbatch"))
         .output()
         .unwrap();

@@ -228,7 +228,8 @@ fn run_merge(args: MergeArgs) -> Result<u8> {
         for rec in &records {
             check_record(rec, &sweep, Shard::ALL).map_err(|msg| Error::invalid("merged sweep", msg))?;
         }
-        let missing: Vec<String> = pending_points(&sweep, Shard::ALL, &records).iter().map(|p| p.index.to_string()).collect();
+        let missing: Vec<String> =
+            pending_points(&sweep, Shard::ALL, &records).iter().map(|p| p.index.to_string()).collect();
         if !missing.is_empty() {
             let shown = missing.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
             return Err(Error::invalid(

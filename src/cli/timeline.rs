@@ -89,7 +89,18 @@ pub fn run(args: Args) -> Result<u8> {
             let mut on_path = vec![false; dag.len()];
             critical.iter().for_each(|&t| on_path[t as usize] = true);
             let mut c = csv::Writer::from_writer(w);
-            c.write_record(["task", "label", "phase", "gpu", "iteration", "layer", "queue", "start_ns", "end_ns", "critical"])?;
+            c.write_record([
+                "task",
+                "label",
+                "phase",
+                "gpu",
+                "iteration",
+                "layer",
+                "queue",
+                "start_ns",
+                "end_ns",
+                "critical",
+            ])?;
             for (t, task) in dag.tasks().iter().enumerate() {
                 let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_default();
                 let queue = task.queue.map(|q| dag.queues()[q as usize].name.clone()).unwrap_or_default();
@@ -109,14 +120,25 @@ pub fn run(args: Args) -> Result<u8> {
             c.flush()
         }
         Format::Text => {
-            writeln!(w, "{} tasks, {} flows, makespan {:.6} s", dag.len(), run.flow_records.len(), run.makespan as f64 / 1e9)?;
+            writeln!(
+                w,
+                "{} tasks, {} flows, makespan {:.6} s",
+                dag.len(),
+                run.flow_records.len(),
+                run.makespan as f64 / 1e9
+            )?;
             writeln!(w, "critical path: {} tasks; time on it by phase:", critical.len())?;
             let mut by_phase: std::collections::BTreeMap<&str, u64> = Default::default();
             for &t in &critical {
                 *by_phase.entry(dag.task(t).phase.name()).or_default() += run.end[t as usize] - run.start[t as usize];
             }
             for (phase, ns) in by_phase {
-                writeln!(w, "  {phase:<10} {:>12.6} s  {:>5.1}%", ns as f64 / 1e9, 100.0 * ns as f64 / run.makespan.max(1) as f64)?;
+                writeln!(
+                    w,
+                    "  {phase:<10} {:>12.6} s  {:>5.1}%",
+                    ns as f64 / 1e9,
+                    100.0 * ns as f64 / run.makespan.max(1) as f64
+                )?;
             }
             Ok(())
         }

@@ -43,7 +43,8 @@ pub fn critical_path(dag: &Dag, run: &Run) -> Vec<TaskId> {
     }
     let preds = predecessors(dag);
     let queue_prev = queue_predecessors(dag, run);
-    let mut cur = (0..dag.len() as TaskId).max_by_key(|&t| (run.end[t as usize], std::cmp::Reverse(t))).expect("non-empty");
+    let mut cur =
+        (0..dag.len() as TaskId).max_by_key(|&t| (run.end[t as usize], std::cmp::Reverse(t))).expect("non-empty");
     let mut path = vec![cur];
     loop {
         let start = run.start[cur as usize];

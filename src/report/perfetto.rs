@@ -133,7 +133,7 @@ pub fn write_trace(
 ) -> std::io::Result<TraceStats> {
     let mut stats = TraceStats::default();
     let other: serde_json::Map<String, Value> = about.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-    write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{},\"traceEvents\":[\n", Value::Object(other))?;
+    writeln!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{},\"traceEvents\":[", Value::Object(other))?;
     let mut w = EventWriter { out, first: true };
 
     // Processes and tracks.
@@ -242,18 +242,14 @@ pub fn write_trace(
     let pairs: Vec<(TaskId, TaskId)> = match arrows {
         Arrows::None => Vec::new(),
         Arrows::Critical => critical.windows(2).map(|p| (p[0], p[1])).collect(),
-        Arrows::All => {
-            (0..dag.len() as TaskId).flat_map(|a| dag.successors(a).iter().map(move |&b| (a, b))).collect()
-        }
+        Arrows::All => (0..dag.len() as TaskId).flat_map(|a| dag.successors(a).iter().map(move |&b| (a, b))).collect(),
     };
     for (k, (a, b)) in pairs.into_iter().enumerate() {
         let pa = placements(dag, a);
         let pb = placements(dag, b);
         // Keep the arrow inside one GPU's process when both ends have a span there.
-        let (src, dst) = pa
-            .iter()
-            .find_map(|x| pb.iter().find(|y| y.2 == x.2).map(|y| (*x, *y)))
-            .unwrap_or((pa[0], pb[0]));
+        let (src, dst) =
+            pa.iter().find_map(|x| pb.iter().find(|y| y.2 == x.2).map(|y| (*x, *y))).unwrap_or((pa[0], pb[0]));
         let (s, e) = (run.start[a as usize], run.end[a as usize]);
         let from_ts = if e > s { e - 1 } else { e };
         w.push(&json!({"ph": "s", "cat": "dependency", "name": "dep", "id": k, "pid": src.0, "tid": src.1, "ts": us(from_ts)}))?;

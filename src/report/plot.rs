@@ -72,15 +72,32 @@ fn phase_color(p: Phase) -> RGBColor {
     }
 }
 
+/// Distinct line colours (the "tab10" set), repeated after ten series.
 fn series_color(i: usize) -> RGBColor {
-    let c = Palette99::pick(i).to_rgba();
-    RGBColor(c.0, c.1, c.2)
+    const TAB10: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    TAB10[i % TAB10.len()]
 }
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
 /// Renders `draw` to `path` as PNG or SVG (by extension), atomically.
-fn render(path: &Path, size: (u32, u32), draw: impl Fn(DrawingArea<SVGBackend, Shift>) -> DrawResult + Copy, draw_png: impl Fn(DrawingArea<BitMapBackend, Shift>) -> DrawResult) -> Result<()> {
+fn render(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl Fn(DrawingArea<SVGBackend, Shift>) -> DrawResult + Copy,
+    draw_png: impl Fn(DrawingArea<BitMapBackend, Shift>) -> DrawResult,
+) -> Result<()> {
     register_font();
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -334,7 +351,9 @@ where
     for (i, row) in rows.iter().enumerate() {
         let y = (n - 1 - i) as f64;
         chart.draw_series(
-            row.spans.iter().map(|&(s, e, p, _)| Rectangle::new([(ms(s), y - 0.38), (ms(e), y + 0.38)], phase_color(p).filled())),
+            row.spans
+                .iter()
+                .map(|&(s, e, p, _)| Rectangle::new([(ms(s), y - 0.38), (ms(e), y + 0.38)], phase_color(p).filled())),
         )?;
         chart.draw_series(
             row.spans
@@ -343,11 +362,12 @@ where
                 .map(|&(s, e, _, _)| Rectangle::new([(ms(s), y - 0.42), (ms(e), y + 0.42)], BLACK.stroke_width(2))),
         )?;
     }
-    let entries: Vec<(String, ShapeStyle)> = [Phase::Io, Phase::HostToDevice, Phase::Forward, Phase::Backward, Phase::GradientAggregation, Phase::Update]
-        .iter()
-        .map(|&p| (p.name().to_string(), phase_color(p).filled()))
-        .chain([("critical path (outlined)".to_string(), BLACK.stroke_width(2))])
-        .collect();
+    let entries: Vec<(String, ShapeStyle)> =
+        [Phase::Io, Phase::HostToDevice, Phase::Forward, Phase::Backward, Phase::GradientAggregation, Phase::Update]
+            .iter()
+            .map(|&p| (p.name().to_string(), phase_color(p).filled()))
+            .chain([("critical path (outlined)".to_string(), BLACK.stroke_width(2))])
+            .collect();
     legend_strip(&legend, &entries)?;
     root.present()?;
     Ok(())
@@ -359,12 +379,18 @@ pub fn scatter_chart(path: &Path, title: &str, axis_unit: &str, points: &[Scatte
     render_with!(path, (800, 800), |root| draw_scatter(root, title, axis_unit, points))
 }
 
-fn draw_scatter<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, unit: &str, points: &[ScatterPoint]) -> DrawResult
+fn draw_scatter<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    unit: &str,
+    points: &[ScatterPoint],
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let max = points.iter().flat_map(|p| [p.predicted, p.measured]).filter(|v| v.is_finite()).fold(1e-12, f64::max) * 1.1;
+    let max =
+        points.iter().flat_map(|p| [p.predicted, p.measured]).filter(|v| v.is_finite()).fold(1e-12, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(15)
@@ -385,7 +411,9 @@ where
     let color = series_color(0);
     chart.draw_series(points.iter().map(|p| Circle::new((p.predicted, p.measured), 5, color.filled())))?;
     chart.draw_series(
-        points.iter().map(|p| Text::new(p.label.clone(), (p.predicted, p.measured), (FONT, 12).into_font().color(&BLACK))),
+        points
+            .iter()
+            .map(|p| Text::new(p.label.clone(), (p.predicted, p.measured), (FONT, 12).into_font().color(&BLACK))),
     )?;
     chart
         .configure_series_labels()

@@ -92,11 +92,12 @@ pub fn value_text(v: &toml::Value) -> String {
 }
 
 fn line_of(text: &str, key: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let l = l.trim_start();
-        l.starts_with(key) || l.starts_with(&format!("\"{key}\""))
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            l.starts_with(key) || l.starts_with(&format!("\"{key}\""))
+        })
+        .map(|i| i + 1)
 }
 
 impl Sweep {
@@ -107,7 +108,8 @@ impl Sweep {
             let line = e.span().map(|sp| text[..sp.start].lines().count().max(1));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
         })?;
-        let at = |key: &str| Location { path: path.into(), line: line_of(&text, key), field: Some(format!("grid.{key}")) };
+        let at =
+            |key: &str| Location { path: path.into(), line: line_of(&text, key), field: Some(format!("grid.{key}")) };
         let mut axes = Vec::new();
         let mut gpus = None;
         for (name, values) in &file.grid {
@@ -118,8 +120,10 @@ impl Sweep {
                 return Err(Error::parse(at(name), "an axis needs at least one value"));
             }
             if name == "gpus" {
-                let counts: Option<Vec<u32>> =
-                    values.iter().map(|v| v.as_integer().and_then(|i| u32::try_from(i).ok()).filter(|&g| g >= 1)).collect();
+                let counts: Option<Vec<u32>> = values
+                    .iter()
+                    .map(|v| v.as_integer().and_then(|i| u32::try_from(i).ok()).filter(|&g| g >= 1))
+                    .collect();
                 gpus = Some(counts.ok_or_else(|| Error::parse(at(name), "GPU counts must be integers >= 1"))?);
             } else {
                 axes.push(Axis { name: name.clone(), values: values.clone() });
@@ -127,16 +131,16 @@ impl Sweep {
         }
         axes.sort_by(|a, b| a.name.cmp(&b.name));
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let base_gpus = match file.base.get("gpus") {
-            Some(v) => Some(
-                v.clone()
-                    .try_into::<Vec<u32>>()
-                    .map_err(|_| Error::parse(at("gpus").with_field("base.gpus"), "GPU counts must be integers >= 1"))?,
-            ),
-            None => None,
-        };
+        let base_gpus =
+            match file.base.get("gpus") {
+                Some(v) => Some(v.clone().try_into::<Vec<u32>>().map_err(|_| {
+                    Error::parse(at("gpus").with_field("base.gpus"), "GPU counts must be integers >= 1")
+                })?),
+                None => None,
+            };
         let gpus = gpus.or(base_gpus).unwrap_or_else(|| DEFAULT_GPUS.to_vec());
-        let name = file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        let name =
+            file.name.unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
         let sweep = Sweep { name, path: path.into(), base: file.base, base_dir, axes, gpus };
         // Every configuration must make a valid scenario; check now, before hours of running.
         for c in 0..sweep.config_count() {
@@ -173,7 +177,11 @@ impl Sweep {
 
     /// `(column name, value)` of each axis for a configuration; columns are `grid.<axis>`.
     pub fn config_cells(&self, config: usize) -> Vec<(String, String)> {
-        self.axes.iter().zip(self.config_values(config)).map(|(a, v)| (format!("grid.{}", a.name), value_text(v))).collect()
+        self.axes
+            .iter()
+            .zip(self.config_values(config))
+            .map(|(a, v)| (format!("grid.{}", a.name), value_text(v)))
+            .collect()
     }
 
     /// A short label of a configuration, e.g. `strategy=none topology=k80-cluster`.
@@ -209,7 +217,8 @@ impl Sweep {
         table.remove("gpus");
         let mut scenario: Scenario = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| {
             Error::parse(
-                Location::file(&self.path).with_field(format!("grid point configuration {}", self.config_label(config))),
+                Location::file(&self.path)
+                    .with_field(format!("grid point configuration {}", self.config_label(config))),
                 e.message().to_string(),
             )
         })?;

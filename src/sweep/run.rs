@@ -76,7 +76,12 @@ pub fn check_record(rec: &Record, sweep: &Sweep, shard: Shard) -> std::result::R
         }
     }
     if rec.get("gpus") != Some(point.gpus.to_string().as_str()) {
-        return Err(format!("point {} has gpus = {:?}, the sweep file says {}", rec.point, rec.get("gpus"), point.gpus));
+        return Err(format!(
+            "point {} has gpus = {:?}, the sweep file says {}",
+            rec.point,
+            rec.get("gpus"),
+            point.gpus
+        ));
     }
     Ok(())
 }

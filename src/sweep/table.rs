@@ -51,7 +51,10 @@ impl Table {
             .enumerate()
             .map(|(i, row)| {
                 let point = row[0].parse::<usize>().map_err(|_| {
-                    Error::parse(Location::line(path, i + 2).with_field("point"), format!("`{}` is not a point number", row[0]))
+                    Error::parse(
+                        Location::line(path, i + 2).with_field("point"),
+                        format!("`{}` is not a point number", row[0]),
+                    )
                 })?;
                 let cells = self.header[1..]
                     .iter()
@@ -121,7 +124,8 @@ impl Table {
         for name in ["gpus", "iteration_time_s", "throughput_samples_per_s", "speedup", "scaling_efficiency"] {
             cols.extend(self.column(name));
         }
-        let width = |i: usize| self.rows.iter().map(|r| r[i].len().min(14)).chain([self.header[i].len()]).max().unwrap_or(0);
+        let width =
+            |i: usize| self.rows.iter().map(|r| r[i].len().min(14)).chain([self.header[i].len()]).max().unwrap_or(0);
         let widths: Vec<usize> = cols.iter().map(|&i| width(i)).collect();
         let line = |cells: Vec<String>| {
             cells.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}")).collect::<Vec<_>>().join("  ")
