@@ -56,14 +56,8 @@ struct RunArgs {
     /// Run only the points whose number is I modulo N (0-based), e.g. 0/4.
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
-    #[arg(long, value_enum, default_value_t = Format::Csv)]
-    format: Format,
-    /// Write to FILE (atomically); needed to resume an interrupted sweep.
-    #[arg(short, long, value_name = "FILE")]
-    output: Option<PathBuf>,
-    /// Also write speedup and breakdown plots (PNG and SVG) into DIR.
-    #[arg(long, value_name = "DIR")]
-    plots: Option<PathBuf>,
+    #[command(flatten)]
+    out: TableOut,
     /// Ignore results of an earlier, interrupted or finished run of this sweep.
     #[arg(long)]
     fresh: bool,
@@ -77,11 +71,19 @@ struct MergeArgs {
     /// Check that every point of this sweep is present and matches it.
     #[arg(long, value_name = "SWEEP.toml")]
     sweep: Option<PathBuf>,
+    #[command(flatten)]
+    out: TableOut,
+}
+
+/// Where a sweep table goes, shared by `sweep` and `sweep merge`.
+#[derive(Debug, clap::Args)]
+struct TableOut {
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
+    /// Write the table to FILE (atomically); a sweep needs it to resume after an interruption.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Also write plots into DIR.
+    /// Also write speedup and breakdown plots (PNG and SVG) into DIR.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
 }
@@ -161,13 +163,13 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
         Some(s) => Shard::parse(s)?,
         None => Shard::ALL,
     };
-    let output = args.output.as_deref().filter(|p| *p != Path::new("-"));
+    let output = args.out.output.as_deref().filter(|p| *p != Path::new("-"));
     let done = match output {
         Some(out) if args.fresh => {
             let _ = std::fs::remove_file(journal_path(out));
             Vec::new()
         }
-        Some(out) => earlier_records(&sweep, shard, out, args.format)?,
+        Some(out) => earlier_records(&sweep, shard, out, args.out.format)?,
         None => Vec::new(),
     };
     let pending = pending_points(&sweep, shard, &done);
@@ -200,11 +202,11 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
     let mut all = done;
     all.extend(fresh);
     let table = Table::from_records(&all);
-    write_table(&table, args.format, output)?;
+    write_table(&table, args.out.format, output)?;
     if let Some(out) = output {
         let _ = std::fs::remove_file(journal_path(out));
     }
-    if let Some(dir) = &args.plots {
+    if let Some(dir) = &args.out.plots {
         report_files(&write_plots(&table, &sweep.name, dir)?);
     }
     if super::verbosity() >= 0 {
@@ -238,9 +240,9 @@ fn run_merge(args: MergeArgs) -> Result<u8> {
             ));
         }
     }
-    write_table(&table, args.format, args.output.as_deref())?;
-    if let Some(dir) = &args.plots {
-        let title = args.output.as_deref().map(stem).unwrap_or_else(|| "sweep".into());
+    write_table(&table, args.out.format, args.out.output.as_deref())?;
+    if let Some(dir) = &args.out.plots {
+        let title = args.out.output.as_deref().map(stem).unwrap_or_else(|| "sweep".into());
         report_files(&write_plots(&table, &title, dir)?);
     }
     Ok(exit::OK)

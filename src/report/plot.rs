@@ -9,6 +9,7 @@ use crate::dag::{Dag, Phase, Work};
 use crate::error::{Error, Result};
 use crate::sim::Run;
 use crate::units::Nanos;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -141,6 +142,45 @@ fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A chart with one labelled row per entry of `labels` (top to bottom) over x in `0..x_max`: row
+/// `i` sits at y = `labels.len() - 1 - i`. Used by the breakdown bars and the Gantt chart.
+fn row_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    labels: &[&str],
+    x_max: f64,
+    x_desc: &str,
+) -> std::result::Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    let n = labels.len();
+    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 24))
+        .margin(15)
+        .margin_right(45)
+        .x_label_area_size(45)
+        .y_label_area_size(label_width.min(600))
+        .build_cartesian_2d(0.0..x_max, -0.5..n as f64 - 0.5)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n.max(1))
+        .y_label_formatter(&|y| {
+            let i = y.round();
+            if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
+                labels[n - 1 - i as usize].to_string()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc(x_desc)
+        .label_style((FONT, 13))
+        .draw()?;
+    Ok(chart)
+}
+
 /// Draws a one-line legend of coloured boxes into its own strip, so it never hides data.
 fn legend_strip<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, ShapeStyle)]) -> DrawResult
 where
@@ -219,30 +259,9 @@ where
     let height = root.dim_in_pixel().1 as i32;
     let (root, legend) = root.split_vertically(height - 40);
     let max_x = bars.iter().map(|b| b.seconds.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1000.0;
-    let label_width = bars.iter().map(|b| b.label.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
     let n = bars.len();
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24))
-        .margin(15)
-        .margin_right(45)
-        .x_label_area_size(45)
-        .y_label_area_size(label_width.min(600))
-        .build_cartesian_2d(0.0..max_x * 1.05, -0.5..n as f64 - 0.5)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n.max(1))
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
-                bars[n - 1 - i as usize].label.clone()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("time per iteration (ms)")
-        .label_style((FONT, 14))
-        .draw()?;
+    let labels: Vec<&str> = bars.iter().map(|b| b.label.as_str()).collect();
+    let mut chart = row_chart(&root, title, &labels, max_x * 1.05, "time per iteration (ms)")?;
     for (c, &color) in CATEGORY_COLORS.iter().enumerate() {
         chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
             let y = (n - 1 - i) as f64;
@@ -325,29 +344,8 @@ where
     let (root, legend) = root.split_vertically(height - 40);
     let ms = |t: Nanos| (t - t0) as f64 / 1e6;
     let n = rows.len();
-    let label_width = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24))
-        .margin(15)
-        .margin_right(45)
-        .x_label_area_size(45)
-        .y_label_area_size(label_width)
-        .build_cartesian_2d(0.0..ms(t1), -0.5..n as f64 - 0.5)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .y_labels(n.max(1))
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < n {
-                rows[n - 1 - i as usize].label.clone()
-            } else {
-                String::new()
-            }
-        })
-        .x_desc("time since the iteration started (ms)")
-        .label_style((FONT, 13))
-        .draw()?;
+    let labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    let mut chart = row_chart(&root, title, &labels, ms(t1), "time since the iteration started (ms)")?;
     for (i, row) in rows.iter().enumerate() {
         let y = (n - 1 - i) as f64;
         chart.draw_series(
