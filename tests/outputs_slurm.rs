@@ -184,9 +184,10 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     let dagsim = PathBuf::from(env!("CARGO_BIN_EXE_dagsim"));
     let mut submit = Command::new(&sbatch);
     env(&mut submit);
-    let out = submit
+    // --time bounds a stuck job; the loop below bounds a stuck sbatch.
+    let mut child = submit
         .current_dir(d)
-        .args(["--wait", "--array=0-3", "--cpus-per-task=1"])
+        .args(["--wait", "--array=0-3", "--cpus-per-task=1", "--time=5"])
         .arg(format!(
             "--export=ALL,SWEEP={},OUT_DIR={}/shards,DAGSIM={}",
             sweep.display(),
@@ -194,8 +195,19 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             dagsim.display()
         ))
         .arg(root().join("slurm/sweep_array.sbatch"))
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(360) {
+            let _ = child.kill();
+            panic!("sbatch --wait did not return in 6 minutes\nslurmctld:\n{}", log_tail(&d.join("slurmctld.log")));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = child.wait_with_output().unwrap();
     let job_logs: String = std::fs::read_dir(d)
         .unwrap()
         .filter_map(|e| e.ok())
