@@ -360,6 +360,15 @@ fn bad_sweep_input_names_file_and_field() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.toml") && err.contains("nonsense"), "{err}");
+    // A bad value on an axis names the sweep file and the configuration, before anything runs.
+    let bad = dir.path().join("bad_strategy.toml");
+    let trace = trace();
+    std::fs::write(&bad, format!("[base.workload]\ntrace = '{}'\n[grid]\nstrategy = ['bogus']\n", trace.display()))
+        .unwrap();
+    let o = dagsim().arg("sweep").arg(&bad).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad_strategy.toml") && err.contains("strategy=bogus"), "{err}");
     // A result file from another sweep is not silently mixed in.
     let other = dir.path().join("other.csv");
     std::fs::write(&other, "point,grid.strategy,gpus\n0,io,1\n").unwrap();

@@ -129,7 +129,11 @@ pub fn run_points(
     let mut setups: Vec<Option<Setup>> = vec![None; configs];
     for p in points {
         if setups[p.config].is_none() {
-            setups[p.config] = Some(sweep.scenario(p.config)?.setup()?);
+            let setup = sweep.scenario(p.config)?.setup().map_err(|e| {
+                let what = format!("sweep {}, configuration `{}`", sweep.path.display(), sweep.config_label(p.config));
+                Error::invalid(what, e.to_string())
+            })?;
+            setups[p.config] = Some(setup);
         }
     }
     let single_gpu: Vec<OnceLock<Result<Prediction, String>>> = (0..configs).map(|_| OnceLock::new()).collect();
