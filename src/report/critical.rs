@@ -65,3 +65,51 @@ pub fn critical_path(dag: &Dag, run: &Run) -> Vec<TaskId> {
     path.reverse();
     path
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dag::{DagBuilder, DagMeta, Discipline, Phase, Task, Work};
+
+    fn task(queue: Option<u32>) -> Task {
+        Task {
+            work: Work::Fixed { ns: 1 },
+            queue,
+            phase: Phase::Forward,
+            gpu: Some(0),
+            iteration: 0,
+            layer: None,
+            priority: 0,
+        }
+    }
+
+    fn run(spans: &[(u64, u64)]) -> Run {
+        Run {
+            start: spans.iter().map(|s| s.0).collect(),
+            end: spans.iter().map(|s| s.1).collect(),
+            makespan: spans.iter().map(|s| s.1).max().unwrap(),
+            link_bytes: Vec::new(),
+            events: 0,
+            flows: 0,
+            flow_records: Vec::new(),
+            routes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn follows_the_latest_releaser_through_edges_and_queues() {
+        let mut b = DagBuilder::new();
+        let q = b.add_queue("gpu0.compute", Discipline::Fifo, Some(0));
+        let short = b.add_task(task(None)); // 0..10
+        let long = b.add_task(task(None)); // 0..20
+        let join = b.add_task(task(Some(q))); // 25..30: waited for `other` on its queue
+        let other = b.add_task(task(Some(q))); // 20..25, no edge to `join`
+        b.add_edge(short, join);
+        b.add_edge(long, join);
+        b.add_edge(long, other);
+        let dag = b.build(DagMeta::default()).unwrap();
+        let r = run(&[(0, 10), (0, 20), (25, 30), (20, 25)]);
+        assert_eq!(critical_path(&dag, &r), vec![long, other, join]);
+        assert_eq!(predecessors(&dag)[join as usize], vec![short, long]);
+    }
+}
