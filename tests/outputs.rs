@@ -297,6 +297,22 @@ fn sweep_has_one_row_per_point_and_equals_sharded_and_merged() {
 }
 
 #[test]
+fn sweep_json_has_the_csv_rows_in_column_order() {
+    let o = dagsim().args(["--quiet", "sweep"]).arg(sweep_file()).args(["--format", "json"]).output().unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    let rows: Vec<serde_json::Map<String, Value>> = serde_json::from_str(&text).unwrap();
+    assert_eq!(rows.len(), 12);
+    assert_eq!(rows[4]["point"], 4);
+    assert_eq!(rows[4]["gpus"], 2);
+    assert_eq!(rows[4]["grid.strategy"], "none");
+    assert!(rows[4]["speedup"].as_f64().unwrap() > 1.0);
+    // Keys keep the CSV's column order.
+    let first_keys: Vec<&str> = text.lines().skip(2).take(3).map(|l| l.trim().split('"').nth(1).unwrap()).collect();
+    assert_eq!(first_keys, ["point", "grid.strategy", "grid.topology"]);
+}
+
+#[test]
 fn sweep_rows_equal_dagsim_predict() {
     let dir = tempfile::tempdir().unwrap();
     let (full, _) = run_sweep(dir.path(), "full.csv", &[]);

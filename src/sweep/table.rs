@@ -94,23 +94,29 @@ impl Table {
         w.flush()
     }
 
-    /// An array of objects; cells that read as numbers are written as numbers.
+    /// An array of objects with keys in column order; cells that read as numbers are numbers,
+    /// empty cells are null, `grid.*` cells stay strings (they are the axis values as written).
     pub fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
-        let rows: Vec<serde_json::Map<String, serde_json::Value>> = self
+        let rows: Vec<OrderedRow> = self
             .rows
             .iter()
             .map(|row| {
-                self.header
-                    .iter()
-                    .zip(row)
-                    .map(|(k, v)| {
-                        let value = match v.parse::<f64>() {
-                            Ok(x) if x.is_finite() && !k.starts_with("grid.") => serde_json::json!(x),
-                            _ => serde_json::json!(v),
-                        };
-                        (k.clone(), value)
-                    })
-                    .collect()
+                OrderedRow(
+                    self.header
+                        .iter()
+                        .zip(row)
+                        .map(|(k, v)| {
+                            let value = match (v.parse::<i64>(), v.parse::<f64>()) {
+                                _ if k.starts_with("grid.") => serde_json::json!(v),
+                                _ if v.is_empty() => serde_json::Value::Null,
+                                (Ok(i), _) => serde_json::json!(i),
+                                (_, Ok(x)) if x.is_finite() => serde_json::json!(x),
+                                _ => serde_json::json!(v),
+                            };
+                            (k.as_str(), value)
+                        })
+                        .collect(),
+                )
             })
             .collect();
         serde_json::to_writer_pretty(&mut *out, &rows)?;
@@ -142,6 +148,20 @@ impl Table {
             writeln!(out, "{}", line(cells))?;
         }
         Ok(())
+    }
+}
+
+/// A JSON object that keeps its keys in the given order.
+struct OrderedRow<'a>(Vec<(&'a str, serde_json::Value)>);
+
+impl serde::Serialize for OrderedRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
     }
 }
 
