@@ -221,17 +221,25 @@ where
         .x_label_area_size(45)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..max_x * 1.05, 0.0..max_y * 1.05)?;
-    chart.configure_mesh().x_desc("GPUs").y_desc("speedup").label_style((FONT, 15)).draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("GPUs")
+        .y_desc("speedup")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .label_style((FONT, 15))
+        .draw()?;
     chart
         .draw_series(DashedLineSeries::new([(1.0, 1.0), (max_x, max_x)], 8, 6, BLACK.stroke_width(1)))?
         .label("ideal")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
     for (i, s) in series.iter().enumerate() {
         let color = series_color(i);
+        // Earlier lines are wider, so a line hidden under an identical later one still shows.
+        let width = 2 + 2 * (series.len() - 1 - i).min(3) as u32;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))?
+            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(width)))?
             .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
         chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
     }
     chart
