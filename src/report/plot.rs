@@ -181,6 +181,23 @@ where
     Ok(chart)
 }
 
+/// The series legend in the upper left corner of an x-y chart.
+fn legend_box<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 /// Draws a one-line legend of coloured boxes into its own strip, so it never hides data.
 fn legend_strip<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[(String, ShapeStyle)]) -> DrawResult
 where
@@ -242,13 +259,7 @@ where
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
         chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend_box(&mut chart)?;
     root.present()?;
     Ok(())
 }
@@ -421,13 +432,7 @@ where
             .iter()
             .map(|p| Text::new(p.label.clone(), (p.predicted, p.measured), (FONT, 12).into_font().color(&BLACK))),
     )?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend_box(&mut chart)?;
     root.present()?;
     Ok(())
 }
