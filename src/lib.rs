@@ -18,6 +18,7 @@ pub mod report;
 pub mod scenario;
 pub mod sim;
 pub mod strategy;
+pub mod sweep;
 pub mod units;
 pub mod workload;
 
