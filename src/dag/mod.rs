@@ -4,6 +4,7 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
+pub mod hybrid;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
@@ -39,6 +40,14 @@ pub enum Phase {
     /// Gradient aggregation (all-reduce, or a measured communication time).
     GradientAggregation,
     Update,
+    /// Master-GPU data parallelism: the master hands mini-batches to the other GPUs (PtoP).
+    PeerToPeer,
+    /// Master-GPU data parallelism: the master's weights copied to every GPU.
+    WeightBroadcast,
+    /// Activations or errors exchanged between model-parallel slices.
+    ModelParallelExchange,
+    /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
+    Codec,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -55,7 +64,11 @@ impl Phase {
         match self {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
-            Phase::GradientAggregation => Category::Communication,
+            Phase::GradientAggregation | Phase::WeightBroadcast | Phase::ModelParallelExchange => {
+                Category::Communication
+            }
+            Phase::PeerToPeer => Category::Io,
+            Phase::Codec => Category::Compute,
         }
     }
 
@@ -67,6 +80,10 @@ impl Phase {
             Phase::Backward => "backward",
             Phase::GradientAggregation => "allreduce",
             Phase::Update => "update",
+            Phase::PeerToPeer => "p2p",
+            Phase::WeightBroadcast => "broadcast",
+            Phase::ModelParallelExchange => "mp-exchange",
+            Phase::Codec => "codec",
         }
     }
 }

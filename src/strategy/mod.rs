@@ -3,6 +3,8 @@
 //! settings, e.g. `io+wfbp` or `wfbp+allreduce=ring+comm=trace`. Parsing and naming live here; the
 //! DAG builder reads the resulting [`Strategy`].
 
+pub mod hybrid;
+
 use crate::collective::Algorithm;
 use crate::error::{Error, Result};
 use serde::Serialize;
