@@ -2,7 +2,7 @@
 //! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
 //! calls; it holds no state of its own.
 
-use crate::dag::build::{build_ssgd, BuildInput};
+use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
@@ -54,7 +54,7 @@ impl Setup {
             return Err(Error::invalid("GPU count", "must be at least 1"));
         }
         let machine = self.topology.instantiate(gpus)?;
-        let dag = build_ssgd(&BuildInput {
+        let dag = build_dag(&BuildInput {
             workload: &self.workload,
             machine: &machine,
             gpus,

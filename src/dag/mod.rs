@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod hybrid;
+pub mod master;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
@@ -46,6 +47,9 @@ pub enum Phase {
     WeightBroadcast,
     /// Activations or errors exchanged between model-parallel slices.
     ModelParallelExchange,
+    /// Master-GPU data parallelism: outputs gathered to the master for the loss and loss
+    /// gradients sent back.
+    LossExchange,
     /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
     Codec,
 }
@@ -64,7 +68,10 @@ impl Phase {
         match self {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
-            Phase::GradientAggregation | Phase::WeightBroadcast | Phase::ModelParallelExchange => {
+            Phase::GradientAggregation
+            | Phase::WeightBroadcast
+            | Phase::ModelParallelExchange
+            | Phase::LossExchange => {
                 Category::Communication
             }
             Phase::PeerToPeer => Category::Io,
@@ -83,6 +90,7 @@ impl Phase {
             Phase::PeerToPeer => "p2p",
             Phase::WeightBroadcast => "broadcast",
             Phase::ModelParallelExchange => "mp-exchange",
+            Phase::LossExchange => "loss",
             Phase::Codec => "codec",
         }
     }

@@ -3,9 +3,12 @@
 //! settings, e.g. `io+wfbp` or `wfbp+allreduce=ring+comm=trace`. Parsing and naming live here; the
 //! DAG builder reads the resulting [`Strategy`].
 
+pub mod compress;
 pub mod hybrid;
 
 use crate::collective::Algorithm;
+use crate::units::Nanos;
+use compress::{Codec, CodecCost};
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -29,7 +32,39 @@ pub struct Strategy {
     pub wfbp: bool,
     pub comm_source: CommSource,
     pub allreduce: Algorithm,
+    /// Master-GPU data parallelism (PyTorch DataParallel; ScaleDNN II-B) instead of all-reduce.
+    pub master: bool,
+    /// ScaleDNN IV-A: each GPU's mini-batch goes straight from host memory (master mode).
+    pub split: bool,
+    /// ScaleDNN IV-B: the next batch's copies run on a separate stream during compute (master mode).
+    pub preload: bool,
+    /// Wire format of the weights the master broadcasts (ScaleDNN IV-C: `3to1`).
+    pub weights: Codec,
+    /// Wire format of gradients in all-reduce (FP16, BF16, Dettmers' 8-bit).
+    pub grads: Codec,
+    /// Codec costs: ns per element to encode/decode (None = the codec's default), per-tensor
+    /// launch cost, and the GPU's speed relative to Dettmers' GTX Titan (scales 8-bit defaults).
+    pub encode_ns: Option<f64>,
+    pub decode_ns: Option<f64>,
+    pub launch_ns: Nanos,
+    pub gpu_speed: f64,
+    /// Mixed precision (GradientFlow 2.5): compute times divided by `fp16_speedup`, FP16 gradients.
+    pub mixed: bool,
+    pub fp16_speedup: f64,
+    /// Lazy all-reduce / tensor fusion threshold θ in bytes (GradientFlow 3.1); `u64::MAX` fuses
+    /// everything into one all-reduce after the backward pass.
+    pub fusion: Option<u64>,
+    /// Coarse-grained sparse communication (GradientFlow 3.2): fraction of 32K-gradient chunks sent.
+    pub sparse: Option<f64>,
+    /// Priority scheduling (P3/ByteScheduler): gradient pieces of at most this many bytes, lowest
+    /// layer first; the next forward pass of a layer waits only for that layer's gradients.
+    pub priority_partition: Option<u64>,
+    /// Bytes of network output per sample gathered to the master for the loss (master mode).
+    pub output_bytes_per_sample: u64,
 }
+
+/// GradientFlow's chunk size for coarse-grained sparse communication: 32K gradients.
+pub const SPARSE_CHUNK_ELEMENTS: u64 = 32 * 1024;
 
 /// Named strategies users can list (`dagsim predict --help` shows them).
 pub const NAMED: &[(&str, &str)] = &[
@@ -37,6 +72,15 @@ pub const NAMED: &[(&str, &str)] = &[
     ("io", "I/O overlap: the next batch is read and copied during compute (Eq. 3)"),
     ("wfbp", "wait-free backprop only: each layer's all-reduce overlaps the remaining backward pass"),
     ("io+wfbp", "I/O overlap and wait-free backprop (Caffe-MPI; Eq. 4-5); the default"),
+    ("master", "master-GPU data parallelism: HtoD to the master, PtoP scatter, broadcast, reduce (ScaleDNN II-B)"),
+    ("master+split", "CPU-side batch splitting: each GPU's mini-batch straight from host memory (ScaleDNN IV-A)"),
+    ("master+split+preload", "plus pre-loading the next batch on a copy stream (ScaleDNN IV-B)"),
+    ("master+split+preload+weights=3to1", "plus 3:1 lossy weight compression before the broadcast (ScaleDNN IV-C)"),
+    ("wfbp+grads=8bit", "8-bit gradients with Dettmers' codec cost (also fp16, bf16)"),
+    ("wfbp+mixed+fp16_speedup=1.12", "mixed precision: faster compute, FP16 gradients (GradientFlow 2.5)"),
+    ("wfbp+fusion=4M", "lazy all-reduce with threshold θ = 4 MB (GradientFlow 3.1); fusion=inf: one after backward"),
+    ("wfbp+fusion=4M+sparse=0.15", "coarse-grained sparse chunks, 15% of 32K-gradient chunks sent (GradientFlow 3.2)"),
+    ("wfbp+priority=1M", "P3/ByteScheduler: 1 MB gradient pieces, lowest layer first"),
 ];
 
 /// The strategy `predict` uses when none is given.
@@ -51,11 +95,63 @@ impl Default for Strategy {
 impl Strategy {
     /// Parses `feature+feature+key=value`. Aliases: `cntk` = none, `caffe-mpi` = io+wfbp.
     pub fn parse(spec: &str) -> Result<Self> {
-        let mut s =
-            Strategy { io_overlap: false, wfbp: false, comm_source: CommSource::Model, allreduce: Algorithm::Ring };
+        let mut s = Strategy {
+            io_overlap: false,
+            wfbp: false,
+            comm_source: CommSource::Model,
+            allreduce: Algorithm::Ring,
+            master: false,
+            split: false,
+            preload: false,
+            weights: Codec::None,
+            grads: Codec::None,
+            encode_ns: None,
+            decode_ns: None,
+            launch_ns: compress::LAUNCH_NS,
+            gpu_speed: 1.0,
+            mixed: false,
+            fp16_speedup: 1.0,
+            fusion: None,
+            sparse: None,
+            priority_partition: None,
+            output_bytes_per_sample: 4000,
+        };
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
+        let positive = |k: &str, v: &str| -> Result<f64> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| bad(format!("`{k}` needs a positive number, not `{v}`")))
+        };
+        let codec = |k: &str, v: &str| {
+            Codec::parse(v).ok_or_else(|| bad(format!("unknown `{k}` format `{v}` (known: none, fp16, bf16, 8bit, 3to1)")))
+        };
         for token in spec.split('+').map(str::trim) {
             match token.split_once('=') {
+                Some(("weights", v)) => s.weights = codec("weights", v)?,
+                Some(("grads", v)) => s.grads = codec("grads", v)?,
+                Some(("encode_ns", v)) => s.encode_ns = Some(positive("encode_ns", v)?),
+                Some(("decode_ns", v)) => s.decode_ns = Some(positive("decode_ns", v)?),
+                Some(("launch_us", v)) => {
+                    s.launch_ns = if v == "0" { 0 } else { crate::units::us_to_ns(positive("launch_us", v)?) }
+                }
+                Some(("gpu_speed", v)) => s.gpu_speed = positive("gpu_speed", v)?,
+                Some(("fp16_speedup", v)) => s.fp16_speedup = positive("fp16_speedup", v)?,
+                Some(("fusion", "inf")) => s.fusion = Some(u64::MAX),
+                Some(("fusion", v)) => s.fusion = Some(parse_bytes(v).ok_or_else(|| bad(format!("`fusion` needs bytes (e.g. 4M) or inf, not `{v}`")))?),
+                Some(("priority", v)) => {
+                    s.priority_partition = Some(parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| bad(format!("`priority` needs a piece size in bytes (e.g. 1M), not `{v}`")))?)
+                }
+                Some(("sparse", v)) => {
+                    let f = positive("sparse", v)?;
+                    if f > 1.0 {
+                        return Err(bad(format!("`sparse` is a fraction of chunks in (0, 1], not `{v}`")));
+                    }
+                    s.sparse = Some(f)
+                }
+                Some(("outputs", v)) => {
+                    s.output_bytes_per_sample = parse_bytes(v).ok_or_else(|| bad(format!("`outputs` needs bytes per sample, not `{v}`")))?
+                }
                 Some(("allreduce", v)) => {
                     s.allreduce = Algorithm::parse(v)
                         .ok_or_else(|| bad(format!("unknown all-reduce algorithm `{v}` (known: ring)")))?
@@ -63,27 +159,71 @@ impl Strategy {
                 Some(("comm", "model")) => s.comm_source = CommSource::Model,
                 Some(("comm", "trace")) => s.comm_source = CommSource::Trace,
                 Some(("comm", v)) => return Err(bad(format!("comm must be `model` or `trace`, not `{v}`"))),
-                Some((k, _)) => return Err(bad(format!("unknown setting `{k}` (known: allreduce, comm)"))),
+                Some((k, _)) => return Err(bad(format!("unknown setting `{k}` (known: {})", SETTINGS.join(", ")))),
                 None => match token {
                     "none" | "cntk" => {}
                     "io" => s.io_overlap = true,
                     "wfbp" => s.wfbp = true,
+                    "master" => s.master = true,
+                    "split" => s.split = true,
+                    "preload" => s.preload = true,
+                    "mixed" => s.mixed = true,
                     "caffe-mpi" => {
                         s.io_overlap = true;
                         s.wfbp = true;
                     }
                     "" => return Err(bad("empty feature".into())),
                     other => {
-                        let names: Vec<&str> = NAMED.iter().map(|n| n.0).collect();
                         return Err(bad(format!(
-                            "unknown feature `{other}` (known: {}, cntk, caffe-mpi)",
-                            names.join(", ")
+                            "unknown feature `{other}` (known: none, io, wfbp, master, split, preload, mixed, cntk, caffe-mpi)"
                         )));
                     }
                 },
             }
         }
+        if (s.split || s.preload || s.weights != Codec::None) && !s.master {
+            return Err(bad("split, preload and weights= belong to master-GPU data parallelism: add `master`".into()));
+        }
+        if s.master && (s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() || s.priority_partition.is_some()) {
+            return Err(bad("grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()));
+        }
+        if s.master && s.io_overlap {
+            return Err(bad("with `master`, use `preload` (ScaleDNN IV-B) rather than `io`".into()));
+        }
         Ok(s)
+    }
+
+    /// A compute time under this strategy (mixed precision divides it by `fp16_speedup`).
+    pub fn compute_ns(&self, ns: Nanos) -> Nanos {
+        if self.mixed {
+            (ns as f64 / self.fp16_speedup).round() as Nanos
+        } else {
+            ns
+        }
+    }
+
+    fn codec_cost(&self, codec: Codec) -> CodecCost {
+        let (e, d) = codec.default_costs(self.gpu_speed);
+        CodecCost {
+            codec,
+            encode_ns_per_element: self.encode_ns.unwrap_or(e),
+            decode_ns_per_element: self.decode_ns.unwrap_or(d),
+            launch_ns: self.launch_ns,
+        }
+    }
+
+    /// The weight-broadcast codec with its costs resolved.
+    pub fn weight_codec(&self) -> CodecCost {
+        self.codec_cost(self.weights)
+    }
+
+    /// The gradient codec: explicit `grads=`, else FP16 under mixed precision (the gradients are
+    /// FP16 already, so no codec cost), else none.
+    pub fn grad_codec(&self) -> CodecCost {
+        match (self.grads, self.mixed) {
+            (Codec::None, true) => CodecCost { launch_ns: 0, ..self.codec_cost(Codec::None) }.with_codec(Codec::Fp16),
+            (c, _) => self.codec_cost(c),
+        }
     }
 
     /// Canonical name: features in a fixed order, then non-default settings.
@@ -95,8 +235,48 @@ impl Strategy {
         if self.wfbp {
             parts.push("wfbp".into());
         }
+        for (on, name) in [(self.master, "master"), (self.split, "split"), (self.preload, "preload"), (self.mixed, "mixed")] {
+            if on {
+                parts.push(name.into());
+            }
+        }
         if parts.is_empty() {
             parts.push("none".into());
+        }
+        if self.weights != Codec::None {
+            parts.push(format!("weights={}", self.weights.name()));
+        }
+        if self.grads != Codec::None {
+            parts.push(format!("grads={}", self.grads.name()));
+        }
+        let num = |x: f64| format!("{x}");
+        for (v, k) in [(self.encode_ns, "encode_ns"), (self.decode_ns, "decode_ns")] {
+            if let Some(v) = v {
+                parts.push(format!("{k}={}", num(v)));
+            }
+        }
+        if self.launch_ns != compress::LAUNCH_NS {
+            parts.push(format!("launch_us={}", num(self.launch_ns as f64 / 1e3)));
+        }
+        if self.gpu_speed != 1.0 {
+            parts.push(format!("gpu_speed={}", num(self.gpu_speed)));
+        }
+        if self.fp16_speedup != 1.0 {
+            parts.push(format!("fp16_speedup={}", num(self.fp16_speedup)));
+        }
+        match self.fusion {
+            Some(u64::MAX) => parts.push("fusion=inf".into()),
+            Some(t) => parts.push(format!("fusion={t}")),
+            None => {}
+        }
+        if let Some(f) = self.sparse {
+            parts.push(format!("sparse={}", num(f)));
+        }
+        if let Some(p) = self.priority_partition {
+            parts.push(format!("priority={p}"));
+        }
+        if self.output_bytes_per_sample != 4000 {
+            parts.push(format!("outputs={}", self.output_bytes_per_sample));
         }
         if self.allreduce != Algorithm::default() {
             parts.push(format!("allreduce={}", self.allreduce.name()));
@@ -106,6 +286,35 @@ impl Strategy {
         }
         parts.join("+")
     }
+}
+
+/// Settings a spec may carry as `key=value`.
+pub const SETTINGS: &[&str] = &[
+    "allreduce",
+    "comm",
+    "weights",
+    "grads",
+    "encode_ns",
+    "decode_ns",
+    "launch_us",
+    "gpu_speed",
+    "fp16_speedup",
+    "fusion",
+    "sparse",
+    "priority",
+    "outputs",
+];
+
+/// Bytes with an optional K/M/G suffix (powers of 1024), e.g. `4M`.
+pub fn parse_bytes(v: &str) -> Option<u64> {
+    let (num, mult) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&v[..i], 1 << 20),
+        (i, 'G' | 'g') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    let x: f64 = num.parse().ok()?;
+    (x.is_finite() && x >= 0.0).then(|| (x * mult as f64).round() as u64)
 }
 
 #[cfg(test)]
