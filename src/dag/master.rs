@@ -75,7 +75,7 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
         let io_after: Vec<TaskId> = (0..n as usize).flat_map(gate).collect();
         let io = add(
             &mut b,
-            task(Work::Transfer { src: master.storage, dst: master.host, bytes: read_bytes }, None, Phase::Io, Some(0), it),
+            task(Work::Transfer { src: master.storage, dst: master.host, bytes: read_bytes }, None, Phase::Io, None, it),
             &io_after,
         );
         // Per GPU: the task after which its mini-batch is on the GPU.
@@ -92,7 +92,8 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
             let mut after = gate(0);
             after.push(io);
             let whole = Work::Transfer { src: master.host, dst: master.device, bytes: mini * n as u64 };
-            let h2d = add(&mut b, task(whole, Some(copy[0]), Phase::HostToDevice, Some(0), it), &after);
+            // The whole batch holds every GPU up, so it counts for all of them (no GPU of its own).
+            let h2d = add(&mut b, task(whole, Some(copy[0]), Phase::HostToDevice, None, it), &after);
             // Scatter moves (n-1)/n of the whole batch from the master to its peers.
             let p2p = add(&mut b, task(collective(CollectiveOp::Scatter, mini * n as u64), None, Phase::PeerToPeer, None, it), &[h2d]);
             input_ready = vec![p2p; n as usize];
@@ -102,7 +103,12 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
         // Weights: the master's (updated) copy to every GPU, compressed if asked.
         let mut weights_ready: Vec<Vec<TaskId>> = vec![prev_update.into_iter().collect(); n as usize];
         if n > 1 {
+            // PyTorch scatters the inputs, then replicates the module (Fig. 2, steps 1-3 in
+            // order); with pre-loading the inputs are already there.
             let mut before_bcast: Vec<TaskId> = prev_update.into_iter().collect();
+            if !s.preload {
+                before_bcast.extend(&input_ready);
+            }
             if codec.codec != Codec::None {
                 let enc = Work::Fixed { ns: codec.encode_ns(model_bytes, tensors) };
                 before_bcast = vec![add(&mut b, task(enc, Some(compute[0]), Phase::Codec, Some(0), it), &before_bcast)];
