@@ -113,3 +113,27 @@ fn exposed_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 
         })
         .collect()
 }
+
+/// Candidate lazy all-reduce thresholds θ (bytes) for [`best_fusion_threshold`]: none (one
+/// all-reduce per layer), powers of four from 64 KiB to 256 MiB, and infinity (one after backward).
+pub fn fusion_candidates() -> Vec<Option<u64>> {
+    let mut c = vec![None];
+    c.extend((16..=28).step_by(2).map(|p| Some(1u64 << p)));
+    c.push(Some(u64::MAX));
+    c
+}
+
+/// Searches θ for lazy all-reduce (GradientFlow 3.1): simulates `setup` with each candidate
+/// threshold on `gpus` GPUs and returns the fastest (θ, iteration seconds); ties keep the smaller θ.
+pub fn best_fusion_threshold(setup: &Setup, gpus: u32, candidates: &[Option<u64>]) -> Result<(Option<u64>, f64)> {
+    let mut best: Option<(Option<u64>, f64)> = None;
+    for &theta in candidates {
+        let mut s = setup.strategy.clone();
+        s.fusion = theta;
+        let t = Setup { strategy: s, ..setup.clone() }.predict(gpus)?.iteration_time_s;
+        if best.is_none_or(|(_, b)| t < b) {
+            best = Some((theta, t));
+        }
+    }
+    best.ok_or_else(|| crate::Error::invalid("fusion thresholds", "no candidate given"))
+}

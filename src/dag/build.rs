@@ -97,19 +97,24 @@ fn buckets(w: &Workload, s: &Strategy, learnable: &[usize]) -> Vec<Bucket> {
 }
 
 /// Bytes on the wire for a bucket: compressed, and with sparse chunks only the chosen fraction of
-/// 32K-gradient chunks. Also the bytes of the chunk-norm all-reduce that picks them (0 if dense).
-fn wire_bytes(s: &Strategy, fp32_bytes: u64) -> (u64, u64) {
+/// its 32K-gradient chunks (the chosen chunks are taken as spread evenly over the pool).
+fn wire_bytes(s: &Strategy, fp32_bytes: u64) -> u64 {
     let codec = s.grad_codec().codec;
     match s.sparse {
-        None => (codec.wire_bytes(fp32_bytes), 0),
+        None => codec.wire_bytes(fp32_bytes),
         Some(f) => {
             let elements = fp32_bytes / 4;
             let chunks = elements.div_ceil(SPARSE_CHUNK_ELEMENTS);
             let sent = ((chunks as f64 * f).ceil() as u64).clamp(1, chunks);
-            let sent_elements = (sent * SPARSE_CHUNK_ELEMENTS).min(elements);
-            (codec.wire_bytes(sent_elements * 4), chunks * 4)
+            codec.wire_bytes((sent * SPARSE_CHUNK_ELEMENTS).min(elements) * 4)
         }
     }
+}
+
+/// Bytes of the per-iteration all-reduce of chunk norms that picks the important chunks
+/// (GradientFlow 3.2: one FP32 norm per 32K-gradient chunk of the whole pool).
+fn chunk_norm_bytes(w: &Workload) -> u64 {
+    (w.grad_bytes() / 4).div_ceil(SPARSE_CHUNK_ELEMENTS) * 4
 }
 
 /// Builds the S-SGD DAG.
@@ -154,6 +159,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let bucket_plan = buckets(w, s, &learnable);
     let codec = s.grad_codec();
+    let mut prev_picks: Option<TaskId> = None;
 
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(n as usize);
@@ -241,7 +247,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             for bucket in &bucket_plan {
                 let l = bucket.last;
                 let tensors = if s.priority_partition.is_some() { 1 } else { bucket.layers.len() as u64 };
-                let (wire, norms) = wire_bytes(s, bucket.fp32_bytes);
+                let wire = wire_bytes(s, bucket.fp32_bytes);
                 let collective = |bytes| Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
                 let work = match s.comm_source {
                     CommSource::Model => collective(wire),
@@ -269,13 +275,8 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                         })
                         .collect();
                 }
-                if norms > 0 {
-                    let picks = b.add_task(task(collective(norms), Some(comm_q), Phase::GradientAggregation, None, it, Some(l)));
-                    before.iter().for_each(|&p| b.add_edge(p, picks));
-                    before = vec![picks];
-                }
                 let c = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, Some(l)));
-                before.iter().for_each(|&p| b.add_edge(p, c));
+                before.iter().chain(&prev_picks).for_each(|&p| b.add_edge(p, c));
                 if let Some(p) = prev_comm.filter(|_| !s.wfbp) {
                     b.add_edge(p, c);
                 }
@@ -297,6 +298,16 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                     }
                 }
                 prev_comm = Some(c);
+            }
+            // Sparse chunks: at the end of the iteration all GPUs agree on the next important
+            // chunks by all-reducing every chunk's norm.
+            if let (Some(_), CommSource::Model, Some(p)) = (s.sparse, s.comm_source, prev_comm) {
+                let work = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes: chunk_norm_bytes(w) };
+                let picks = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, None));
+                b.add_edge(p, picks);
+                bwd.iter().for_each(|bwd_g| b.add_edge(bwd_g[0], picks));
+                // The picks steer the next iteration's all-reduces, not this update.
+                prev_picks = Some(picks);
             }
         }
         for g in 0..n as usize {
