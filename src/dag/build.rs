@@ -243,7 +243,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
         // on every GPU around it when gradients are compressed.
         if n > 1 {
             let mut prev_comm: Option<TaskId> = None;
-            let coded = codec.encode_ns(1, 1) > 0 || codec.decode_ns(1, 1) > 0;
+            let coded = !codec.is_free();
             for bucket in &bucket_plan {
                 let l = bucket.last;
                 let tensors = if s.priority_partition.is_some() { 1 } else { bucket.layers.len() as u64 };

@@ -96,6 +96,13 @@ impl CodecCost {
         CodecCost { codec, ..self }
     }
 
+    /// True when encoding and decoding cost nothing (no codec, or FP16 gradients under mixed
+    /// precision, which are produced in FP16).
+    pub fn is_free(&self) -> bool {
+        self.codec == Codec::None
+            || (self.encode_ns_per_element == 0.0 && self.decode_ns_per_element == 0.0 && self.launch_ns == 0)
+    }
+
     /// Time to encode `fp32_bytes` held in `tensors` tensors (one kernel per tensor).
     pub fn encode_ns(&self, fp32_bytes: u64, tensors: u64) -> Nanos {
         self.cost(self.encode_ns_per_element, fp32_bytes, tensors)
