@@ -70,7 +70,8 @@ impl Setup {
         let sim = self.simulate(gpus, Options::default())?;
         let steady = steady_state(&sim.dag, &sim.run);
         let iteration_time_s = ns_to_s(steady.iteration_ns);
-        let samples = self.workload.batch_per_gpu as f64 * gpus as f64;
+        // Under MPS every client on a GPU trains its own mini-batch.
+        let samples = self.workload.batch_per_gpu as f64 * gpus as f64 * self.strategy.clients_per_gpu() as f64;
         Ok(Prediction {
             dagsim_version: env!("CARGO_PKG_VERSION"),
             workload: self.workload.name.clone(),

@@ -212,3 +212,28 @@ fn strategies_reject_inconsistent_combinations() {
     let s = Strategy::parse("wfbp+fusion=4M+sparse=0.15+mixed+fp16_speedup=1.5").unwrap();
     assert_eq!(Strategy::parse(&s.name()).unwrap(), s, "names parse back: {}", s.name());
 }
+
+#[test]
+fn mps_clients_share_a_gpu_up_to_their_caps() {
+    let predict = |strategy: &str, gpus: u32| {
+        let setup =
+            Setup { workload: tiny(), topology: topology(), strategy: Strategy::parse(strategy).unwrap(), iterations: 4 };
+        setup.predict(gpus).unwrap()
+    };
+    let ns = |p: &dagsim::report::Prediction| (p.iteration_time_s * 1e9).round() as u64;
+    // One GPU, kernels 50% utilised alone: two clients run side by side in the time of one
+    // (7000 ns) and train twice the samples.
+    let one = predict("none", 1);
+    let two = predict("none+mps=2+util=0.5", 1);
+    assert_eq!(ns(&one), 7000);
+    assert_eq!(ns(&two), 7000);
+    assert!((two.throughput_samples_per_s / one.throughput_samples_per_s - 2.0).abs() < 1e-9);
+    // Kernels that fill the GPU alone gain nothing: the two clients take twice as long.
+    assert_eq!(ns(&predict("none+mps=2", 1)), 14_000);
+    // Active threads capped at 25%: each client runs at a quarter, 14000 ns.
+    assert_eq!(ns(&predict("none+mps=2+util=0.5+threads=0.25", 1)), 14_000);
+    // Two GPUs x two clients = 4 all-reduce ranks, two per GPU: a ring of 6 steps of K/4 bytes,
+    // where the steps between clients of one GPU are free: 1.5 K ns per all-reduce.
+    // 7000 + 1.5 x 8000 + 1.5 x 4000.
+    assert_eq!(ns(&predict("none+mps=2+util=0.5", 2)), 25_000);
+}

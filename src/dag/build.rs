@@ -33,6 +33,8 @@ pub struct BuildInput<'a> {
 pub fn build_dag(input: &BuildInput) -> Result<Dag> {
     if input.strategy.master {
         super::master::build_master(input)
+    } else if input.strategy.mps.is_some() {
+        super::mps::build_mps(input)
     } else {
         build_ssgd(input)
     }

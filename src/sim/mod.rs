@@ -95,6 +95,9 @@ struct Pending {
     start: Nanos,
 }
 
+/// Route id marking a [`Pending`] that is processor-shared compute, not a transfer.
+const SHARED_ROUTE: u32 = u32::MAX;
+
 #[derive(Debug, Clone, Copy)]
 struct CollectiveRun {
     task: TaskId,
@@ -144,7 +147,9 @@ struct Engine<'a> {
 impl<'a> Engine<'a> {
     fn new(dag: &'a Dag, machine: &'a Machine, options: Options) -> Self {
         let n = dag.len();
-        let capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        // Processor-shared resources follow the links, each of capacity one (ns of work per ns).
+        let mut capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        capacity.extend(dag.resources().iter().map(|_| 1.0));
         Engine {
             dag,
             machine,
@@ -265,6 +270,7 @@ impl<'a> Engine<'a> {
         match self.dag.task(t).work {
             Work::Fixed { ns } => self.push(self.now + ns, EventKind::TaskDone(t)),
             Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
+            Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
                 let ranks = self.dag.group(group).len() as u32;
                 let plan = Plan::lower(op, algorithm, ranks, bytes);
@@ -325,8 +331,15 @@ impl<'a> Engine<'a> {
 
     fn start_flow(&mut self, owner: Owner, src: DeviceId, dst: DeviceId, bytes: u64, step: u32) -> Result<()> {
         let route = self.route(src, dst)?;
-        let p = Pending { owner, route, bytes, src, dst, step, flow: None, start: self.now };
-        let slot = match self.free_pending.pop() {
+        let slot = self.alloc_pending(Pending { owner, route, bytes, src, dst, step, flow: None, start: self.now });
+        self.flows_created += 1;
+        let latency = self.routes[route as usize].latency_ns;
+        self.push(self.now + latency, EventKind::FlowActivate(slot));
+        Ok(())
+    }
+
+    fn alloc_pending(&mut self, p: Pending) -> u32 {
+        match self.free_pending.pop() {
             Some(s) => {
                 self.pending[s as usize] = p;
                 s
@@ -335,11 +348,32 @@ impl<'a> Engine<'a> {
                 self.pending.push(p);
                 (self.pending.len() - 1) as u32
             }
+        }
+    }
+
+    /// Processor-shared compute: a flow of `work_ns` over the resource's capacity-one "link".
+    fn start_shared(&mut self, t: TaskId, resource: u32, work_ns: Nanos, cap: f64) {
+        if work_ns == 0 {
+            return self.push(self.now, EventKind::TaskDone(t));
+        }
+        let pending = Pending {
+            owner: Owner::Task(t),
+            route: SHARED_ROUTE,
+            bytes: work_ns,
+            src: 0,
+            dst: 0,
+            step: 0,
+            flow: None,
+            start: self.now,
         };
-        self.flows_created += 1;
-        let latency = self.routes[route as usize].latency_ns;
-        self.push(self.now + latency, EventKind::FlowActivate(slot));
-        Ok(())
+        let slot = self.alloc_pending(pending);
+        let link = self.machine.links.len() as u32 + resource;
+        let f = self.net.add(&[link], work_ns as f64, cap, self.now);
+        if self.flow_slot.len() <= f as usize {
+            self.flow_slot.resize(f as usize + 1, 0);
+        }
+        self.flow_slot[f as usize] = slot;
+        self.pending[slot as usize].flow = Some(f);
     }
 
     fn activate(&mut self, slot: u32) -> Result<()> {
@@ -362,6 +396,10 @@ impl<'a> Engine<'a> {
     fn flow_finished(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         self.free_pending.push(slot);
+        if p.route == SHARED_ROUTE {
+            let Owner::Task(t) = p.owner else { unreachable!("shared compute belongs to a task") };
+            return self.finish(t);
+        }
         let route = &self.routes[p.route as usize];
         for &l in &route.links {
             self.link_bytes[l as usize] += p.bytes as f64;

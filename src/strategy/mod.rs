@@ -61,6 +61,12 @@ pub struct Strategy {
     pub priority_partition: Option<u64>,
     /// Bytes of network output per sample gathered to the master for the loss (master mode).
     pub output_bytes_per_sample: u64,
+    /// AccDP: training processes per GPU under MPS (each one an all-reduce rank with its own
+    /// mini-batch), the utilisation one process's kernels reach alone, and each client's
+    /// active-thread share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100).
+    pub mps: Option<u32>,
+    pub util: f64,
+    pub threads: f64,
 }
 
 /// GradientFlow's chunk size for coarse-grained sparse communication: 32K gradients.
@@ -81,6 +87,7 @@ pub const NAMED: &[(&str, &str)] = &[
     ("wfbp+fusion=4M", "lazy all-reduce with threshold θ = 4 MB (GradientFlow 3.1); fusion=inf: one after backward"),
     ("wfbp+fusion=4M+sparse=0.15", "coarse-grained sparse chunks, 15% of 32K-gradient chunks sent (GradientFlow 3.2)"),
     ("wfbp+priority=1M", "P3/ByteScheduler: 1 MB gradient pieces, lowest layer first"),
+    ("wfbp+mps=3+util=0.3+threads=0.33", "AccDP: 3 processes per GPU under MPS, kernels 30% utilised alone"),
 ];
 
 /// The strategy `predict` uses when none is given.
@@ -115,6 +122,9 @@ impl Strategy {
             sparse: None,
             priority_partition: None,
             output_bytes_per_sample: 4000,
+            mps: None,
+            util: 1.0,
+            threads: 1.0,
         };
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
         let positive = |k: &str, v: &str| -> Result<f64> {
@@ -148,6 +158,22 @@ impl Strategy {
                         return Err(bad(format!("`sparse` is a fraction of chunks in (0, 1], not `{v}`")));
                     }
                     s.sparse = Some(f)
+                }
+                Some(("mps", v)) => {
+                    s.mps = Some(v.parse().ok().filter(|&k| (1..=48).contains(&k)).ok_or_else(|| {
+                        bad(format!("`mps` needs 1 to 48 clients per GPU (Volta MPS limit), not `{v}`"))
+                    })?)
+                }
+                Some((k @ ("util" | "threads"), v)) => {
+                    let f = positive(k, v)?;
+                    if f > 1.0 {
+                        return Err(bad(format!("`{k}` is a fraction of the GPU in (0, 1], not `{v}`")));
+                    }
+                    if k == "util" {
+                        s.util = f
+                    } else {
+                        s.threads = f
+                    }
                 }
                 Some(("outputs", v)) => {
                     s.output_bytes_per_sample = parse_bytes(v).ok_or_else(|| bad(format!("`outputs` needs bytes per sample, not `{v}`")))?
@@ -187,10 +213,21 @@ impl Strategy {
         if s.master && (s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() || s.priority_partition.is_some()) {
             return Err(bad("grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()));
         }
+        if s.mps.is_none() && (s.util != 1.0 || s.threads != 1.0) {
+            return Err(bad("util= and threads= describe MPS clients: add `mps=K`".into()));
+        }
+        if s.mps.is_some() && (s.master || s.comm_source == CommSource::Trace || s.priority_partition.is_some()) {
+            return Err(bad("`mps` combines with all-reduce strategies modelled from bytes (not master, comm=trace or priority)".into()));
+        }
         if s.master && s.io_overlap {
             return Err(bad("with `master`, use `preload` (ScaleDNN IV-B) rather than `io`".into()));
         }
         Ok(s)
+    }
+
+    /// Training processes per GPU (MPS clients; 1 without MPS).
+    pub fn clients_per_gpu(&self) -> u32 {
+        self.mps.unwrap_or(1)
     }
 
     /// A compute time under this strategy (mixed precision divides it by `fp16_speedup`).
@@ -275,6 +312,15 @@ impl Strategy {
         if let Some(p) = self.priority_partition {
             parts.push(format!("priority={p}"));
         }
+        if let Some(k) = self.mps {
+            parts.push(format!("mps={k}"));
+        }
+        if self.util != 1.0 {
+            parts.push(format!("util={}", num(self.util)));
+        }
+        if self.threads != 1.0 {
+            parts.push(format!("threads={}", num(self.threads)));
+        }
         if self.output_bytes_per_sample != 4000 {
             parts.push(format!("outputs={}", self.output_bytes_per_sample));
         }
@@ -303,6 +349,9 @@ pub const SETTINGS: &[&str] = &[
     "sparse",
     "priority",
     "outputs",
+    "mps",
+    "util",
+    "threads",
 ];
 
 /// Bytes with an optional K/M/G suffix (powers of 1024), e.g. `4M`.
