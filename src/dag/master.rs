@@ -115,6 +115,8 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
             }
             let bcast =
                 add(&mut b, task(collective(CollectiveOp::Broadcast, wire), Some(comm), Phase::WeightBroadcast, None, it), &before_bcast);
+            // PyTorch launches every replica, the master's included, once replication is done.
+            weights_ready[0] = vec![bcast];
             for g in 1..n {
                 weights_ready[g as usize] = vec![bcast];
                 if codec.codec != Codec::None {
