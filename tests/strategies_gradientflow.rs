@@ -8,12 +8,15 @@
 //! 3.7K/2.9K). Cluster-V is simulated with 16 of its 64 machines (128 GPUs) to keep debug-build
 //! tests short; the 512-GPU run is `dagsim compare` with `--gpus 512`.
 
-use dagsim::compare::{best_fusion_threshold, fusion_candidates};
+use dagsim::compare::best_fusion_threshold;
 use dagsim::hw::load_topology;
 use dagsim::predict::Setup;
 use dagsim::strategy::Strategy;
 use dagsim::workload::{read_trace, Stat, TraceFormat, Workload};
 use std::path::Path;
+
+/// θ candidates (a subset of `fusion_candidates()`, to keep the debug-build test short).
+const THETAS: [Option<u64>; 6] = [None, Some(1 << 20), Some(4 << 20), Some(16 << 20), Some(64 << 20), Some(u64::MAX)];
 
 /// The Titan X trace scaled so one GPU processes 128 images at `images_per_s`.
 fn alexnet_at(images_per_s: f64) -> Workload {
@@ -44,7 +47,7 @@ fn ladder(topology: &str, fp32_images_per_s: f64, mp_speedup: f64, gpus: u32) ->
     // Lazy all-reduce and sparse chunks each with the θ that suits them best (GradientFlow
     // selects "a proper communication threshold" for each setting).
     let fusion = |base: &str| {
-        let (theta, _) = best_fusion_threshold(&setup(&w, topology, base), gpus, &fusion_candidates()).unwrap();
+        let (theta, _) = best_fusion_threshold(&setup(&w, topology, base), gpus, &THETAS).unwrap();
         match theta {
             None => base.to_string(),
             Some(u64::MAX) => format!("{base}+fusion=inf"),

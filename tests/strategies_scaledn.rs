@@ -115,7 +115,8 @@ fn weight_compression_cuts_broadcast_by_two_thirds_less_codec_cost() {
     let s = Strategy::parse("master+weights=3to1").unwrap().weight_codec();
     let tensors = w.layers.iter().filter(|l| l.is_learnable()).count() as u64;
     let codec = (s.encode_ns(w.grad_bytes(), tensors) + s.decode_ns(w.grad_bytes(), tensors)) as f64;
-    let saved = (iteration_s(&w, "master+split+preload", 4) - iteration_s(&w, "master+split+preload+weights=3to1", 4)) * 1e9;
+    let saved =
+        (iteration_s(&w, "master+split+preload", 4) - iteration_s(&w, "master+split+preload+weights=3to1", 4)) * 1e9;
     let expected = b0 - b1 - codec;
     assert!((saved - expected).abs() < 0.05 * expected, "saved {saved} ns, expected {expected} ns");
 }

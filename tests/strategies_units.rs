@@ -50,7 +50,12 @@ fn tiny() -> Workload {
 }
 
 fn sim(w: &Workload, strategy: &str) -> (Dag, Run) {
-    let setup = Setup { workload: w.clone(), topology: topology(), strategy: Strategy::parse(strategy).unwrap(), iterations: 4 };
+    let setup = Setup {
+        workload: w.clone(),
+        topology: topology(),
+        strategy: Strategy::parse(strategy).unwrap(),
+        iterations: 4,
+    };
     let s = setup.simulate(2, Options::default()).unwrap();
     (s.dag, s.run)
 }
@@ -204,7 +209,9 @@ fn hybrid_sub_batch_model_parallelism_by_hand() {
 
 #[test]
 fn strategies_reject_inconsistent_combinations() {
-    for bad in ["split", "preload", "weights=3to1", "master+fusion=1M", "master+io", "grads=zip", "sparse=2", "fusion=abc"] {
+    for bad in
+        ["split", "preload", "weights=3to1", "master+fusion=1M", "master+io", "grads=zip", "sparse=2", "fusion=abc"]
+    {
         assert!(Strategy::parse(bad).is_err(), "`{bad}` should be rejected");
     }
     let e = Strategy::parse("io+launch_us=-1").unwrap_err().to_string();
@@ -216,8 +223,12 @@ fn strategies_reject_inconsistent_combinations() {
 #[test]
 fn mps_clients_share_a_gpu_up_to_their_caps() {
     let predict = |strategy: &str, gpus: u32| {
-        let setup =
-            Setup { workload: tiny(), topology: topology(), strategy: Strategy::parse(strategy).unwrap(), iterations: 4 };
+        let setup = Setup {
+            workload: tiny(),
+            topology: topology(),
+            strategy: Strategy::parse(strategy).unwrap(),
+            iterations: 4,
+        };
         setup.predict(gpus).unwrap()
     };
     let ns = |p: &dagsim::report::Prediction| (p.iteration_time_s * 1e9).round() as u64;

@@ -66,8 +66,11 @@ pub fn run(args: Args) -> Result<u8> {
     }
     if let Some(t) = args.topology {
         let path = std::path::Path::new(&t);
-        scenario.machine.topology =
-            Some(if path.exists() { std::path::absolute(path).map_or(t.clone(), |p| p.to_string_lossy().into()) } else { t });
+        scenario.machine.topology = Some(if path.exists() {
+            std::path::absolute(path).map_or(t.clone(), |p| p.to_string_lossy().into())
+        } else {
+            t
+        });
     }
     scenario.workload.batch_per_gpu = args.batch.or(scenario.workload.batch_per_gpu);
     scenario.workload.sample_bytes = args.sample_bytes.or(scenario.workload.sample_bytes);

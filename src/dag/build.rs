@@ -250,7 +250,8 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                 let l = bucket.last;
                 let tensors = if s.priority_partition.is_some() { 1 } else { bucket.layers.len() as u64 };
                 let wire = wire_bytes(s, bucket.fp32_bytes);
-                let collective = |bytes| Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
+                let collective =
+                    |bytes| Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
                 let work = match s.comm_source {
                     CommSource::Model => collective(wire),
                     CommSource::Trace => Work::Fixed {
@@ -271,7 +272,14 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                     let ns = codec.encode_ns(bucket.fp32_bytes, tensors);
                     before = (0..n)
                         .map(|g| {
-                            let e = b.add_task(task(Work::Fixed { ns }, Some(compute_q[g as usize]), Phase::Codec, Some(g), it, Some(l)));
+                            let e = b.add_task(task(
+                                Work::Fixed { ns },
+                                Some(compute_q[g as usize]),
+                                Phase::Codec,
+                                Some(g),
+                                it,
+                                Some(l),
+                            ));
                             b.add_edge(if s.wfbp { bwd[g as usize][l] } else { bwd[g as usize][0] }, e);
                             e
                         })
@@ -285,7 +293,14 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                 for g in 0..n as usize {
                     let done = if coded {
                         let ns = codec.decode_ns(bucket.fp32_bytes, tensors);
-                        let d = b.add_task(task(Work::Fixed { ns }, Some(compute_q[g]), Phase::Codec, Some(g as u32), it, Some(l)));
+                        let d = b.add_task(task(
+                            Work::Fixed { ns },
+                            Some(compute_q[g]),
+                            Phase::Codec,
+                            Some(g as u32),
+                            it,
+                            Some(l),
+                        ));
                         b.add_edge(c, d);
                         d
                     } else {
@@ -304,7 +319,12 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             // Sparse chunks: at the end of the iteration all GPUs agree on the next important
             // chunks by all-reducing every chunk's norm.
             if let (Some(_), CommSource::Model, Some(p)) = (s.sparse, s.comm_source, prev_comm) {
-                let work = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes: chunk_norm_bytes(w) };
+                let work = Work::Collective {
+                    group,
+                    op: CollectiveOp::AllReduce,
+                    algorithm: s.allreduce,
+                    bytes: chunk_norm_bytes(w),
+                };
                 let picks = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, None));
                 b.add_edge(p, picks);
                 bwd.iter().for_each(|bwd_g| b.add_edge(bwd_g[0], picks));

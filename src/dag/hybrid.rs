@@ -49,7 +49,9 @@ pub fn build_hybrid(
     let boundaries = fcs.len() + 1;
     let channel: Vec<QueueId> = match channels {
         Channels::Shared => vec![b.add_queue("pcie", Discipline::Fifo, None); 2 * boundaries],
-        Channels::PerBoundary => (0..2 * boundaries).map(|k| b.add_queue(format!("pcie.{k}"), Discipline::Fifo, None)).collect(),
+        Channels::PerBoundary => {
+            (0..2 * boundaries).map(|k| b.add_queue(format!("pcie.{k}"), Discipline::Fifo, None)).collect()
+        }
     };
     let sync_q = b.add_queue("gradient-sync", Discipline::Fifo, None);
     let boundary_row = |k: usize| if k == 0 { act } else { fcs[k - 1] };
@@ -77,10 +79,14 @@ pub fn build_hybrid(
         let mut conv_fwd_end = Vec::with_capacity(n);
         for g in 0..gpus {
             let gi = g as usize;
-            let mut last =
-                chain(&mut b, fixed(table.residual_ns(), compute[gi], Phase::Forward, Some(g), it, None), &prev_end[gi]);
+            let mut last = chain(
+                &mut b,
+                fixed(table.residual_ns(), compute[gi], Phase::Forward, Some(g), it, None),
+                &prev_end[gi],
+            );
             for &l in &convs {
-                last = chain(&mut b, fixed(rows[l].fprop_ns, compute[gi], Phase::Forward, Some(g), it, Some(l)), &[last]);
+                last =
+                    chain(&mut b, fixed(rows[l].fprop_ns, compute[gi], Phase::Forward, Some(g), it, Some(l)), &[last]);
             }
             conv_fwd_end.push(last);
         }
@@ -90,7 +96,8 @@ pub fn build_hybrid(
         if gpus == 1 {
             let mut last = conv_fwd_end[0];
             for &l in &fcs {
-                last = chain(&mut b, fixed(rows[l].fprop_ns, compute[0], Phase::Forward, Some(0), it, Some(l)), &[last]);
+                last =
+                    chain(&mut b, fixed(rows[l].fprop_ns, compute[0], Phase::Forward, Some(0), it, Some(l)), &[last]);
             }
             for &l in fcs.iter().rev() {
                 let ns = rows[l].bprop_ns + rows[l].update_ns;
@@ -102,7 +109,14 @@ pub fn build_hybrid(
             for s in 0..n {
                 let exchange = |b: &mut DagBuilder, k: usize, dir: usize, after: &[TaskId]| {
                     let row = boundary_row(k);
-                    let t = fixed(rows[row].sync_ns(precision), channel[2 * k + dir], Phase::ModelParallelExchange, None, it, Some(row));
+                    let t = fixed(
+                        rows[row].sync_ns(precision),
+                        channel[2 * k + dir],
+                        Phase::ModelParallelExchange,
+                        None,
+                        it,
+                        Some(row),
+                    );
                     let id = b.add_task(t);
                     after.iter().for_each(|&p| b.add_edge(p, id));
                     id
@@ -111,7 +125,13 @@ pub fn build_hybrid(
                 let mut x = exchange(&mut b, 0, 0, &[conv_fwd_end[s]]);
                 for (k, &l) in fcs.iter().enumerate() {
                     let slices: Vec<TaskId> = (0..gpus)
-                        .map(|g| chain(&mut b, fixed(rows[l].par_fprop_ns, compute[g as usize], Phase::Forward, Some(g), it, Some(l)), &[x]))
+                        .map(|g| {
+                            chain(
+                                &mut b,
+                                fixed(rows[l].par_fprop_ns, compute[g as usize], Phase::Forward, Some(g), it, Some(l)),
+                                &[x],
+                            )
+                        })
                         .collect();
                     x = exchange(&mut b, k + 1, 0, &slices);
                 }
@@ -119,7 +139,9 @@ pub fn build_hybrid(
                 for (k, &l) in fcs.iter().enumerate().rev() {
                     let ns = rows[l].par_bprop_ns + rows[l].par_update_ns;
                     let slices: Vec<TaskId> = (0..gpus)
-                        .map(|g| chain(&mut b, fixed(ns, compute[g as usize], Phase::Backward, Some(g), it, Some(l)), &[x]))
+                        .map(|g| {
+                            chain(&mut b, fixed(ns, compute[g as usize], Phase::Backward, Some(g), it, Some(l)), &[x])
+                        })
                         .collect();
                     x = exchange(&mut b, k, 1, &slices);
                     if k == 0 {

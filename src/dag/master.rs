@@ -26,7 +26,10 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
     let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
     super::build::check_input(input)?;
     if s.wfbp {
-        return Err(Error::invalid("strategy", "master-GPU data parallelism reduces gradients after backward; drop `wfbp`"));
+        return Err(Error::invalid(
+            "strategy",
+            "master-GPU data parallelism reduces gradients after backward; drop `wfbp`",
+        ));
     }
     let nl = w.layers.len();
     let mut b = DagBuilder::new();
@@ -75,7 +78,13 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
         let io_after: Vec<TaskId> = (0..n as usize).flat_map(gate).collect();
         let io = add(
             &mut b,
-            task(Work::Transfer { src: master.storage, dst: master.host, bytes: read_bytes }, None, Phase::Io, None, it),
+            task(
+                Work::Transfer { src: master.storage, dst: master.host, bytes: read_bytes },
+                None,
+                Phase::Io,
+                None,
+                it,
+            ),
             &io_after,
         );
         // Per GPU: the task after which its mini-batch is on the GPU.
@@ -86,7 +95,11 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
                 let mut after = gate(g as usize);
                 after.push(io);
                 let h2d = Work::Transfer { src: info.host, dst: info.device, bytes: mini };
-                input_ready.push(add(&mut b, task(h2d, Some(copy[g as usize]), Phase::HostToDevice, Some(g), it), &after));
+                input_ready.push(add(
+                    &mut b,
+                    task(h2d, Some(copy[g as usize]), Phase::HostToDevice, Some(g), it),
+                    &after,
+                ));
             }
         } else {
             let mut after = gate(0);
@@ -95,7 +108,11 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
             // The whole batch holds every GPU up, so it counts for all of them (no GPU of its own).
             let h2d = add(&mut b, task(whole, Some(copy[0]), Phase::HostToDevice, None, it), &after);
             // Scatter moves (n-1)/n of the whole batch from the master to its peers.
-            let p2p = add(&mut b, task(collective(CollectiveOp::Scatter, mini * n as u64), None, Phase::PeerToPeer, None, it), &[h2d]);
+            let p2p = add(
+                &mut b,
+                task(collective(CollectiveOp::Scatter, mini * n as u64), None, Phase::PeerToPeer, None, it),
+                &[h2d],
+            );
             input_ready = vec![p2p; n as usize];
             input_ready[0] = h2d;
         }
@@ -113,8 +130,11 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
                 let enc = Work::Fixed { ns: codec.encode_ns(model_bytes, tensors) };
                 before_bcast = vec![add(&mut b, task(enc, Some(compute[0]), Phase::Codec, Some(0), it), &before_bcast)];
             }
-            let bcast =
-                add(&mut b, task(collective(CollectiveOp::Broadcast, wire), Some(comm), Phase::WeightBroadcast, None, it), &before_bcast);
+            let bcast = add(
+                &mut b,
+                task(collective(CollectiveOp::Broadcast, wire), Some(comm), Phase::WeightBroadcast, None, it),
+                &before_bcast,
+            );
             // PyTorch launches every replica, the master's included, once replication is done.
             weights_ready[0] = vec![bcast];
             for g in 1..n {
@@ -134,7 +154,13 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
             after.push(input_ready[g]);
             let mut last = None;
             for (l, layer) in w.layers.iter().enumerate() {
-                let mut t = task(Work::Fixed { ns: s.compute_ns(layer.forward.mean_ns) }, Some(compute[g]), Phase::Forward, Some(g as u32), it);
+                let mut t = task(
+                    Work::Fixed { ns: s.compute_ns(layer.forward.mean_ns) },
+                    Some(compute[g]),
+                    Phase::Forward,
+                    Some(g as u32),
+                    it,
+                );
                 t.layer = Some(l as u32);
                 let id = add(&mut b, t, &last.map_or(after.clone(), |p| vec![p]));
                 if l == 0 {
@@ -145,8 +171,16 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
             fwd_end.push(last.expect("a workload has layers"));
         }
         let loss_ready = if n > 1 {
-            let gather = add(&mut b, task(collective(CollectiveOp::Gather, output_bytes), Some(comm), Phase::LossExchange, None, it), &fwd_end);
-            let back = add(&mut b, task(collective(CollectiveOp::Scatter, output_bytes), Some(comm), Phase::LossExchange, None, it), &[gather]);
+            let gather = add(
+                &mut b,
+                task(collective(CollectiveOp::Gather, output_bytes), Some(comm), Phase::LossExchange, None, it),
+                &fwd_end,
+            );
+            let back = add(
+                &mut b,
+                task(collective(CollectiveOp::Scatter, output_bytes), Some(comm), Phase::LossExchange, None, it),
+                &[gather],
+            );
             vec![back; n as usize]
         } else {
             fwd_end.clone()
@@ -155,18 +189,32 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
         for g in 0..n as usize {
             let mut last = loss_ready[g];
             for l in (0..nl).rev() {
-                let mut t = task(Work::Fixed { ns: s.compute_ns(w.layers[l].backward.mean_ns) }, Some(compute[g]), Phase::Backward, Some(g as u32), it);
+                let mut t = task(
+                    Work::Fixed { ns: s.compute_ns(w.layers[l].backward.mean_ns) },
+                    Some(compute[g]),
+                    Phase::Backward,
+                    Some(g as u32),
+                    it,
+                );
                 t.layer = Some(l as u32);
                 last = add(&mut b, t, &[last]);
             }
             bwd_end.push(last);
         }
         let reduced = if n > 1 {
-            vec![add(&mut b, task(collective(CollectiveOp::Reduce, model_bytes), Some(comm), Phase::GradientAggregation, None, it), &bwd_end)]
+            vec![add(
+                &mut b,
+                task(collective(CollectiveOp::Reduce, model_bytes), Some(comm), Phase::GradientAggregation, None, it),
+                &bwd_end,
+            )]
         } else {
             bwd_end.clone()
         };
-        let upd = add(&mut b, task(Work::Fixed { ns: w.update.mean_ns }, Some(compute[0]), Phase::Update, Some(0), it), &reduced);
+        let upd = add(
+            &mut b,
+            task(Work::Fixed { ns: w.update.mean_ns }, Some(compute[0]), Phase::Update, Some(0), it),
+            &reduced,
+        );
         // Every GPU's iteration ends with the master's update.
         iteration_end.extend(std::iter::repeat_n(upd, n as usize));
         for g in 0..n as usize {

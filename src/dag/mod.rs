@@ -78,9 +78,7 @@ impl Phase {
             Phase::GradientAggregation
             | Phase::WeightBroadcast
             | Phase::ModelParallelExchange
-            | Phase::LossExchange => {
-                Category::Communication
-            }
+            | Phase::LossExchange => Category::Communication,
             Phase::PeerToPeer => Category::Io,
             Phase::Codec => Category::Compute,
         }

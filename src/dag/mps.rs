@@ -25,8 +25,9 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let nl = w.layers.len();
     let mut b = DagBuilder::new();
     let gpu_res: Vec<_> = (0..n).map(|g| b.add_resource(format!("gpu{g}.sm"))).collect();
-    let stream: Vec<_> =
-        (0..ranks).map(|r| b.add_queue(format!("gpu{}.client{}", r / k, r % k), Discipline::Fifo, Some(r / k))).collect();
+    let stream: Vec<_> = (0..ranks)
+        .map(|r| b.add_queue(format!("gpu{}.client{}", r / k, r % k), Discipline::Fifo, Some(r / k)))
+        .collect();
     let comm = b.add_queue("comm", Discipline::Fifo, None);
     // Rank r is client r % k of GPU r / k: consecutive ranks share a GPU, as MPI places them.
     let group = b.add_group((0..ranks).map(|r| r / k).collect());
@@ -77,7 +78,11 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             prev_h2d[r] = Some(last);
             for (l, layer) in w.layers.iter().enumerate() {
                 let after: Vec<TaskId> = std::iter::once(last).chain(prev_update[r].filter(|_| l == 0)).collect();
-                last = add(&mut b, task(shared(g, layer.forward.mean_ns), Some(stream[r]), Phase::Forward, g, it, Some(l)), &after);
+                last = add(
+                    &mut b,
+                    task(shared(g, layer.forward.mean_ns), Some(stream[r]), Phase::Forward, g, it, Some(l)),
+                    &after,
+                );
                 if l == 0 {
                     prev_first_fwd[r] = Some(last);
                 }
@@ -88,7 +93,11 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 last = add(&mut b, t, &[last]);
                 bwd_r[l] = last;
             }
-            updates.push(add(&mut b, task(shared(g, w.update.mean_ns), Some(stream[r]), Phase::Update, g, it, None), &[last]));
+            updates.push(add(
+                &mut b,
+                task(shared(g, w.update.mean_ns), Some(stream[r]), Phase::Update, g, it, None),
+                &[last],
+            ));
             bwd.push(bwd_r);
         }
         if ranks > 1 {

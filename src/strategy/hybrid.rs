@@ -147,9 +147,7 @@ impl HybridTable {
                 "conv" => RowKind::Conv,
                 "activation" => RowKind::Activation,
                 "fc" => RowKind::Fc,
-                other => {
-                    return Err(Error::parse(at("kind"), format!("`{other}`: expected conv, activation or fc")))
-                }
+                other => return Err(Error::parse(at("kind"), format!("`{other}`: expected conv, activation or fc"))),
             };
             let row = HybridRow {
                 kind,

@@ -7,9 +7,9 @@ pub mod compress;
 pub mod hybrid;
 
 use crate::collective::Algorithm;
+use crate::error::{Error, Result};
 use crate::units::Nanos;
 use compress::{Codec, CodecCost};
-use crate::error::{Error, Result};
 use serde::Serialize;
 
 /// Where gradient-communication (and data-load) times come from.
@@ -134,7 +134,8 @@ impl Strategy {
                 .ok_or_else(|| bad(format!("`{k}` needs a positive number, not `{v}`")))
         };
         let codec = |k: &str, v: &str| {
-            Codec::parse(v).ok_or_else(|| bad(format!("unknown `{k}` format `{v}` (known: none, fp16, bf16, 8bit, 3to1)")))
+            Codec::parse(v)
+                .ok_or_else(|| bad(format!("unknown `{k}` format `{v}` (known: none, fp16, bf16, 8bit, 3to1)")))
         };
         for token in spec.split('+').map(str::trim) {
             match token.split_once('=') {
@@ -148,9 +149,17 @@ impl Strategy {
                 Some(("gpu_speed", v)) => s.gpu_speed = positive("gpu_speed", v)?,
                 Some(("fp16_speedup", v)) => s.fp16_speedup = positive("fp16_speedup", v)?,
                 Some(("fusion", "inf")) => s.fusion = Some(u64::MAX),
-                Some(("fusion", v)) => s.fusion = Some(parse_bytes(v).ok_or_else(|| bad(format!("`fusion` needs bytes (e.g. 4M) or inf, not `{v}`")))?),
+                Some(("fusion", v)) => {
+                    s.fusion = Some(
+                        parse_bytes(v)
+                            .ok_or_else(|| bad(format!("`fusion` needs bytes (e.g. 4M) or inf, not `{v}`")))?,
+                    )
+                }
                 Some(("priority", v)) => {
-                    s.priority_partition = Some(parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| bad(format!("`priority` needs a piece size in bytes (e.g. 1M), not `{v}`")))?)
+                    s.priority_partition =
+                        Some(parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| {
+                            bad(format!("`priority` needs a piece size in bytes (e.g. 1M), not `{v}`"))
+                        })?)
                 }
                 Some(("sparse", v)) => {
                     let f = positive("sparse", v)?;
@@ -176,7 +185,8 @@ impl Strategy {
                     }
                 }
                 Some(("outputs", v)) => {
-                    s.output_bytes_per_sample = parse_bytes(v).ok_or_else(|| bad(format!("`outputs` needs bytes per sample, not `{v}`")))?
+                    s.output_bytes_per_sample =
+                        parse_bytes(v).ok_or_else(|| bad(format!("`outputs` needs bytes per sample, not `{v}`")))?
                 }
                 Some(("allreduce", v)) => {
                     s.allreduce = Algorithm::parse(v)
@@ -210,14 +220,21 @@ impl Strategy {
         if (s.split || s.preload || s.weights != Codec::None) && !s.master {
             return Err(bad("split, preload and weights= belong to master-GPU data parallelism: add `master`".into()));
         }
-        if s.master && (s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() || s.priority_partition.is_some()) {
-            return Err(bad("grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()));
+        if s.master
+            && (s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() || s.priority_partition.is_some())
+        {
+            return Err(bad(
+                "grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()
+            ));
         }
         if s.mps.is_none() && (s.util != 1.0 || s.threads != 1.0) {
             return Err(bad("util= and threads= describe MPS clients: add `mps=K`".into()));
         }
         if s.mps.is_some() && (s.master || s.comm_source == CommSource::Trace || s.priority_partition.is_some()) {
-            return Err(bad("`mps` combines with all-reduce strategies modelled from bytes (not master, comm=trace or priority)".into()));
+            return Err(bad(
+                "`mps` combines with all-reduce strategies modelled from bytes (not master, comm=trace or priority)"
+                    .into(),
+            ));
         }
         if s.master && s.io_overlap {
             return Err(bad("with `master`, use `preload` (ScaleDNN IV-B) rather than `io`".into()));
@@ -272,7 +289,9 @@ impl Strategy {
         if self.wfbp {
             parts.push("wfbp".into());
         }
-        for (on, name) in [(self.master, "master"), (self.split, "split"), (self.preload, "preload"), (self.mixed, "mixed")] {
+        for (on, name) in
+            [(self.master, "master"), (self.split, "split"), (self.preload, "preload"), (self.mixed, "mixed")]
+        {
             if on {
                 parts.push(name.into());
             }
