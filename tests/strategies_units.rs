@@ -248,3 +248,25 @@ fn mps_clients_share_a_gpu_up_to_their_caps() {
     // 7000 + 1.5 x 8000 + 1.5 x 4000.
     assert_eq!(ns(&predict("none+mps=2+util=0.5", 2)), 25_000);
 }
+
+#[test]
+fn data_loading_workers_can_starve_the_gpu() {
+    let predict = |strategy: &str| {
+        let setup = Setup {
+            workload: tiny(),
+            topology: topology(),
+            strategy: Strategy::parse(strategy).unwrap(),
+            iterations: 5,
+        };
+        (setup.predict(1).unwrap().iteration_time_s * 1e9).round() as u64
+    };
+    // One sample per process at 14 us of one core: one worker takes 14000 ns, longer than the
+    // 7000 ns of compute it overlaps with (`io`), so the loader sets the pace.
+    assert_eq!(predict("io+mps=1+load_us=14+cores=4"), 14_000);
+    // Two workers: 7000 ns, hidden behind compute.
+    assert_eq!(predict("io+mps=1+load_us=14+workers=2+cores=4"), 7_000);
+    // Two processes (kernels 50% utilised) with two workers each: four cores keep up...
+    assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=4"), 7_000);
+    // ...two cores shared by both loaders do not.
+    assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=2"), 14_000);
+}

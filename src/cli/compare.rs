@@ -2,7 +2,7 @@
 
 use super::exit;
 use super::output::{emit, Format};
-use dagsim::compare::{compare, Row, CATEGORIES};
+use dagsim::compare::{best_fusion_threshold, compare, fusion_candidates, Row, CATEGORIES};
 use dagsim::error::{Error, Result};
 use dagsim::scenario::Scenario;
 use dagsim::strategy::Strategy;
@@ -16,6 +16,7 @@ Examples:
   dagsim compare --trace traces/alexnet_k80.csv --gpus 16 --topology v100-cluster \\
       --strategies none,wfbp,wfbp+mixed+fp16_speedup=1.12,wfbp+fusion=4M,wfbp+fusion=4M+sparse=0.15
   dagsim compare --scenario scenarios/scaledn_alexnet.toml --strategies master,master+split --format csv
+  dagsim compare --trace traces/alexnet_titanx_caffe.csv --gpus 16 --strategies wfbp,wfbp+mixed --best-fusion
 
 Columns (seconds per iteration, averaged over GPUs, summing to the iteration time): fp_bp (forward,
 backward, update, codecs), gradient_reduce, weight_broadcast, ptop, htod (read + host-to-device),
@@ -49,6 +50,10 @@ pub struct Args {
     /// Iterations to simulate (the first is warm-up).
     #[arg(long, value_name = "N")]
     iterations: Option<u32>,
+    /// Give each all-reduce strategy the lazy all-reduce threshold θ that makes it fastest
+    /// (searched over none, 64 KiB..256 MiB in powers of 4, and inf).
+    #[arg(long)]
+    best_fusion: bool,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write to FILE instead of stdout (written atomically).
@@ -79,8 +84,14 @@ pub fn run(args: Args) -> Result<u8> {
     if gpus == 0 {
         return Err(Error::invalid("--gpus", "must be at least 1"));
     }
-    let strategies = args.strategies.iter().map(|s| Strategy::parse(s)).collect::<Result<Vec<_>>>()?;
+    let mut strategies = args.strategies.iter().map(|s| Strategy::parse(s)).collect::<Result<Vec<_>>>()?;
     let setup = scenario.setup()?;
+    if args.best_fusion {
+        for s in strategies.iter_mut().filter(|s| !s.master && s.mps.is_none() && s.priority_partition.is_none()) {
+            let with = dagsim::predict::Setup { strategy: s.clone(), ..setup.clone() };
+            s.fusion = best_fusion_threshold(&with, gpus, &fusion_candidates())?.0;
+        }
+    }
     let rows = compare(&setup, &strategies, gpus)?;
     let title = format!(
         "workload {} (batch {}/GPU) | topology {} | {gpus} GPUs",

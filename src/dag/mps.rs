@@ -4,7 +4,10 @@
 //! clients/GPU). A kernel that reaches utilisation `u` alone needs `u x t` of the GPU (t its traced
 //! time) and runs no faster than `min(u, active-thread share)`: alone it takes `t`; next to other
 //! clients it gets a max-min fair share. So a small model (low `u`) gains from more clients and a
-//! large one (`u` near 1) does not. Builds graphs only.
+//! large one (`u` near 1) does not. Data-loading workers (AccDP Sec. V), when modelled, are CPU
+//! work on a processor-shared resource per node: each process's loader gets at most its workers'
+//! share of the node's cores, so too few workers, or too many processes per node, starve the GPUs.
+//! Builds graphs only.
 
 use super::build::BuildInput;
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
@@ -25,6 +28,9 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let nl = w.layers.len();
     let mut b = DagBuilder::new();
     let gpu_res: Vec<_> = (0..n).map(|g| b.add_resource(format!("gpu{g}.sm"))).collect();
+    let nodes = m.gpus[..n as usize].iter().map(|g| g.node).max().map_or(1, |x| x + 1);
+    let cpu_res: Vec<_> = (0..nodes).map(|x| b.add_resource(format!("node{x}.cpu"))).collect();
+    let node_of = |g: u32| m.gpus[g as usize].node as usize;
     let stream: Vec<_> = (0..ranks)
         .map(|r| b.add_queue(format!("gpu{}.client{}", r / k, r % k), Discipline::Fifo, Some(r / k)))
         .collect();
@@ -67,7 +73,17 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             // next copy waits for the input buffer to be consumed; without, both wait for the update.
             let io_after = if s.io_overlap { prev_h2d[r] } else { prev_update[r] };
             let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes };
-            let io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
+            let mut io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
+            if let Some(l) = s.loader {
+                // The process's workers decode and augment the batch on the node's shared cores.
+                let cores = l.cores as f64;
+                let work = Work::Shared {
+                    resource: cpu_res[node_of(g)],
+                    work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as Nanos,
+                    cap: l.workers.min(l.cores) as f64 / cores,
+                };
+                io = add(&mut b, task(work, None, Phase::Io, g, it, None), &[io]);
+            }
             let h2d = Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes };
             let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &[io]);
             if s.io_overlap {

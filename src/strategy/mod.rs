@@ -67,6 +67,18 @@ pub struct Strategy {
     pub mps: Option<u32>,
     pub util: f64,
     pub threads: f64,
+    /// AccDP V: data-loading workers on the host CPU. CPU time to load and augment one sample
+    /// with one worker (`load_us`), workers per process, and CPU cores per node shared by all the
+    /// node's processes. `None` = loading is not modelled as CPU work.
+    pub loader: Option<Loader>,
+}
+
+/// Data-loading workers as a processor-shared CPU resource (AccDP Sec. V).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Loader {
+    pub load_ns_per_sample: Nanos,
+    pub workers: u32,
+    pub cores: u32,
 }
 
 /// GradientFlow's chunk size for coarse-grained sparse communication: 32K gradients.
@@ -125,7 +137,9 @@ impl Strategy {
             mps: None,
             util: 1.0,
             threads: 1.0,
+            loader: None,
         };
+        let mut loader = (None, 1u32, None);
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
         let positive = |k: &str, v: &str| -> Result<f64> {
             v.parse::<f64>()
@@ -172,6 +186,19 @@ impl Strategy {
                     s.mps = Some(v.parse().ok().filter(|&k| (1..=48).contains(&k)).ok_or_else(|| {
                         bad(format!("`mps` needs 1 to 48 clients per GPU (Volta MPS limit), not `{v}`"))
                     })?)
+                }
+                Some(("load_us", v)) => loader.0 = Some(crate::units::us_to_ns(positive("load_us", v)?)),
+                Some((k @ ("workers" | "cores"), v)) => {
+                    let n = v
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| bad(format!("`{k}` needs a positive count, not `{v}`")))?;
+                    if k == "workers" {
+                        loader.1 = n
+                    } else {
+                        loader.2 = Some(n)
+                    }
                 }
                 Some((k @ ("util" | "threads"), v)) => {
                     let f = positive(k, v)?;
@@ -227,8 +254,17 @@ impl Strategy {
                 "grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()
             ));
         }
-        if s.mps.is_none() && (s.util != 1.0 || s.threads != 1.0) {
-            return Err(bad("util= and threads= describe MPS clients: add `mps=K`".into()));
+        match loader {
+            (Some(load_ns_per_sample), workers, Some(cores)) => {
+                s.loader = Some(Loader { load_ns_per_sample, workers, cores })
+            }
+            (None, 1, None) => {}
+            _ => return Err(bad("data loading needs both `load_us` and `cores` (and optionally `workers`)".into())),
+        }
+        if s.mps.is_none() && (s.util != 1.0 || s.threads != 1.0 || s.loader.is_some()) {
+            return Err(bad(
+                "util=, threads= and load_us= describe AccDP processes: add `mps=K` (1 for one process per GPU)".into(),
+            ));
         }
         if s.mps.is_some() && (s.master || s.comm_source == CommSource::Trace || s.priority_partition.is_some()) {
             return Err(bad(
@@ -322,14 +358,14 @@ impl Strategy {
         }
         match self.fusion {
             Some(u64::MAX) => parts.push("fusion=inf".into()),
-            Some(t) => parts.push(format!("fusion={t}")),
+            Some(t) => parts.push(format!("fusion={}", format_bytes(t))),
             None => {}
         }
         if let Some(f) = self.sparse {
             parts.push(format!("sparse={}", num(f)));
         }
         if let Some(p) = self.priority_partition {
-            parts.push(format!("priority={p}"));
+            parts.push(format!("priority={}", format_bytes(p)));
         }
         if let Some(k) = self.mps {
             parts.push(format!("mps={k}"));
@@ -339,6 +375,13 @@ impl Strategy {
         }
         if self.threads != 1.0 {
             parts.push(format!("threads={}", num(self.threads)));
+        }
+        if let Some(l) = self.loader {
+            parts.push(format!("load_us={}", num(l.load_ns_per_sample as f64 / 1e3)));
+            if l.workers != 1 {
+                parts.push(format!("workers={}", l.workers));
+            }
+            parts.push(format!("cores={}", l.cores));
         }
         if self.output_bytes_per_sample != 4000 {
             parts.push(format!("outputs={}", self.output_bytes_per_sample));
@@ -371,7 +414,20 @@ pub const SETTINGS: &[&str] = &[
     "mps",
     "util",
     "threads",
+    "load_us",
+    "workers",
+    "cores",
 ];
+
+/// Bytes with the largest K/M/G suffix that divides them exactly (the inverse of [`parse_bytes`]).
+pub fn format_bytes(b: u64) -> String {
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if b > 0 && b % (1 << shift) == 0 {
+            return format!("{}{suffix}", b >> shift);
+        }
+    }
+    b.to_string()
+}
 
 /// Bytes with an optional K/M/G suffix (powers of 1024), e.g. `4M`.
 pub fn parse_bytes(v: &str) -> Option<u64> {
