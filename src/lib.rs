@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod collective;
+pub mod compare;
 pub mod dag;
 pub mod error;
 #[cfg(feature = "cuda")]

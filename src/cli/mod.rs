@@ -5,6 +5,7 @@
 mod bench;
 #[cfg(feature = "cuda")]
 mod calibrate_gpu;
+mod compare;
 mod completions;
 mod output;
 mod predict;
@@ -66,6 +67,7 @@ enum Command {
     Timeline(timeline::Args),
     Sweep(sweep::Args),
     Completions(completions::Args),
+    Compare(compare::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -83,6 +85,7 @@ pub fn run() -> ExitCode {
         Command::Timeline(args) => timeline::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::Completions(args) => completions::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

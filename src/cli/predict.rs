@@ -38,7 +38,7 @@ pub struct Args {
     /// Topology preset (k80-cluster, v100-cluster) or file.
     #[arg(long, value_name = "NAME|FILE")]
     topology: Option<String>,
-    /// Strategy: features joined by `+` (none, io, wfbp; settings allreduce=ring, comm=model|trace).
+    /// Strategy: features joined by `+` (none, io, wfbp, master, mixed, ...; see docs/strategies.md).
     #[arg(long, value_name = "SPEC")]
     strategy: Option<String>,
     /// Read --trace with an importer (pipedream, caffe, bcaffe, kineto) instead of the native reader.

@@ -58,10 +58,7 @@ fn device_pid(machine: &Machine, d: DeviceId) -> u64 {
 }
 
 fn phase_index(p: Phase) -> u64 {
-    [Phase::Io, Phase::HostToDevice, Phase::Forward, Phase::Backward, Phase::GradientAggregation, Phase::Update]
-        .iter()
-        .position(|&x| x == p)
-        .expect("every phase is listed") as u64
+    Phase::ALL.iter().position(|&x| x == p).expect("every phase is listed") as u64
 }
 
 fn phase_track_name(p: Phase) -> String {

@@ -70,6 +70,11 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::Backward => RGBColor(255, 127, 14),
         Phase::GradientAggregation => RGBColor(214, 39, 40),
         Phase::Update => RGBColor(148, 103, 189),
+        Phase::PeerToPeer => RGBColor(23, 190, 207),
+        Phase::WeightBroadcast => RGBColor(227, 119, 194),
+        Phase::ModelParallelExchange => RGBColor(140, 86, 75),
+        Phase::LossExchange => RGBColor(188, 189, 34),
+        Phase::Codec => RGBColor(127, 127, 127),
     }
 }
 

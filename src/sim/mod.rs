@@ -94,6 +94,9 @@ enum Owner {
     Collective(u32),
 }
 
+/// Route id marking a [`Pending`] that is processor-shared compute, not a transfer.
+const SHARED_ROUTE: u32 = u32::MAX;
+
 /// A flow waiting out its route latency, or moving bytes.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -197,7 +200,9 @@ impl<'a> Engine<'a> {
     fn new(dag: &'a Dag, machine: &'a Machine, options: Options) -> Self {
         let n = dag.len();
         let nlinks = machine.links.len();
-        let capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        // Processor-shared resources follow the links, each of capacity one (ns of work per ns).
+        let mut capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        capacity.extend(dag.resources().iter().map(|_| 1.0));
         Engine {
             dag,
             machine,
@@ -371,6 +376,7 @@ impl<'a> Engine<'a> {
         match self.dag.task(t).work {
             Work::Fixed { ns } => self.push(self.now + ns, EventKind::TaskDone(t)),
             Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
+            Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
                 let ranks = self.dag.group(group).len() as u32;
                 let plan = Plan::lower(op, algorithm, ranks, bytes);
@@ -709,6 +715,27 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Processor-shared compute: a flow of `work_ns` over the resource's capacity-one "link".
+    fn start_shared(&mut self, t: TaskId, resource: u32, work_ns: Nanos, cap: f64) {
+        if work_ns == 0 {
+            return self.push(self.now, EventKind::TaskDone(t));
+        }
+        let p = Pending {
+            owner: Owner::Task(t),
+            route: SHARED_ROUTE,
+            bytes: work_ns,
+            src: 0,
+            dst: 0,
+            step: 0,
+            start: self.now,
+        };
+        let slot = self.new_pending(p);
+        self.flows_created -= 1; // compute, not a transfer
+        let link = self.machine.links.len() as u32 + resource;
+        let f = self.net.add(&[link], work_ns as f64, cap, self.now);
+        self.map_flow(f, slot);
+    }
+
     fn activate(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         let nlinks = self.routes[p.route as usize].links.len();
@@ -732,6 +759,10 @@ impl<'a> Engine<'a> {
     fn flow_finished(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         self.free_pending.push(slot);
+        if p.route == SHARED_ROUTE {
+            let Owner::Task(t) = p.owner else { unreachable!("shared compute belongs to a task") };
+            return self.finish(t);
+        }
         for &l in &self.routes[p.route as usize].links {
             self.link_bytes[l as usize] += p.bytes as f64;
         }
