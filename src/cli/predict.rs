@@ -36,6 +36,9 @@ pub struct Args {
     /// Topology preset (k80-cluster, v100-cluster) or file.
     #[arg(long, value_name = "NAME|FILE")]
     topology: Option<String>,
+    /// Calibration file (from `dagsim calibrate`) applied to the topology's links.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
     /// Strategy: features joined by `+` (none, io, wfbp; settings allreduce=ring, comm=model|trace).
     #[arg(long, value_name = "SPEC")]
     strategy: Option<String>,
@@ -93,7 +96,10 @@ pub fn run(args: Args) -> Result<u8> {
     if gpus.is_empty() || gpus.contains(&0) {
         return Err(Error::invalid("--gpus", "GPU counts must be at least 1"));
     }
-    let setup = scenario.setup()?;
+    let mut setup = scenario.setup()?;
+    if let Some(c) = &args.calibration {
+        setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
+    }
     if setup.workload.sample_bytes == 0 {
         eprintln!(
             "note: the trace gives no input sample size, so reading and copying batches costs nothing; \

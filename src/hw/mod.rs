@@ -4,13 +4,15 @@
 //! which host, where its data comes from) and by the engine (link capacities, routes).
 //! Knows nothing of DAGs, strategies or time-stepping.
 
+pub mod calibration;
 mod route;
 pub mod topology;
 
+pub use calibration::Calibration;
 pub use route::Route;
 pub use topology::{load_topology, Topology};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Index of a device in [`Machine::devices`].
 pub type DeviceId = u32;
@@ -30,7 +32,7 @@ pub enum DeviceKind {
     Storage,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinkKind {
     Pcie,
@@ -53,6 +55,20 @@ impl LinkKind {
             LinkKind::Infiniband => "infiniband",
             LinkKind::Storage => "storage",
         }
+    }
+
+    pub const ALL: [LinkKind; 7] = [
+        LinkKind::Pcie,
+        LinkKind::Nvlink,
+        LinkKind::Nvswitch,
+        LinkKind::Qpi,
+        LinkKind::Ethernet,
+        LinkKind::Infiniband,
+        LinkKind::Storage,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -149,6 +165,9 @@ pub struct Machine {
     pub links: Vec<Link>,
     /// GPUs in rank order (node by node).
     pub gpus: Vec<GpuInfo>,
+    /// Collective efficiencies from a calibration file (empty: every collective at full rate).
+    #[serde(skip)]
+    pub collective_efficiency: Vec<calibration::CollectiveEfficiency>,
     #[serde(skip)]
     out_links: Vec<Vec<LinkId>>,
 }
@@ -179,7 +198,15 @@ impl Machine {
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
-        let m = Machine { name: name.clone(), gpu_model, devices, links, gpus, out_links };
+        let m = Machine {
+            name: name.clone(),
+            gpu_model,
+            devices,
+            links,
+            gpus,
+            collective_efficiency: Vec::new(),
+            out_links,
+        };
         for g in &m.gpus {
             for (what, other) in [("host", g.host), ("storage", g.storage)] {
                 if m.shortest_path(other, g.device).is_none() {

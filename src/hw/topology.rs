@@ -3,7 +3,7 @@
 //! each other (through the host, or NVLink), the network between nodes, and where training data is
 //! read from. [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
 
-use super::{BandwidthCurve, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
+use super::{BandwidthCurve, Calibration, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
 use crate::error::{Error, Location, Result};
 use crate::units::{gb_per_s_to_bytes_per_ns, gbit_per_s_to_bytes_per_ns, us_to_ns};
 use serde::{Deserialize, Serialize};
@@ -30,6 +30,12 @@ pub struct Topology {
     #[serde(default)]
     pub source: String,
     pub cluster: ClusterSpec,
+    /// Calibration file applied after building (path relative to the topology file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
+    /// The calibration itself, read when the topology is loaded (or set by `--calibration`).
+    #[serde(skip)]
+    pub calibrated: Option<Calibration>,
 }
 
 /// Identical nodes, each with `gpus_per_node` GPUs under one host.
@@ -137,7 +143,12 @@ pub fn load_topology(name_or_path: &str) -> Result<Topology> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let toml = path.extension().is_some_and(|e| e == "toml");
-    parse_topology(&text, path, toml)
+    let mut topo = parse_topology(&text, path, toml)?;
+    if let Some(c) = &topo.calibration {
+        let cal_path = path.parent().unwrap_or(Path::new(".")).join(c);
+        topo.calibrated = Some(Calibration::load(&cal_path)?);
+    }
+    Ok(topo)
 }
 
 /// Parses topology text; errors name the file and, for JSON, the line.
@@ -266,7 +277,11 @@ impl Topology {
                 }
             }
         }
-        Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)
+        let mut machine = Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)?;
+        if let Some(cal) = &self.calibrated {
+            machine.apply_calibration(cal)?;
+        }
+        Ok(machine)
     }
 }
 
