@@ -5,6 +5,7 @@
 //! Knows nothing of DAGs, strategies or time-stepping.
 
 pub mod calibration;
+pub mod graph;
 mod route;
 pub mod topology;
 
@@ -19,7 +20,7 @@ pub type DeviceId = u32;
 /// Index of a directed link in [`Machine::links`].
 pub type LinkId = u32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
     Gpu,
@@ -207,6 +208,14 @@ impl Machine {
             collective_efficiency: Vec::new(),
             out_links,
         };
+        // Every GPU must reach the first one and be reached from it (one search each way).
+        let (from_first, to_first) = (m.reachable(m.gpus[0].device, false), m.reachable(m.gpus[0].device, true));
+        for g in &m.gpus {
+            if !(from_first[g.device as usize] && to_first[g.device as usize]) {
+                let (gname, first) = (m.device_name(g.device), m.device_name(m.gpus[0].device));
+                return Err(err(format!("GPU {gname} is disconnected: no route between it and {first}")));
+            }
+        }
         for g in &m.gpus {
             for (what, other) in [("host", g.host), ("storage", g.storage)] {
                 if m.shortest_path(other, g.device).is_none() {
@@ -216,6 +225,34 @@ impl Machine {
             }
         }
         Ok(m)
+    }
+
+    /// Devices reachable from `start` (following links backwards if `reverse`).
+    fn reachable(&self, start: DeviceId, reverse: bool) -> Vec<bool> {
+        let mut seen = vec![false; self.devices.len()];
+        seen[start as usize] = true;
+        let mut stack = vec![start];
+        let mut incoming: Vec<Vec<DeviceId>> = Vec::new();
+        if reverse {
+            incoming = vec![Vec::new(); self.devices.len()];
+            for l in &self.links {
+                incoming[l.to as usize].push(l.from);
+            }
+        }
+        while let Some(d) = stack.pop() {
+            let next: Vec<DeviceId> = if reverse {
+                incoming[d as usize].clone()
+            } else {
+                self.out_links(d).iter().map(|&l| self.links[l as usize].to).collect()
+            };
+            for n in next {
+                if !seen[n as usize] {
+                    seen[n as usize] = true;
+                    stack.push(n);
+                }
+            }
+        }
+        seen
     }
 
     pub fn device_name(&self, d: DeviceId) -> &str {
