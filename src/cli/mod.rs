@@ -3,6 +3,7 @@
 //! exit codes.
 
 mod bench;
+mod calibrate;
 mod output;
 mod predict;
 
@@ -36,6 +37,7 @@ struct Cli {
 enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
+    Calibrate(calibrate::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -44,6 +46,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -81,8 +81,8 @@ pub struct Device {
     pub node: Option<u32>,
 }
 
-/// Achievable bandwidth of one message as a function of its size: piecewise-linear between
-/// measured points, flat beyond the ends. Rates in bytes/ns (= GB/s).
+/// Achievable bandwidth of one message as a function of its size: piecewise-linear in log(size)
+/// between measured points, flat beyond the ends. Rates in bytes/ns (= GB/s).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BandwidthCurve {
     /// (message bytes, bytes/ns), sorted by size, at least one point.
@@ -117,7 +117,13 @@ impl BandwidthCurve {
         for w in pts.windows(2) {
             let ((x0, y0), (x1, y1)) = (w[0], w[1]);
             if bytes <= x1 {
-                let t = (bytes - x0) as f64 / (x1 - x0).max(1) as f64;
+                // Measured sizes are usually powers of two apart, so interpolate in log(size);
+                // from a point at 0 bytes, linearly.
+                let t = if x0 == 0 {
+                    bytes as f64 / x1.max(1) as f64
+                } else {
+                    (bytes as f64 / x0 as f64).ln() / (x1 as f64 / x0 as f64).ln().max(f64::MIN_POSITIVE)
+                };
                 return y0 + t * (y1 - y0);
             }
         }
