@@ -4,6 +4,7 @@
 //! which host, where its data comes from) and by the engine (link capacities, routes).
 //! Knows nothing of DAGs, strategies or time-stepping.
 
+pub mod builder;
 pub mod calibration;
 pub mod graph;
 mod route;
