@@ -13,7 +13,7 @@
 
 pub mod formats;
 
-use crate::collective::{Algorithm, CollectiveOp, Layout, Plan};
+use crate::collective::{Algorithm, CollectiveOp};
 use crate::dag::{DagBuilder, DagMeta, Phase, Task, Work};
 use crate::error::{Error, Result};
 use crate::hw::calibration::{Calibration, CurvePoint, FitPoint, LinkCalibration, Provenance};
@@ -173,8 +173,23 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
         latency_us: latency_ns / 1e3,
         bandwidth: curve,
     });
+    let before = ring_routes(&machine, ranks);
     let mut fitted = machine;
     fitted.apply_calibration(&calibration)?;
+    if ring_routes(&fitted, ranks) != before {
+        let peak = calibration.links[0].bandwidth.iter().map(|p| p.gb_s).fold(0.0, f64::max);
+        return Err(Error::invalid(
+            "measurement",
+            format!(
+                "{}: fitting {} links to these times (at most {peak:.2} GB/s) makes the ring's routes avoid them; \
+                 the measurement is slower than the topology's other paths allow, so it probably did not use {} \
+                 links (e.g. MPI staging through host memory). Fit another --kind or describe that path",
+                m.input,
+                route.kind.name(),
+                route.kind.name()
+            ),
+        ));
+    }
     let mut points = Vec::with_capacity(m.points.len());
     for (i, &(bytes, us)) in m.points.iter().enumerate() {
         let model_us = simulate_collective(&fitted, m.op, Algorithm::Ring, ranks, bytes)? as f64 / 1e3;
@@ -191,6 +206,16 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
     }
     calibration.fit = points.clone();
     Ok(Fit { calibration, kind: route.kind, points })
+}
+
+/// The links of every transfer of a ring's step, in rank order.
+fn ring_routes(machine: &Machine, ranks: u32) -> Vec<Option<Vec<u32>>> {
+    (0..ranks)
+        .map(|r| {
+            let (a, b) = (machine.gpus[r as usize].device, machine.gpus[((r + 1) % ranks) as usize].device);
+            machine.shortest_path(a, b).map(|route| route.links)
+        })
+        .collect()
 }
 
 /// Least-squares intercept of y over x.
@@ -215,42 +240,37 @@ struct CriticalRoute {
 
 impl CriticalRoute {
     fn find(machine: &Machine, ranks: u32, kind: Option<LinkKind>) -> Result<Self> {
-        let plan = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(ranks), ranks as u64);
         let mut routes = Vec::new();
-        let mut failed = None;
-        plan.for_each_transfer(0, |t| {
-            let (a, b) = (machine.gpus[t.src as usize].device, machine.gpus[t.dst as usize].device);
-            match machine.shortest_path(a, b) {
-                Some(r) => routes.push(r),
-                None => failed = Some((a, b)),
-            }
-        });
-        if let Some((a, b)) = failed {
-            let (a, b) = (machine.device_name(a), machine.device_name(b));
-            return Err(Error::topology(machine.name.clone(), format!("no route from {a} to {b}")));
+        for (r, route) in ring_routes(machine, ranks).into_iter().enumerate() {
+            let Some(links) = route else {
+                let (a, b) = (machine.gpus[r].device, machine.gpus[(r + 1) % ranks as usize].device);
+                let (a, b) = (machine.device_name(a), machine.device_name(b));
+                return Err(Error::topology(machine.name.clone(), format!("no route from {a} to {b}")));
+            };
+            routes.push(links);
         }
         let link = |l: &u32| &machine.links[*l as usize];
         let kind = match kind {
             Some(k) => k,
             None => routes
                 .iter()
-                .flat_map(|r| r.links.iter().map(link))
+                .flat_map(|r| r.iter().map(link))
                 .min_by(|x, y| x.capacity().total_cmp(&y.capacity()))
                 .map(|l| l.kind)
                 .ok_or_else(|| Error::topology(machine.name.clone(), "the ring's routes have no links"))?,
         };
         let best = routes
             .iter()
-            .max_by_key(|r| r.links.iter().filter(|l| link(l).kind == kind).count())
+            .max_by_key(|r| r.iter().filter(|l| link(l).kind == kind).count())
             .expect("a ring of two or more ranks has transfers");
-        let hops = best.links.iter().filter(|l| link(l).kind == kind).count() as u32;
+        let hops = best.iter().filter(|l| link(l).kind == kind).count() as u32;
         if hops == 0 {
             return Err(Error::invalid(
                 "--kind",
                 format!("no transfer of the ring crosses a {} link on topology `{}`", kind.name(), machine.name),
             ));
         }
-        let other_latency_ns = best.links.iter().map(link).filter(|l| l.kind != kind).map(|l| l.latency_ns).sum();
+        let other_latency_ns = best.iter().map(link).filter(|l| l.kind != kind).map(|l| l.latency_ns).sum();
         Ok(CriticalRoute { kind, hops, other_latency_ns })
     }
 }
