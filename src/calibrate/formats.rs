@@ -103,8 +103,9 @@ pub fn parse_nccl_tests(text: &str, path: &Path) -> Result<Measurement> {
     Ok(Measurement { input: path.display().to_string(), op, ranks, hosts: hosts.len() as u32, hardware, points })
 }
 
-/// OSU: `# OSU MPI[-CUDA] Allreduce Latency Test`, then `size avg-latency ...` rows. The rank
-/// count is not in the file; the caller supplies it.
+/// OSU: `# OSU MPI[-CUDA] Allreduce Latency Test`, then `size avg-latency ...` rows (or
+/// `ranks,size avg-latency`). Without the prefix the rank count is not in the file; the caller
+/// supplies it.
 pub fn parse_osu(text: &str, path: &Path, op_hint: Option<CollectiveOp>) -> Result<Measurement> {
     let title = text.lines().find(|l| l.contains("# OSU")).unwrap_or("").to_lowercase();
     let op = if title.contains("allreduce") {
@@ -119,12 +120,21 @@ pub fn parse_osu(text: &str, path: &Path, op_hint: Option<CollectiveOp>) -> Resu
         return Err(Error::parse(Location::file(path), format!("unknown OSU test: {}", title.trim())));
     };
     let mut points = Vec::new();
+    let mut ranks = 0;
     for (i, line) in text.lines().enumerate() {
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.len() < 2 || cols[0].starts_with('#') {
             continue;
         }
-        let Ok(bytes) = cols[0].parse::<u64>() else { continue };
+        // Some collections prefix the size with the process count: `8,1024   101.89`.
+        let size = match cols[0].split_once(',') {
+            Some((n, size)) => {
+                ranks = n.parse().unwrap_or(0);
+                size
+            }
+            None => cols[0],
+        };
+        let Ok(bytes) = size.parse::<u64>() else { continue };
         let us: f64 = cols[1]
             .parse()
             .map_err(|_| Error::parse(Location::line(path, i + 1), format!("latency `{}` is not a number", cols[1])))?;
@@ -133,7 +143,7 @@ pub fn parse_osu(text: &str, path: &Path, op_hint: Option<CollectiveOp>) -> Resu
     if points.is_empty() {
         return Err(Error::parse(Location::file(path), "no measurement rows found"));
     }
-    Ok(Measurement { input: path.display().to_string(), op, ranks: 0, hosts: 0, hardware: String::new(), points })
+    Ok(Measurement { input: path.display().to_string(), op, ranks, hosts: 0, hardware: String::new(), points })
 }
 
 #[cfg(test)]
@@ -168,5 +178,8 @@ mod tests {
         let m = parse_osu(text, Path::new("x.mpi"), None).unwrap();
         assert_eq!((m.op, m.ranks), (CollectiveOp::AllReduce, 0));
         assert_eq!(m.points, vec![(4, 24.32), (8, 24.62)]);
+        let m = parse_osu("# OSU MPI Allreduce Latency Test v5.4.0\n8,4   82.28\n8,8  68.72\n", Path::new("y"), None)
+            .unwrap();
+        assert_eq!((m.ranks, m.points.len()), (8, 2));
     }
 }

@@ -12,6 +12,7 @@
 //! rate(chunk) = chunk / (s - L_o - h a). Between points the curve is interpolated in log(size).
 
 pub mod formats;
+pub mod p2p;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::dag::{DagBuilder, DagMeta, Phase, Task, Work};

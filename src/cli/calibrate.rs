@@ -4,6 +4,7 @@
 
 use super::exit;
 use super::output::{emit, Format};
+use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
 use dagsim::calibrate::{fit_allreduce, read_measurement, Fit, FitOptions};
 use dagsim::error::{Error, Result};
 use dagsim::hw::{load_topology, LinkKind};
@@ -15,18 +16,23 @@ Examples:
   dagsim calibrate allreduce/intra_vnode/job04.sh.7280532.nccl --topology abci-v -o abci-v.cal.json
   dagsim calibrate job04.sh.7280532.nccl --topology abci-v --hold-out
   dagsim calibrate osu_allreduce.out --topology k80-cluster --ranks 8 --hosts 2 --kind ethernet
+  dagsim calibrate dgx-1_packet.txt --topology dgx1-p100 --kind nvlink -o dgx1.cal.json
   dagsim predict --trace t.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
 Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables
 (give --ranks and --hosts). Fits the links of one kind (default: the slowest kind on the ring's
 routes) to the measured ring all-reduce, then simulates every measured size on the calibrated
 machine and prints measured vs model time. With --hold-out, only every other size is fitted and
-the rest are predictions. The summary gives median and worst |error| for 1 KiB..32 MiB.";
+the rest are predictions. The summary gives median and worst |error| for 1 KiB..32 MiB.
+
+GPU-to-GPU matrices (CUDA p2pBandwidthLatencyTest output, or Tartan's per-size blocks) calibrate
+the links of --kind (default nvlink) between directly joined GPU pairs: per pair from the plain
+form, one curve per kind from the per-size form, checked by simulating each pair and size.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Fit link latency and bandwidth curves to benchmark outputs", after_help = EXAMPLES)]
 pub struct Args {
-    /// Benchmark output (nccl-tests or OSU all-reduce table).
+    /// Benchmark output (nccl-tests or OSU all-reduce table, or a GPU-to-GPU matrix).
     #[arg(value_name = "FILE")]
     input: PathBuf,
     /// Topology preset or file the benchmark ran on.
@@ -63,6 +69,9 @@ pub fn run(args: Args) -> Result<u8> {
         None => None,
     };
     let topology = load_topology(&args.topology)?;
+    if is_p2p_matrix(&args.input)? {
+        return run_p2p(&args, &topology, kind.unwrap_or(LinkKind::Nvlink));
+    }
     let measurement = read_measurement(&args.input, None)?;
     let opts = FitOptions { kind, hold_out: args.hold_out, ranks: args.ranks, hosts: args.hosts };
     let fit = fit_allreduce(&topology, &measurement, &opts)?;
@@ -76,6 +85,63 @@ pub fn run(args: Args) -> Result<u8> {
     })?;
     if let Some(path) = &args.output {
         emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
+    }
+    Ok(exit::OK)
+}
+
+/// GPU-to-GPU matrices: p2pBandwidthLatencyTest output or Tartan's per-size blocks.
+fn is_p2p_matrix(path: &std::path::Path) -> Result<bool> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    Ok(text.contains("P2P=Enabled") || text.lines().any(|l| l.starts_with("===== ")))
+}
+
+fn run_p2p(args: &Args, topology: &dagsim::hw::Topology, kind: LinkKind) -> Result<u8> {
+    let table = read_p2p(&args.input, kind)?;
+    let (calibration, checks) = fit_p2p(topology, &table, kind)?;
+    emit(None, |w| {
+        if args.format == Format::Csv {
+            writeln!(w, "from,to,bytes,measured_us,model_us,error")?;
+        } else {
+            writeln!(
+                w,
+                "{:>10} {:>10} {:>12} {:>12} {:>12} {:>8}",
+                "from", "to", "bytes", "measured_us", "model_us", "error"
+            )?;
+        }
+        for c in &checks {
+            if args.format == Format::Csv {
+                writeln!(w, "{},{},{},{},{},{}", c.from, c.to, c.bytes, c.measured_us, c.model_us, c.error())?;
+            } else {
+                let (f, t, b, m, o, e) = (&c.from, &c.to, c.bytes, c.measured_us, c.model_us, 100.0 * c.error());
+                writeln!(w, "{f:>10} {t:>10} {b:>12} {m:>12.2} {o:>12.2} {e:>7.1}%")?;
+            }
+        }
+        let mut errors: Vec<f64> = checks
+            .iter()
+            .filter(|c| (SUMMARY_RANGE.0..=SUMMARY_RANGE.1).contains(&c.bytes))
+            .map(|c| c.error().abs())
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        if args.format == Format::Text && !errors.is_empty() {
+            let (median, worst) = (errors[errors.len() / 2], errors[errors.len() - 1]);
+            writeln!(
+                w,
+                "pairs x sizes 1 KiB..32 MiB: median |error| {:.1}%, worst {:.1}%",
+                100.0 * median,
+                100.0 * worst
+            )?;
+        } else if args.format == Format::Text {
+            writeln!(
+                w,
+                "{} direct {} links calibrated (one size: nothing to check beyond the fit)",
+                calibration.links.len(),
+                kind.name()
+            )?;
+        }
+        Ok(())
+    })?;
+    if let Some(path) = &args.output {
+        emit(Some(path), |w| w.write_all(calibration.to_json().as_bytes()))?;
     }
     Ok(exit::OK)
 }
