@@ -104,10 +104,10 @@ fn dgx1_non_neighbours_route_two_nvlink_hops() {
             [2, 4, 5, 7],
             [3, 4, 5, 6],
         ];
-        for a in 0..8 {
+        for (a, near) in neighbours.iter().enumerate() {
             for b in (0..8).filter(|&b| b != a) {
                 let r = m.shortest_path(gpu(a), gpu(b)).unwrap();
-                let hops = if neighbours[a].contains(&b) { 1 } else { 2 };
+                let hops = if near.contains(&b) { 1 } else { 2 };
                 assert_eq!(r.links.len(), hops, "{preset}: gpu{a} -> gpu{b}");
                 assert!(
                     r.links.iter().all(|&l| m.links[l as usize].kind == LinkKind::Nvlink),

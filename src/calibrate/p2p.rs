@@ -12,14 +12,17 @@ use crate::hw::{LinkKind, Machine, Topology};
 use crate::sim::{simulate, Options};
 use std::path::Path;
 
+/// A square matrix indexed [src GPU][dst GPU].
+pub type Matrix = Vec<Vec<f64>>;
+
 /// Times of one message between every GPU pair, at one or more sizes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct P2pTable {
     pub input: String,
     /// (message bytes, time_us[src][dst]); the diagonal is ignored.
-    pub sizes: Vec<(u64, Vec<Vec<f64>>)>,
+    pub sizes: Vec<(u64, Matrix)>,
     /// Plain form only: bandwidth matrix (GB/s) and latency matrix (us).
-    pub plain: Option<(Vec<Vec<f64>>, Vec<Vec<f64>>)>,
+    pub plain: Option<(Matrix, Matrix)>,
 }
 
 /// One measured pair and size against the calibrated model.
@@ -40,7 +43,7 @@ impl P2pCheck {
 
 /// Reads the square matrix that follows the line containing `title` (a `D\D` header, then rows
 /// `i v0 v1 ...`). Returns `None` if the title is absent.
-fn matrix_after(lines: &[&str], title: &str, path: &Path) -> Result<Option<Vec<Vec<f64>>>> {
+fn matrix_after(lines: &[&str], title: &str, path: &Path) -> Result<Option<Matrix>> {
     let Some(start) = lines.iter().position(|l| l.trim() == title || l.starts_with(title)) else {
         return Ok(None);
     };

@@ -155,7 +155,7 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
         link.latency_us,
         link.bandwidth.len()
     )?;
-    writeln!(w, "{:>12} {:>12} {:>12} {:>8}  {}", "bytes", "measured_us", "model_us", "error", "")?;
+    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "model_us", "error")?;
     for p in &fit.points {
         let tag = if p.held_out { "held out" } else { "" };
         writeln!(w, "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}", p.bytes, p.measured_us, p.model_us, 100.0 * p.error)?;

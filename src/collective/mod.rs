@@ -131,11 +131,7 @@ impl Layout {
     }
 
     pub fn nodes(&self) -> u32 {
-        if self.per_node == 0 {
-            0
-        } else {
-            self.ranks / self.per_node
-        }
+        self.ranks.checked_div(self.per_node).unwrap_or(0)
     }
 
     /// True if the ranks span more than one node (or nothing is known about nodes).
