@@ -2,12 +2,10 @@
 //! (issue 3). Each test builds a machine the way a user would (topology text or a shipped preset)
 //! and runs the real engine.
 
-use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, FitOptions};
+use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
 use dagsim::collective::{Algorithm, CollectiveOp};
-use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
 use dagsim::hw::topology::parse_topology;
 use dagsim::hw::{load_topology, LinkKind, Machine, Topology};
-use dagsim::sim::{simulate, Options};
 use std::path::Path;
 
 fn topology(text: &str) -> dagsim::Result<Topology> {
@@ -50,24 +48,8 @@ fn ring_allreduce_on_a_uniform_ring_is_two_n_minus_one_steps_of_latency_plus_sha
 /// Runs plain transfers (device names) that all start at time zero; returns each one's end (ns).
 fn transfers(m: &Machine, pairs: &[(&str, &str, u64)]) -> Vec<u64> {
     let id = |name: &str| m.devices.iter().position(|d| d.name == name).unwrap() as u32;
-    let mut b = DagBuilder::new();
-    let tasks: Vec<u32> = pairs
-        .iter()
-        .map(|&(src, dst, bytes)| {
-            b.add_task(Task {
-                work: Work::Transfer { src: id(src), dst: id(dst), bytes },
-                queue: None,
-                phase: Phase::GradientAggregation,
-                gpu: None,
-                iteration: 0,
-                layer: None,
-                priority: 0,
-            })
-        })
-        .collect();
-    let dag = b.build(DagMeta { gpus: 1, iterations: 1, iteration_end: vec![tasks[0]] }).unwrap();
-    let run = simulate(&dag, m, Options::default()).unwrap();
-    tasks.iter().map(|&t| run.end[t as usize]).collect()
+    let list: Vec<_> = pairs.iter().map(|&(src, dst, bytes)| (id(src), id(dst), bytes)).collect();
+    simulate_transfers(m, &list).unwrap()
 }
 
 #[test]

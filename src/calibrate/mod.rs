@@ -18,10 +18,15 @@ use crate::collective::{Algorithm, CollectiveOp};
 use crate::dag::{DagBuilder, DagMeta, Phase, Task, Work};
 use crate::error::{Error, Result};
 use crate::hw::calibration::{Calibration, CurvePoint, FitPoint, LinkCalibration, Provenance};
-use crate::hw::{LinkKind, Machine, Topology};
+use crate::hw::{DeviceId, LinkKind, Machine, Topology};
 use crate::sim::{simulate, Options};
 use crate::units::Nanos;
 pub use formats::{read_measurement, Measurement};
+
+/// A task of its own: no queue, no GPU, iteration 0.
+fn lone_task(work: Work) -> Task {
+    Task { work, queue: None, phase: Phase::GradientAggregation, gpu: None, iteration: 0, layer: None, priority: 0 }
+}
 
 /// Simulated time of one collective of `bytes` on the first `ranks` GPUs of `machine`.
 pub fn simulate_collective(
@@ -36,17 +41,21 @@ pub fn simulate_collective(
     }
     let mut b = DagBuilder::new();
     let group = b.add_group((0..ranks).collect());
-    let t = b.add_task(Task {
-        work: Work::Collective { group, op, algorithm, bytes },
-        queue: None,
-        phase: Phase::GradientAggregation,
-        gpu: None,
-        iteration: 0,
-        layer: None,
-        priority: 0,
-    });
+    let t = b.add_task(lone_task(Work::Collective { group, op, algorithm, bytes }));
     let dag = b.build(DagMeta { gpus: ranks, iterations: 1, iteration_end: vec![t] })?;
     Ok(simulate(&dag, machine, Options::default())?.makespan)
+}
+
+/// Transfers (source device, destination device, bytes) that all start at time zero and share the
+/// machine; returns when each one ends.
+pub fn simulate_transfers(machine: &Machine, transfers: &[(DeviceId, DeviceId, u64)]) -> Result<Vec<Nanos>> {
+    let mut b = DagBuilder::new();
+    let tasks: Vec<_> =
+        transfers.iter().map(|&(src, dst, bytes)| b.add_task(lone_task(Work::Transfer { src, dst, bytes }))).collect();
+    let first = *tasks.first().ok_or_else(|| Error::invalid("transfers", "none given"))?;
+    let dag = b.build(DagMeta { gpus: 1, iterations: 1, iteration_end: vec![first] })?;
+    let run = simulate(&dag, machine, Options::default())?;
+    Ok(tasks.iter().map(|&t| run.end[t as usize]).collect())
 }
 
 /// What to fit and how to check it.

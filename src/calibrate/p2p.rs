@@ -5,11 +5,10 @@
 //! gives a latency and a flat rate per directly linked pair. Either way the result is checked by
 //! running single transfers through the engine on the calibrated machine.
 
-use crate::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+use super::simulate_transfers;
 use crate::error::{Error, Location, Result};
 use crate::hw::calibration::{Calibration, CurvePoint, LinkCalibration, Provenance};
-use crate::hw::{LinkKind, Machine, Topology};
-use crate::sim::{simulate, Options};
+use crate::hw::{LinkKind, Topology};
 use std::path::Path;
 
 /// A square matrix indexed [src GPU][dst GPU].
@@ -109,22 +108,6 @@ pub fn read_p2p(path: &Path, kind: LinkKind) -> Result<P2pTable> {
     }
 }
 
-/// Time of one transfer of `bytes` between two devices, alone on the machine.
-fn transfer_us(machine: &Machine, src: u32, dst: u32, bytes: u64) -> Result<f64> {
-    let mut b = DagBuilder::new();
-    let t = b.add_task(Task {
-        work: Work::Transfer { src, dst, bytes },
-        queue: None,
-        phase: Phase::GradientAggregation,
-        gpu: None,
-        iteration: 0,
-        layer: None,
-        priority: 0,
-    });
-    let dag = b.build(DagMeta { gpus: 1, iterations: 1, iteration_end: vec![t] })?;
-    Ok(simulate(&dag, machine, Options::default())?.makespan as f64 / 1e3)
-}
-
 /// Calibrates the `kind` links between the first node's GPUs from a matrix table.
 pub fn fit_p2p(topology: &Topology, table: &P2pTable, kind: LinkKind) -> Result<(Calibration, Vec<P2pCheck>)> {
     let n = table.plain.as_ref().map_or_else(|| table.sizes[0].1.len(), |p| p.0.len());
@@ -203,7 +186,7 @@ pub fn fit_p2p(topology: &Topology, table: &P2pTable, kind: LinkKind) -> Result<
     fitted.apply_calibration(&cal)?;
     let mut checks = Vec::new();
     for (a, b, bytes, measured_us) in checks_at {
-        let model_us = transfer_us(&fitted, gpu(a), gpu(b), bytes)?;
+        let model_us = simulate_transfers(&fitted, &[(gpu(a), gpu(b), bytes)])?[0] as f64 / 1e3;
         checks.push(P2pCheck { from: name(a), to: name(b), bytes, measured_us, model_us });
     }
     Ok((cal, checks))
