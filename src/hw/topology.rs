@@ -1,7 +1,9 @@
-//! Topology files and presets. A topology file (JSON or TOML, see `topologies/README.md`) describes
-//! a cluster parametrically: nodes of identical servers, how GPUs attach to their host (PCIe) and to
-//! each other (through the host, or NVLink), the network between nodes, and where training data is
-//! read from. [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
+//! Topology files and presets. A topology file (JSON or TOML, see `docs/machines.md` and
+//! `topologies/topology.schema.json`) describes a cluster in one of two forms: parametric
+//! (`cluster`: nodes of identical servers, how GPUs attach to their host (PCIe) and to each other
+//! (through the host, or NVLink), the network between nodes, and where training data is read from)
+//! or explicit (`graph`, see [`super::graph`]). It may name a calibration file to apply.
+//! [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
 
 use super::graph::GraphSpec;
 use super::{BandwidthCurve, Calibration, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
