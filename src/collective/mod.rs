@@ -176,8 +176,13 @@ pub enum Plan {
 }
 
 impl Plan {
+    /// Lowers `op` on `ranks` ranks with nothing known about nodes (see [`Plan::lower_on`]).
+    pub fn lower(op: CollectiveOp, algorithm: Algorithm, ranks: u32, bytes: u64) -> Plan {
+        Self::lower_on(op, algorithm, Layout::flat(ranks), bytes)
+    }
+
     /// Lowers `op` with `bytes` per rank on ranks laid out as `layout`.
-    pub fn lower(op: CollectiveOp, algorithm: Algorithm, layout: Layout, bytes: u64) -> Plan {
+    pub fn lower_on(op: CollectiveOp, algorithm: Algorithm, layout: Layout, bytes: u64) -> Plan {
         let ranks = layout.ranks;
         if ranks < 2 || bytes == 0 {
             return Plan::Empty;
@@ -351,13 +356,14 @@ mod tests {
 
     #[test]
     fn ring_sends_two_n_minus_one_chunks() {
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(4), 1000);
+        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, 4, 1000);
+        assert_eq!(p, Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(4), 1000));
         assert_eq!(p.step_count(), 6);
         let t = &steps(&p)[0];
         assert_eq!(t.len(), 4);
         assert_eq!(t[3], Transfer { src: 3, dst: 0, bytes: 250 });
         assert_eq!(p.bytes_sent_per_rank(), 1500);
-        assert_eq!(Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(1), 1000), Plan::Empty);
+        assert_eq!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(1), 1000), Plan::Empty);
     }
 
     #[test]
@@ -381,20 +387,21 @@ mod tests {
     #[test]
     fn hierarchical_moves_one_node_share_across_nodes() {
         // 2 nodes x 4 ranks, 8000 bytes: 3 intra steps of 2000, 2 inter steps of 1000, 3 intra.
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout { ranks: 8, per_node: 4 }, 8000);
+        let p =
+            Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout { ranks: 8, per_node: 4 }, 8000);
         let s = steps(&p);
         assert_eq!(s.len(), 8);
         assert!(s[0].iter().all(|t| t.src / 4 == t.dst / 4 && t.bytes == 2000));
         assert!(s[3].iter().all(|t| t.src / 4 != t.dst / 4 && t.src % 4 == t.dst % 4 && t.bytes == 1000));
         assert!(s[7].iter().all(|t| t.src / 4 == t.dst / 4));
         // Irregular layout: a flat ring.
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout::flat(8), 8000);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout::flat(8), 8000);
         assert_eq!(p.step_count(), 14);
     }
 
     #[test]
     fn tree_reduces_to_rank_zero_and_back() {
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Tree, Layout::flat(5), 100);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Tree, Layout::flat(5), 100);
         let s = steps(&p);
         assert_eq!(s.len(), 6); // ceil(log2 5) = 3 levels, up and down
         assert_eq!(s[0], vec![Transfer { src: 1, dst: 0, bytes: 100 }, Transfer { src: 3, dst: 2, bytes: 100 }]);
@@ -409,14 +416,14 @@ mod tests {
 
     #[test]
     fn halving_doubling_folds_extra_ranks() {
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(4), 1000);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(4), 1000);
         let s = steps(&p);
         assert_eq!(s.len(), 4);
         assert!(s[0].iter().all(|t| t.dst == t.src ^ 2 && t.bytes == 500));
         assert!(s[1].iter().all(|t| t.dst == t.src ^ 1 && t.bytes == 250));
         assert!(s[2].iter().all(|t| t.dst == t.src ^ 1 && t.bytes == 250));
         assert!(s[3].iter().all(|t| t.dst == t.src ^ 2 && t.bytes == 500));
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(6), 1000);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(6), 1000);
         let s = steps(&p);
         assert_eq!(s.len(), 6);
         assert_eq!(s[0], vec![Transfer { src: 4, dst: 0, bytes: 1000 }, Transfer { src: 5, dst: 1, bytes: 1000 }]);
@@ -425,10 +432,10 @@ mod tests {
 
     #[test]
     fn parameter_servers_push_then_pull() {
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ps, Layout::flat(4), 1000);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ps, Layout::flat(4), 1000);
         assert_eq!(steps(&p).iter().map(Vec::len).collect::<Vec<_>>(), vec![12, 12]);
         assert_eq!(p.bytes_sent_per_rank(), 2 * 3 * 250);
-        let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::PsCentral, Layout::flat(4), 1000);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::PsCentral, Layout::flat(4), 1000);
         let s = steps(&p);
         assert!(s[0].iter().all(|t| t.dst == 0) && s[1].iter().all(|t| t.src == 0));
         assert_eq!(p.bytes_sent_per_rank(), 3000);
@@ -439,15 +446,18 @@ mod tests {
         let two_nodes = Layout { ranks: 8, per_node: 4 };
         let one_node = Layout { ranks: 4, per_node: 4 };
         let small = AUTO_TREE_BELOW / 2;
-        assert!(matches!(Plan::lower(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, small), Plan::Tree { .. }));
-        assert!(matches!(Plan::lower(CollectiveOp::AllReduce, Algorithm::Auto, one_node, small), Plan::Ring { .. }));
+        assert!(matches!(
+            Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, small),
+            Plan::Tree { .. }
+        ));
+        assert!(matches!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, one_node, small), Plan::Ring { .. }));
         let big = AUTO_TREE_BELOW * 4;
-        assert!(matches!(Plan::lower(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, big), Plan::Ring { .. }));
+        assert!(matches!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, big), Plan::Ring { .. }));
     }
 
     #[test]
     fn ring_broadcast_pipelines_pieces() {
-        let p = Plan::lower(CollectiveOp::Broadcast, Algorithm::Ring, Layout::flat(3), 600);
+        let p = Plan::lower_on(CollectiveOp::Broadcast, Algorithm::Ring, Layout::flat(3), 600);
         let s = steps(&p);
         assert_eq!(s.len(), 1 + 6); // ranks - 2 + pieces
         assert_eq!(s[0], vec![Transfer { src: 0, dst: 1, bytes: 100 }]);

@@ -270,7 +270,7 @@ impl<'a> Engine<'a> {
                 let layout = Layout::from_nodes(self.dag.group(group).iter().map(|&r| gpus[r as usize].node));
                 // A calibrated efficiency below 1 stands for time the library loses beyond the links.
                 let bytes = (bytes as f64 / self.machine.efficiency(op, algorithm)).round() as u64;
-                let plan = Plan::lower(op, algorithm, layout, bytes);
+                let plan = Plan::lower_on(op, algorithm, layout, bytes);
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
                 } else {
