@@ -13,7 +13,7 @@ pub struct Measurement {
     /// The file it came from, as given.
     pub input: String,
     pub op: CollectiveOp,
-    /// Ranks (GPUs) and hosts, when the file says; `0` when it does not (OSU tables).
+    /// Ranks (GPUs) and hosts, when the file says; `0` when it does not (plain OSU tables).
     pub ranks: u32,
     pub hosts: u32,
     /// GPU model as the file names it (nccl-tests), else empty.

@@ -25,7 +25,7 @@ pub struct P2pTable {
 }
 
 /// One measured pair and size against the calibrated model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct P2pCheck {
     pub from: String,
     pub to: String,

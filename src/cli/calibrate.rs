@@ -99,6 +99,10 @@ fn run_p2p(args: &Args, topology: &dagsim::hw::Topology, kind: LinkKind) -> Resu
     let table = read_p2p(&args.input, kind)?;
     let (calibration, checks) = fit_p2p(topology, &table, kind)?;
     emit(None, |w| {
+        if args.format == Format::Json {
+            serde_json::to_writer_pretty(&mut *w, &checks)?;
+            return writeln!(w);
+        }
         if args.format == Format::Csv {
             writeln!(w, "from,to,bytes,measured_us,model_us,error")?;
         } else {
