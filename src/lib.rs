@@ -7,6 +7,7 @@
 //! The library never prints or exits; `src/cli` does.
 
 pub mod bench;
+pub mod calibrate;
 pub mod collective;
 pub mod compare;
 pub mod dag;

@@ -20,7 +20,7 @@ fn compare_prints_scaledn_categories_and_savings() {
         .assert()
         .success()
         .stdout(predicate::str::contains("weight_broadcast").and(predicate::str::contains("ptop")))
-        .stdout(predicate::str::contains("master+split+preload").and(predicate::str::contains("15.2%")));
+        .stdout(predicate::str::contains("master+split+preload").and(predicate::str::contains("17.3%")));
 }
 
 #[test]

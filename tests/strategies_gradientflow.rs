@@ -90,7 +90,6 @@ fn cluster_v_ladder_never_slows_alexnet() {
 
 /// MPI butterfly (halving-doubling) below NCCL ring: needs issue 3's algorithm.
 #[test]
-#[ignore = "needs allreduce=halving-doubling from the machines issue"]
 fn mpi_butterfly_is_slower_than_nccl_ring() {
     let w = alexnet_at(1700.0);
     let topo = "scenarios/gradientflow-cluster-p.json";

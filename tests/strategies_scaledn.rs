@@ -157,14 +157,16 @@ fn weight_compression_gains_less_on_small_models_and_loses_once_codec_overheads_
     // The paper gives no codec cost; the saving per element is fixed by the link, while the fixed
     // per-tensor kernel cost weighs on models of many small tensors. With the default 5 us per
     // kernel the 14 MB model still gains a little; from about 7 us per kernel it loses, while
-    // AlexNet (8 tensors, 233 MB) gains either way.
+    // AlexNet (8 tensors, 233 MB) gains either way. Since broadcasts are pipelined along the ring
+    // (as NCCL does), the broadcast is short and AlexNet's gain is about 7%, not the ~15% a
+    // root-to-each-GPU broadcast gave.
     let (small, alexnet) = (small_model(), alexnet());
     let (small_5, alex_5) = (compression_gain(&small, "5"), compression_gain(&alexnet, "5"));
     println!("gain at 5 us/kernel: small {small_5:.4}, AlexNet {alex_5:.4}");
     assert!(alex_5 > 3.0 * small_5 && small_5 < 0.05, "small {small_5}, AlexNet {alex_5}");
     let (small_9, alex_9) = (compression_gain(&small, "9"), compression_gain(&alexnet, "9"));
     println!("gain at 9 us/kernel: small {small_9:.4}, AlexNet {alex_9:.4}");
-    assert!(small_9 < 0.0 && alex_9 > 0.1, "small {small_9}, AlexNet {alex_9}");
+    assert!(small_9 < 0.0 && alex_9 > 0.03, "small {small_9}, AlexNet {alex_9}");
 }
 
 #[test]

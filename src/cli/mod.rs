@@ -3,6 +3,7 @@
 //! exit codes.
 
 mod bench;
+mod calibrate;
 #[cfg(feature = "cuda")]
 mod calibrate_gpu;
 mod compare;
@@ -68,6 +69,7 @@ enum Command {
     Sweep(sweep::Args),
     Completions(completions::Args),
     Compare(compare::Args),
+    Calibrate(calibrate::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -86,6 +88,7 @@ pub fn run() -> ExitCode {
         Command::Sweep(args) => sweep::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

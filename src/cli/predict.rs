@@ -3,6 +3,7 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::error::{Error, Result};
+use dagsim::hw::builder::{build_parametric, Parametric};
 use dagsim::report::{write_csv, write_json, write_text, Prediction};
 use dagsim::scenario::Scenario;
 use std::path::PathBuf;
@@ -15,6 +16,8 @@ Examples:
   dagsim predict --scenario scenarios/alexnet_k80_scaling.toml --strategy io -o out.csv --format csv
   dagsim predict --model resnet50 --gpu v100-sxm2 --batch 64 --topology v100-cluster --gpus 1,8
   dagsim predict --trace traces/profiles/pipedream/vgg16/graph.txt --profile-format pipedream --batch 128
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 8,16,32 --gpus-per-node 4 --intra pcie3 --inter 10gbe
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
 Defaults: topology `k80-cluster` (4 nodes x 4 K80, PCIe 15 GB/s, 10 GbE, NFS 1.1 GB/s; grows by
 whole nodes when more GPUs are asked for), strategy `io+wfbp` (Caffe-MPI: I/O overlap and wait-free
@@ -38,7 +41,22 @@ pub struct Args {
     /// Topology preset (k80-cluster, v100-cluster) or file.
     #[arg(long, value_name = "NAME|FILE")]
     topology: Option<String>,
-    /// Strategy: features joined by `+` (none, io, wfbp, master, mixed, ...; see docs/strategies.md).
+    /// Build the machine from parameters instead of --topology: nodes (default 1).
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    nodes: Option<u32>,
+    /// GPUs per node for the built machine (default 4).
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    gpus_per_node: Option<u32>,
+    /// Interconnect inside a node: pcie3, pcie4, nvlink, nvswitch (default pcie3).
+    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
+    intra: Option<String>,
+    /// Network between nodes: 10gbe, 25gbe, 100gbe, 100gbe-rdma, ib56, ib100, ib200 (default 10gbe).
+    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
+    inter: Option<String>,
+    /// Calibration file (from `dagsim calibrate`) applied to the topology's links.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
+    /// Strategy: features joined by `+` (none, io, wfbp, master, mixed, allreduce=..., ...; see docs/strategies.md).
     #[arg(long, value_name = "SPEC")]
     strategy: Option<String>,
     /// Read --trace with an importer (pipedream, caffe, bcaffe, kineto) instead of the native reader.
@@ -131,7 +149,20 @@ pub fn run(args: Args) -> Result<u8> {
     if gpus.is_empty() || gpus.contains(&0) {
         return Err(Error::invalid("--gpus", "GPU counts must be at least 1"));
     }
-    let setup = scenario.setup()?;
+    let mut setup = scenario.setup()?;
+    if args.nodes.is_some() || args.gpus_per_node.is_some() || args.intra.is_some() || args.inter.is_some() {
+        let d = Parametric::default();
+        setup.topology = build_parametric(&Parametric {
+            nodes: args.nodes.unwrap_or(d.nodes),
+            gpus_per_node: args.gpus_per_node.unwrap_or(d.gpus_per_node),
+            intra: args.intra.unwrap_or(d.intra),
+            inter: args.inter.unwrap_or(d.inter),
+            gpu: d.gpu,
+        })?;
+    }
+    if let Some(c) = &args.calibration {
+        setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
+    }
     if let Some(f) = scenario.workload_source().footprint(0)? {
         if let Some(w) = f.oom_warning(&setup.workload.name) {
             eprintln!("warning: {w}");

@@ -310,10 +310,16 @@ pub fn derive_topology(file: &CalibrationFile, base: &Topology) -> Result<Topolo
         m.settings.repetitions,
         if nvlink.is_some() { ", GPU-GPU link = peer-copy fit" } else { ", peer traffic via host" }
     );
-    t.cluster.gpus_per_node = m.devices.len() as u32;
-    t.cluster.gpu = first.name.clone();
-    t.cluster.pcie = pcie;
-    t.cluster.nvlink = nvlink;
+    let cluster = t.cluster.as_mut().ok_or_else(|| {
+        Error::Gpu(format!(
+            "base topology `{}` is a device graph; give a parametric (`cluster`) topology to take network and storage from",
+            base.name
+        ))
+    })?;
+    cluster.gpus_per_node = m.devices.len() as u32;
+    cluster.gpu = first.name.clone();
+    cluster.pcie = pcie;
+    cluster.nvlink = nvlink;
     Ok(t)
 }
 
@@ -407,13 +413,16 @@ pub(crate) mod tests {
     fn derived_topology_uses_measured_links_and_instantiates() {
         let base = crate::hw::load_topology("k80-cluster").unwrap();
         let t = derive_topology(&CalibrationFile::new(synthetic(250.0)), &base).unwrap();
-        assert_eq!(t.cluster.gpus_per_node, 2);
-        assert_eq!(t.cluster.gpu, "Synthetic GPU");
-        assert!((t.cluster.pcie.bandwidth_gb_s.unwrap() - 23.0).abs() < 1e-6); // median of 24 and 22
-        assert!((t.cluster.pcie.latency_us - 10.0).abs() < 1e-6);
-        let nv = t.cluster.nvlink.as_ref().expect("250 GB/s peers are a direct link");
+        assert_eq!(t.cluster.as_ref().unwrap().gpus_per_node, 2);
+        assert_eq!(t.cluster.as_ref().unwrap().gpu, "Synthetic GPU");
+        assert!((t.cluster.as_ref().unwrap().pcie.bandwidth_gb_s.unwrap() - 23.0).abs() < 1e-6); // median of 24 and 22
+        assert!((t.cluster.as_ref().unwrap().pcie.latency_us - 10.0).abs() < 1e-6);
+        let nv = t.cluster.as_ref().unwrap().nvlink.as_ref().expect("250 GB/s peers are a direct link");
         assert!((nv.bandwidth_gb_s.unwrap() - 250.0).abs() < 1e-5);
-        assert_eq!(t.cluster.network.link.bandwidth_gbit_s, base.cluster.network.link.bandwidth_gbit_s);
+        assert_eq!(
+            t.cluster.as_ref().unwrap().network.link.bandwidth_gbit_s,
+            base.cluster.as_ref().unwrap().network.link.bandwidth_gbit_s
+        );
         let machine = t.instantiate(4).unwrap();
         assert_eq!(machine.gpu_model, "Synthetic GPU");
         // Round trip through the topology reader, as `predict --topology FILE` does.
@@ -425,7 +434,7 @@ pub(crate) mod tests {
     fn slow_peers_are_routed_through_the_host() {
         let base = crate::hw::load_topology("k80-cluster").unwrap();
         let t = derive_topology(&CalibrationFile::new(synthetic(20.0)), &base).unwrap();
-        assert!(t.cluster.nvlink.is_none());
+        assert!(t.cluster.as_ref().unwrap().nvlink.is_none());
     }
 
     #[test]

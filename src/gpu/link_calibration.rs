@@ -3,72 +3,13 @@
 //! the all-reduce series as an nccl-tests table, so `dagsim calibrate` can fit collectives to it.
 //! Pure conversion; no CUDA.
 //!
-//! Until that module is merged here, [`format`](mod@format) mirrors the part of it this backend writes (same
-//! names, fields and serde attributes). After the merge, replace the `format` module with
-//! `use crate::hw::calibration as format;`: the code below uses only `Calibration::new`, `links`,
-//! `to_json` and the struct literals the real module has.
 
 use super::calibration::{CalibrationFile, Direction, HostMemory, LinkFit, DIRECT_PEER_FACTOR};
 use crate::error::{Error, Result};
 use format::{Calibration, CurvePoint, LinkCalibration, Provenance};
 
-/// Mirror of `crate::hw::calibration` (the part written here); see the module comment.
-pub mod format {
-    use serde::{Deserialize, Serialize};
-
-    pub const FORMAT: &str = "dagsim-calibration/1";
-
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct Calibration {
-        pub format: String,
-        pub provenance: Provenance,
-        #[serde(default)]
-        pub links: Vec<LinkCalibration>,
-    }
-
-    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct Provenance {
-        pub tool: String,
-        #[serde(default)]
-        pub inputs: Vec<String>,
-        #[serde(default)]
-        pub hardware: String,
-        #[serde(default)]
-        pub notes: String,
-    }
-
-    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct LinkCalibration {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub from: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub to: Option<String>,
-        pub latency_us: f64,
-        pub bandwidth: Vec<CurvePoint>,
-    }
-
-    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub struct CurvePoint {
-        pub bytes: u64,
-        pub gb_s: f64,
-    }
-
-    impl Calibration {
-        pub fn new(provenance: Provenance) -> Self {
-            Calibration { format: FORMAT.into(), provenance, links: Vec::new() }
-        }
-
-        pub fn to_json(&self) -> String {
-            serde_json::to_string_pretty(self).expect("a calibration always serialises") + "\n"
-        }
-    }
-}
+/// The shared calibration format of the machines module.
+pub use crate::hw::calibration as format;
 
 /// The fit with the median bandwidth (the lower middle for an even count): a measured curve, not
 /// an average of curves.

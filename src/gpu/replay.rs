@@ -163,6 +163,9 @@ fn classify(dag: &Dag, machine: &Machine, run: &Run, t: TaskId, all_ranks: &[u32
     let rank_of = |d| machine.gpus.iter().position(|g| g.device == d).map(|r| r as u32);
     Ok(match task.work {
         Work::Fixed { ns } => (Action::Kernel { ns }, own()),
+        // Processor-shared (MPS) compute: a kernel of the task's standalone work; concurrent
+        // streams share the GPU on the hardware as the fluid model shares it in the simulation.
+        Work::Shared { work_ns, .. } => (Action::Kernel { ns: work_ns }, own()),
         Work::Collective { group, op, bytes, .. } => (Action::Collective { op, bytes }, dag.group(group).to_vec()),
         Work::Transfer { src, dst, bytes } => {
             let kind = |d: u32| machine.devices[d as usize].kind;

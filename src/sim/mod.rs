@@ -19,7 +19,7 @@
 
 pub mod fluid;
 
-use crate::collective::Plan;
+use crate::collective::{Layout, Plan};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
@@ -378,8 +378,11 @@ impl<'a> Engine<'a> {
             Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
-                let ranks = self.dag.group(group).len() as u32;
-                let plan = Plan::lower(op, algorithm, ranks, bytes);
+                let gpus = &self.machine.gpus;
+                let layout = Layout::from_nodes(self.dag.group(group).iter().map(|&r| gpus[r as usize].node));
+                // A calibrated efficiency below 1 stands for time the library loses beyond the links.
+                let bytes = (bytes as f64 / self.machine.efficiency(op, algorithm)).round() as u64;
+                let plan = Plan::lower_on(op, algorithm, layout, bytes);
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
                     return Ok(());
