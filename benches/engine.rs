@@ -1,17 +1,16 @@
-//! Simulation speed: a full DAG build plus engine run for the standard cases of `dagsim bench`.
-//! Run with `cargo bench --bench engine`; README reports the figures.
+//! Simulation speed: a full DAG build plus engine run for the smaller standard cases of
+//! `dagsim bench` (the large ones take seconds per run: time them with `dagsim bench`).
+//! Run with `cargo bench --bench engine`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dagsim::bench::{cases, measure};
+use dagsim::bench::{case, measure};
 
 fn engine(c: &mut Criterion) {
     let mut group = c.benchmark_group("simulate");
     group.sample_size(10);
-    for case in cases(2).expect("bench cases build") {
-        if case.gpus > 64 {
-            continue; // the 1,024-GPU case takes seconds per run: `dagsim bench` times it
-        }
-        group.bench_function(case.name, |b| b.iter(|| measure(&case).expect("case runs")));
+    for name in ["alexnet-k80-16gpu", "resnet50-v100-128gpu-ring"] {
+        let case = case(name, 2).expect("bench case builds");
+        group.bench_function(name, |b| b.iter(|| measure(&case).expect("case runs")));
     }
     group.finish();
 }

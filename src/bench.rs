@@ -5,8 +5,12 @@ use crate::hw::load_topology;
 use crate::predict::Setup;
 use crate::sim::Options;
 use crate::strategy::Strategy;
-use crate::workload::{read_trace_str, Layer, Stat, TraceFormat, Workload};
+use crate::workload::memory::Optimizer;
+use crate::workload::synth::{synthesize, SynthOptions};
+use crate::workload::zoo::Model;
+use crate::workload::{read_trace_str, GpuSpec, Layer, Precision, Stat, TraceFormat, Workload};
 use crate::Result;
+use rayon::prelude::*;
 use std::path::Path;
 use std::time::Instant;
 
@@ -16,6 +20,14 @@ pub const ALEXNET_K80: &str = include_str!("../traces/alexnet_k80.csv");
 /// The AlexNet K80 workload.
 pub fn alexnet_k80() -> Workload {
     read_trace_str(ALEXNET_K80, Path::new("traces/alexnet_k80.csv"), TraceFormat::Auto).expect("shipped trace parses")
+}
+
+/// ResNet-50 from the model zoo on a V100-SXM2, FP32 (about 160 layers, 25.6 M parameters).
+pub fn resnet50_v100(batch: u32) -> Result<Workload> {
+    let model = Model::by_name("resnet50", None)?;
+    let gpu = GpuSpec::by_name("v100-sxm2").expect("the zoo has the V100");
+    let opts = SynthOptions { batch, precision: Precision::Fp32, optimizer: Optimizer::default_for(&model) };
+    Ok(synthesize(&model, gpu, opts)?.to_workload())
 }
 
 /// A synthetic trace shaped like ResNet-50: `layers` learnable layers of equal cost whose
@@ -41,29 +53,91 @@ pub fn synthetic(layers: usize) -> Workload {
     }
 }
 
+/// What a case runs: one simulation, or many predictions in parallel.
+pub enum Work {
+    Single { setup: Box<Setup>, gpus: u32 },
+    Sweep(Vec<(Setup, u32)>),
+}
+
 /// A named benchmark case.
 pub struct Case {
     pub name: &'static str,
-    pub setup: Setup,
-    pub gpus: u32,
+    pub work: Work,
 }
 
-/// The standard cases: AlexNet on 16 GPUs; a 160-layer trace on 1,024 GPUs (flat ring).
-pub fn cases(iterations: u32) -> Result<Vec<Case>> {
-    let topo = load_topology("k80-cluster")?;
-    let strategy = Strategy::default();
-    Ok(vec![
-        Case {
-            name: "alexnet-k80-16gpu",
-            setup: Setup { workload: alexnet_k80(), topology: topo.clone(), strategy: strategy.clone(), iterations },
+/// Names of the standard cases, in order (cheap: builds nothing).
+pub const CASES: &[&str] = &[
+    "alexnet-k80-16gpu",
+    "resnet50-v100-128gpu-ring",
+    "resnet50-v100-1024gpu-ring",
+    "resnet50-v100-1024gpu-hierarchical",
+    "resnet50-v100-8192gpu-hierarchical",
+    "sweep-1000-scenarios",
+];
+
+/// Builds the named case with `iterations` simulated iterations (2 is the minimum: one warm-up).
+pub fn case(name: &str, iterations: u32) -> Result<Case> {
+    let v100 = load_topology("v100-cluster")?;
+    let resnet = |alg: &str, gpus: u32| -> Result<Work> {
+        let setup = Setup {
+            workload: resnet50_v100(64)?,
+            topology: v100.clone(),
+            strategy: Strategy::parse(&format!("io+wfbp+allreduce={alg}"))?,
+            iterations,
+        };
+        Ok(Work::Single { setup: Box::new(setup), gpus })
+    };
+    let work = match name {
+        "alexnet-k80-16gpu" => Work::Single {
+            setup: Box::new(Setup {
+                workload: alexnet_k80(),
+                topology: load_topology("k80-cluster")?,
+                strategy: Strategy::default(),
+                iterations,
+            }),
             gpus: 16,
         },
-        Case {
-            name: "synthetic160-1024gpu-ring",
-            setup: Setup { workload: synthetic(160), topology: load_topology("v100-cluster")?, strategy, iterations },
-            gpus: 1024,
-        },
-    ])
+        "resnet50-v100-128gpu-ring" => resnet("ring", 128)?,
+        "resnet50-v100-1024gpu-ring" => resnet("ring", 1024)?,
+        "resnet50-v100-1024gpu-hierarchical" => resnet("hierarchical", 1024)?,
+        "resnet50-v100-8192gpu-hierarchical" => resnet("hierarchical", 8192)?,
+        "sweep-1000-scenarios" => Work::Sweep(sweep_1000(iterations)?),
+        other => return Err(crate::Error::invalid("bench case", format!("unknown case `{other}`"))),
+    };
+    let name = CASES.iter().find(|&&n| n == name).expect("matched above");
+    Ok(Case { name, work })
+}
+
+/// 1,000 scenarios: ResNet-50 at 4 batch sizes, 10 strategies, 25 GPU counts from 16 to 1,024.
+fn sweep_1000(iterations: u32) -> Result<Vec<(Setup, u32)>> {
+    let topology = load_topology("v100-cluster")?;
+    let strategies = [
+        "none",
+        "io",
+        "wfbp",
+        "io+wfbp",
+        "io+wfbp+allreduce=hierarchical",
+        "io+wfbp+allreduce=tree",
+        "io+wfbp+fusion=25M",
+        "io+wfbp+fusion=25M+allreduce=hierarchical",
+        "io+wfbp+mixed+fp16_speedup=2",
+        "io+wfbp+grads=fp16",
+    ];
+    let counts: Vec<u32> = (0..25).map(|i| 16 + i * 42).collect(); // 16, 58, ..., 1024
+    let mut out = Vec::with_capacity(1000);
+    for batch in [32, 64, 128, 256] {
+        let workload = resnet50_v100(batch)?;
+        for s in strategies {
+            let setup = Setup {
+                workload: workload.clone(),
+                topology: topology.clone(),
+                strategy: Strategy::parse(s)?,
+                iterations,
+            };
+            out.extend(counts.iter().map(|&g| (setup.clone(), g)));
+        }
+    }
+    Ok(out)
 }
 
 /// What one timed run measured.
@@ -71,13 +145,23 @@ pub struct Measurement {
     pub wall_s: f64,
     pub events: u64,
     pub flows: u64,
-    pub tasks: usize,
+    pub tasks: u64,
+    /// Simulations run (1, or the number of scenarios of a sweep).
+    pub runs: u64,
 }
 
-/// Times one full simulation (DAG build and engine run) of a case.
+/// Times one case: DAG build, engine run (and, for sweeps, the summary) of everything in it.
 pub fn measure(case: &Case) -> Result<Measurement> {
     let t0 = Instant::now();
-    let sim = case.setup.simulate(case.gpus, Options::default())?;
-    let wall_s = t0.elapsed().as_secs_f64();
-    Ok(Measurement { wall_s, events: sim.run.events, flows: sim.run.flows, tasks: sim.dag.len() })
+    let (events, flows, tasks, runs) = match &case.work {
+        Work::Single { setup, gpus } => {
+            let sim = setup.simulate(*gpus, Options::default())?;
+            (sim.run.events, sim.run.flows, sim.dag.len() as u64, 1)
+        }
+        Work::Sweep(points) => {
+            let preds: Vec<_> = points.par_iter().map(|(s, g)| s.predict(*g)).collect::<Result<_>>()?;
+            (preds.iter().map(|p| p.events).sum(), 0, 0, preds.len() as u64)
+        }
+    };
+    Ok(Measurement { wall_s: t0.elapsed().as_secs_f64(), events, flows, tasks, runs })
 }

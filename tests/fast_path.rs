@@ -98,3 +98,77 @@ fn contention_at_any_instant_is_handled_exactly() {
     }
     assert!(materialized > 40, "only {materialized} runs met contention");
 }
+
+/// Steps whose transfers share links (hierarchical rings share each node's NIC, trees and
+/// butterflies cross switches) are timed as components; results must still match the reference.
+#[test]
+fn shared_link_steps_match_the_reference() {
+    let mut reserved = 0;
+    for topology in ["v100-pcie-10gbe", "dgx1-v100", "k80-cluster", "gradientflow-cluster"] {
+        for alg in ["ring", "hierarchical", "tree", "halving-doubling", "ps", "auto"] {
+            let mut s = setup(topology, &format!("io+wfbp+allreduce={alg}"), 100_000);
+            s.iterations = 3;
+            for gpus in [4, 8, 12, 16] {
+                reserved += compare(&s, gpus).0;
+            }
+        }
+    }
+    assert!(reserved > 0);
+}
+
+/// A hierarchical all-reduce over 2 nodes x 4 GPUs on 10 GbE (4 transfers share each NIC in the
+/// inter-node steps) and a copy landing at many instants, on shared and private links.
+#[test]
+fn contention_inside_shared_steps_is_handled_exactly() {
+    use dagsim::collective::{Algorithm, CollectiveOp};
+    use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+    use dagsim::sim::simulate;
+
+    let m = load_topology("v100-pcie-10gbe").unwrap().instantiate(8).unwrap();
+    let task =
+        |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+    let reference = {
+        let mut b = DagBuilder::new();
+        let group = b.add_group((0..8).collect());
+        let ar = Work::Collective {
+            group,
+            op: CollectiveOp::AllReduce,
+            algorithm: Algorithm::Hierarchical,
+            bytes: 64_000_000,
+        };
+        b.add_task(task(ar));
+        let dag = b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap();
+        simulate(&dag, &m, Options::default()).unwrap().makespan
+    };
+    let mut materialized = 0;
+    for k in 0..60u64 {
+        let delay = reference * k / 50 + k % 7;
+        for (src, dst, bytes) in [
+            (m.gpus[1].host, m.gpus[5].device, 5_000_000u64), // crosses the network
+            (m.gpus[2].device, m.gpus[2].host, 20_000_000),   // a GPU's PCIe uplink
+        ] {
+            let mut b = DagBuilder::new();
+            let group = b.add_group((0..8).collect());
+            let ar = Work::Collective {
+                group,
+                op: CollectiveOp::AllReduce,
+                algorithm: Algorithm::Hierarchical,
+                bytes: 64_000_000,
+            };
+            b.add_task(task(ar));
+            let wait = b.add_task(task(Work::Fixed { ns: delay }));
+            let copy = b.add_task(task(Work::Transfer { src, dst, bytes }));
+            b.add_edge(wait, copy);
+            let dag = b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap();
+            let fast = simulate(&dag, &m, Options::default()).unwrap();
+            let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            assert_eq!(fast.start, slow.start, "delay {delay}");
+            assert_eq!(fast.end, slow.end, "delay {delay}");
+            assert_eq!(fast.link_bytes, slow.link_bytes, "delay {delay}");
+            assert_eq!(fast.flows, slow.flows, "delay {delay}");
+            assert!(fast.reserved_collectives >= 1, "delay {delay}");
+            materialized += fast.materialized_collectives;
+        }
+    }
+    assert!(materialized > 40, "only {materialized} runs met contention");
+}

@@ -1,49 +1,97 @@
-//! `dagsim bench`: times the standard simulation cases and prints events per second.
+//! `dagsim bench`: times the standard simulation cases; each case runs in a fresh process so its
+//! peak memory is its own.
 
 use super::exit;
-use dagsim::bench::{cases, measure};
-use dagsim::error::Result;
+use dagsim::bench::{case, measure, CASES};
+use dagsim::error::{Error, Result};
 
 const EXAMPLES: &str = "\
 Examples:
-  dagsim bench                 # all cases, 2 iterations each
-  dagsim bench --case alexnet  # cases whose name contains `alexnet`";
+  dagsim bench                          # every case, 2 iterations each (one warm-up, one measured)
+  dagsim bench --case resnet50 --repeat 5
+  dagsim bench --list
+
+Cases: AlexNet on 16 K80s (the shipped trace); ResNet-50 (model zoo, V100, batch 64) on 128,
+1,024 and 8,192 GPUs of the v100-cluster topology with ring or hierarchical all-reduce at
+transfer-step fidelity; a sweep of 1,000 ResNet-50 scenarios (16-1,024 GPUs, 10 strategies,
+4 batch sizes) on all cores. Wall time includes building the DAG.";
 
 #[derive(Debug, clap::Args)]
-#[command(about = "Time the simulator on standard cases (wall time, events per second)", after_help = EXAMPLES)]
+#[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
 pub struct Args {
     /// Only cases whose name contains this text.
     #[arg(long)]
     case: Option<String>,
-    /// Iterations simulated per case.
+    /// Iterations simulated per case (at least 2).
     #[arg(long, default_value_t = 2)]
     iterations: u32,
     /// Timed repetitions per case (the median is reported).
     #[arg(long, default_value_t = 3)]
     repeat: u32,
+    /// List the cases and exit.
+    #[arg(long)]
+    list: bool,
+    /// Run exactly this case in this process and print one result line (used internally).
+    #[arg(long, hide = true)]
+    child: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<u8> {
-    println!("{:<28} {:>9} {:>12} {:>12} {:>12} {:>14}", "case", "tasks", "events", "flows", "wall_s", "events/s");
-    for case in cases(args.iterations)? {
-        if args.case.as_deref().is_some_and(|c| !case.name.contains(c)) {
-            continue;
+    if args.list {
+        CASES.iter().for_each(|c| println!("{c}"));
+        return Ok(exit::OK);
+    }
+    if let Some(name) = &args.child {
+        return run_child(name, &args);
+    }
+    println!(
+        "{:<36} {:>6} {:>10} {:>12} {:>13} {:>10} {:>13} {:>9}",
+        "case", "runs", "tasks", "events", "flows", "wall_s", "events/s", "peak_MiB"
+    );
+    let exe = std::env::current_exe().map_err(|e| Error::io("<dagsim executable>", e))?;
+    for name in CASES.iter().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))) {
+        let out = std::process::Command::new(&exe)
+            .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
+            .args(["--repeat", &args.repeat.to_string()])
+            .output()
+            .map_err(|e| Error::io("<dagsim bench child>", e))?;
+        if !out.status.success() {
+            return Err(Error::invalid(
+                "bench",
+                format!("case {name} failed: {}", String::from_utf8_lossy(&out.stderr)),
+            ));
         }
-        let mut runs = Vec::new();
-        for _ in 0..args.repeat.max(1) {
-            runs.push(measure(&case)?);
-        }
-        runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
-        let m = &runs[runs.len() / 2];
-        println!(
-            "{:<28} {:>9} {:>12} {:>12} {:>12.6} {:>14.0}",
-            case.name,
-            m.tasks,
-            m.events,
-            m.flows,
-            m.wall_s,
-            m.events as f64 / m.wall_s
-        );
+        print!("{}", String::from_utf8_lossy(&out.stdout));
     }
     Ok(exit::OK)
+}
+
+fn run_child(name: &str, args: &Args) -> Result<u8> {
+    let c = case(name, args.iterations)?;
+    let mut runs = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        runs.push(measure(&c)?);
+    }
+    runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
+    let m = &runs[runs.len() / 2];
+    println!(
+        "{:<36} {:>6} {:>10} {:>12} {:>13} {:>10.4} {:>13.0} {:>9}",
+        c.name,
+        m.runs,
+        m.tasks,
+        m.events,
+        m.flows,
+        m.wall_s,
+        m.events as f64 / m.wall_s,
+        peak_rss_mib().map_or("n/a".into(), |v| format!("{v:.0}"))
+    );
+    Ok(exit::OK)
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }

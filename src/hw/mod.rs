@@ -178,6 +178,12 @@ pub struct Machine {
     pub collective_efficiency: Vec<calibration::CollectiveEfficiency>,
     #[serde(skip)]
     out_links: Vec<Vec<LinkId>>,
+    #[serde(skip)]
+    in_links: Vec<Vec<LinkId>>,
+    /// The network switch every path between two nodes must cross, when there is exactly one:
+    /// routes between nodes are then found as two short searches through it.
+    #[serde(skip)]
+    gateway: Option<DeviceId>,
 }
 
 impl Machine {
@@ -193,6 +199,7 @@ impl Machine {
         let err = |msg: String| crate::Error::topology(name.clone(), msg);
         let n = devices.len() as u32;
         let mut out_links = vec![Vec::new(); devices.len()];
+        let mut in_links = vec![Vec::new(); devices.len()];
         for (i, l) in links.iter().enumerate() {
             if l.from >= n || l.to >= n {
                 return Err(err(format!("link {i} names a device that does not exist")));
@@ -202,7 +209,9 @@ impl Machine {
                 return Err(err(format!("link {a} -> {b} has zero bandwidth")));
             }
             out_links[l.from as usize].push(i as LinkId);
+            in_links[l.to as usize].push(i as LinkId);
         }
+        let gateway = find_gateway(&devices, &links);
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
@@ -214,6 +223,8 @@ impl Machine {
             gpus,
             collective_efficiency: Vec::new(),
             out_links,
+            in_links,
+            gateway,
         };
         // Every GPU must reach the first one and be reached from it (one search each way).
         let (from_first, to_first) = (m.reachable(m.gpus[0].device, false), m.reachable(m.gpus[0].device, true));
@@ -271,6 +282,16 @@ impl Machine {
         &self.out_links[d as usize]
     }
 
+    /// Incoming links of a device, in link order.
+    pub fn in_links(&self, d: DeviceId) -> &[LinkId] {
+        &self.in_links[d as usize]
+    }
+
+    /// The switch every path between two different nodes crosses, if the machine has one.
+    pub fn gateway(&self) -> Option<DeviceId> {
+        self.gateway
+    }
+
     /// Number of nodes (servers) the GPUs span.
     pub fn node_count(&self) -> u32 {
         self.gpus.iter().map(|g| g.node + 1).max().unwrap_or(0)
@@ -283,4 +304,28 @@ impl Machine {
         kinds.dedup();
         kinds
     }
+}
+
+/// The single network switch that separates nodes, if the machine is built that way: exactly one
+/// shared (node-less) switch, no link joining two different nodes directly, and no other shared
+/// device that node traffic could pass through (shared storage only sends).
+fn find_gateway(devices: &[Device], links: &[Link]) -> Option<DeviceId> {
+    let mut switches = devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.node.is_none() && d.kind == DeviceKind::NetworkSwitch)
+        .map(|(i, _)| i as DeviceId);
+    let gateway = switches.next()?;
+    if switches.next().is_some() {
+        return None;
+    }
+    let node = |d: DeviceId| devices[d as usize].node;
+    for l in links {
+        match (node(l.from), node(l.to)) {
+            (Some(a), Some(b)) if a != b => return None,
+            (Some(_), None) if l.to != gateway => return None,
+            _ => {}
+        }
+    }
+    Some(gateway)
 }

@@ -3,6 +3,7 @@
 //! on every run and machine.
 
 use super::{DeviceId, LinkId, Machine};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -35,31 +36,52 @@ impl Machine {
 
     /// Cheapest route from `src` to `dst` (Dijkstra on [`Machine::route_cost`]; ties go to the
     /// device reached first, then link order), or `None` if unreachable. So NVLink beats a PCIe
-    /// detour of the same hop count, and a DGX-1's non-neighbours go two NVLink hops.
+    /// detour of the same hop count, and a DGX-1's non-neighbours go two NVLink hops. Between
+    /// nodes of a machine whose nodes meet only at one switch, the route is the cheapest way to
+    /// that switch followed by the cheapest way from it, each found by a search that stays inside
+    /// one node (so routing cost does not grow with the cluster).
     pub fn shortest_path(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
+        let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
+        if let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) {
+            if a != b {
+                let mut up = self.search(src, gw, false)?;
+                let down = self.search(gw, dst, true)?;
+                up.links.extend(down.links);
+                up.latency_ns += down.latency_ns;
+                return Some(up);
+            }
+        }
+        self.search(src, dst, false)
+    }
+
+    /// Dijkstra from `src` to `dst`, or backwards from `dst` to `src` (`reverse`), keeping state
+    /// only for the devices it reaches.
+    fn search(&self, src: DeviceId, dst: DeviceId, reverse: bool) -> Option<Route> {
         if src == dst {
             return Some(Route { links: Vec::new(), latency_ns: 0 });
         }
-        let n = self.devices.len();
-        let mut via: Vec<Option<LinkId>> = vec![None; n];
-        let mut cost = vec![u64::MAX; n];
-        let mut done = vec![false; n];
-        cost[src as usize] = 0;
-        let mut heap = BinaryHeap::from([Reverse((0u64, src))]);
+        let (start, goal) = if reverse { (dst, src) } else { (src, dst) };
+        // Per reached device: (cost, link it was reached by, settled).
+        let mut state: HashMap<DeviceId, (u64, Option<LinkId>, bool)> = HashMap::default();
+        state.insert(start, (0, None, false));
+        let mut heap = BinaryHeap::from([Reverse((0u64, start))]);
         while let Some(Reverse((c, d))) = heap.pop() {
-            if done[d as usize] {
+            let entry = state.get_mut(&d).expect("pushed devices have state");
+            if entry.2 {
                 continue;
             }
-            done[d as usize] = true;
-            if d == dst {
-                return Some(self.unwind(&via, src, dst));
+            entry.2 = true;
+            if d == goal {
+                return Some(self.unwind_from(&state, start, goal, reverse));
             }
-            for &l in self.out_links(d) {
-                let to = self.links[l as usize].to;
+            let links = if reverse { self.in_links(d) } else { self.out_links(d) };
+            for &l in links {
+                let link = &self.links[l as usize];
+                let to = if reverse { link.from } else { link.to };
                 let next = c + self.route_cost(l);
-                if next < cost[to as usize] {
-                    cost[to as usize] = next;
-                    via[to as usize] = Some(l);
+                let e = state.entry(to).or_insert((u64::MAX, None, false));
+                if next < e.0 {
+                    *e = (next, Some(l), e.2);
                     heap.push(Reverse((next, to)));
                 }
             }
@@ -67,15 +89,24 @@ impl Machine {
         None
     }
 
-    fn unwind(&self, via: &[Option<LinkId>], src: DeviceId, dst: DeviceId) -> Route {
+    fn unwind_from(
+        &self,
+        state: &HashMap<DeviceId, (u64, Option<LinkId>, bool)>,
+        start: DeviceId,
+        goal: DeviceId,
+        reverse: bool,
+    ) -> Route {
         let mut links = Vec::new();
-        let mut at = dst;
-        while at != src {
-            let l = via[at as usize].expect("the search reached this device through a link");
+        let mut at = goal;
+        while at != start {
+            let l = state[&at].1.expect("the search reached this device through a link");
             links.push(l);
-            at = self.links[l as usize].from;
+            let link = &self.links[l as usize];
+            at = if reverse { link.to } else { link.from };
         }
-        links.reverse();
+        if !reverse {
+            links.reverse();
+        }
         let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).sum();
         Route { links, latency_ns }
     }

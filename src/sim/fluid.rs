@@ -17,9 +17,21 @@ struct Flow {
     links: std::ops::Range<u32>,
     /// Bumped whenever the rate changes, so stale completion events can be told apart.
     version: u32,
-    /// A completion event for the current version is out.
+    /// A completion event for the current version is out, due at `due`.
     scheduled: bool,
+    due: Nanos,
     live: bool,
+}
+
+/// Everything about a moving flow that decides its future: what a copy needs to behave the same.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowState {
+    pub remaining: f64,
+    pub rate: f64,
+    pub cap: f64,
+    pub last: Nanos,
+    /// When its completion event is due, if one is out.
+    pub due: Option<Nanos>,
 }
 
 /// A completion the caller should schedule: flow `flow` (at `version`) ends at `time`.
@@ -94,6 +106,7 @@ impl FluidNet {
             links: range,
             version: 0,
             scheduled: false,
+            due: 0,
             live: true,
         };
         let id = match self.free.pop() {
@@ -123,12 +136,36 @@ impl FluidNet {
     /// and the version its already-known completion event must carry. Used when a collective that
     /// ran on reserved links is turned back into individual flows.
     pub fn insert_moving(&mut self, links: &[u32], bytes: f64, cap: f64, rate: f64, last: Nanos) -> (FlowId, u32) {
-        let id = self.add_inner(links, bytes, cap, last, false);
+        let state = FlowState { remaining: bytes, rate, cap, last, due: Some(0) };
+        self.insert_state(links, state)
+    }
+
+    /// Inserts a copy of a flow in `state` without marking its links for re-solving. Returns the id
+    /// and the version its completion event (at `state.due`, if any) must carry.
+    pub fn insert_state(&mut self, links: &[u32], state: FlowState) -> (FlowId, u32) {
+        let id = self.add_inner(links, state.remaining, state.cap, state.last, false);
         let f = &mut self.flows[id as usize];
-        f.rate = rate;
+        f.rate = state.rate;
         f.version = f.version.wrapping_add(1);
-        f.scheduled = true;
+        f.scheduled = state.due.is_some();
+        f.due = state.due.unwrap_or(0);
         (id, f.version)
+    }
+
+    /// The state of a live flow.
+    pub fn state(&self, id: FlowId) -> FlowState {
+        let f = &self.flows[id as usize];
+        FlowState { remaining: f.remaining, rate: f.rate, cap: f.cap, last: f.last, due: f.scheduled.then_some(f.due) }
+    }
+
+    /// Links touched since the last solve (possibly repeated).
+    pub fn dirty_links(&self) -> &[u32] {
+        &self.dirty_links
+    }
+
+    /// Marks a link for re-solving at the next [`FluidNet::solve`].
+    pub fn mark_dirty(&mut self, link: u32) {
+        self.dirty_links.push(link);
     }
 
     fn alloc_links(&mut self, links: &[u32]) -> std::ops::Range<u32> {
@@ -313,6 +350,7 @@ impl FluidNet {
         fl.scheduled = rate > 0.0;
         if fl.scheduled {
             let dt = if fl.remaining <= 0.0 { 0 } else { crate::units::transfer_ns(fl.remaining, rate) };
+            fl.due = now + dt;
             out.push(Completion { flow: f, version: fl.version, time: now + dt });
         }
     }

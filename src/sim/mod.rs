@@ -18,15 +18,18 @@
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
 pub mod fluid;
+mod step;
 
 use crate::collective::{Layout, Plan};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
-use crate::units::{transfer_ns, Nanos};
+use crate::units::Nanos;
 use fluid::{Completion, FlowId, FluidNet};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
+use step::{Member, MemberState, StepTimer};
 
 /// What the engine records beyond task spans, and how it may take shortcuts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -136,17 +139,6 @@ struct CollectiveRun {
     backoff: u32,
 }
 
-/// Timing of one transfer alone on its route.
-#[derive(Debug, Clone, Copy)]
-struct Solo {
-    route: u32,
-    latency: Nanos,
-    cap: f64,
-    rate: f64,
-    /// From the start of the transfer to its last byte.
-    duration: Nanos,
-}
-
 /// Runs `dag` on `machine`.
 pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     Engine::new(dag, machine, options).run()
@@ -183,10 +175,8 @@ struct Engine<'a> {
     routes: Vec<Route>,
     route_index: HashMap<(DeviceId, DeviceId), u32>,
     completions: Vec<Completion>,
-    /// Reused buffers: a step's transfers; link marks for reservation checks.
+    /// Reused buffer: a step's transfers.
     step_scratch: Vec<(DeviceId, DeviceId, u64)>,
-    link_mark: Vec<u32>,
-    link_epoch: u32,
     link_bytes: Vec<f64>,
     events_processed: u64,
     flows_created: u64,
@@ -194,6 +184,9 @@ struct Engine<'a> {
     reserved_count: u64,
     materialized_count: u64,
     reservation_pool: Vec<Reservation>,
+    timer: StepTimer,
+    /// Capacity of each machine link (bytes/ns).
+    link_capacity: Vec<f64>,
 }
 
 impl<'a> Engine<'a> {
@@ -226,11 +219,9 @@ impl<'a> Engine<'a> {
             free_collectives: Vec::new(),
             reserved_by: vec![0; nlinks],
             routes: Vec::new(),
-            route_index: HashMap::new(),
+            route_index: HashMap::default(),
             completions: Vec::new(),
             step_scratch: Vec::new(),
-            link_mark: vec![0; nlinks],
-            link_epoch: 0,
             link_bytes: vec![0.0; nlinks],
             events_processed: 0,
             flows_created: 0,
@@ -238,6 +229,8 @@ impl<'a> Engine<'a> {
             reserved_count: 0,
             materialized_count: 0,
             reservation_pool: Vec::new(),
+            timer: StepTimer::new(nlinks),
+            link_capacity: machine.links.iter().map(|l| l.capacity()).collect(),
         }
     }
 
@@ -455,19 +448,6 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Timing of a transfer that has its route to itself: what the fluid model gives a lone flow.
-    fn solo(&mut self, src: DeviceId, dst: DeviceId, bytes: u64) -> Result<Solo> {
-        let route = self.route(src, dst)?;
-        let r = &self.routes[route as usize];
-        let latency = r.latency_ns;
-        if bytes == 0 || r.links.is_empty() {
-            return Ok(Solo { route, latency, cap: f64::INFINITY, rate: f64::INFINITY, duration: latency });
-        }
-        let cap = r.rate_cap(self.machine, bytes);
-        let rate = r.links.iter().map(|&l| self.machine.links[l as usize].capacity()).fold(cap, f64::min);
-        Ok(Solo { route, latency, cap, rate, duration: latency + transfer_ns(bytes as f64, rate) })
-    }
-
     /// Runs collective `slot` on reserved links from its current step on, if its links are free of
     /// other traffic and each step's transfers use disjoint links. Returns false (nothing
     /// reserved) otherwise.
@@ -486,29 +466,25 @@ impl<'a> Engine<'a> {
             }
             self.load_step(slot, rep);
             let scratch = std::mem::take(&mut self.step_scratch);
-            let class_epoch = self.next_epoch();
-            let mut longest = 0;
-            'members: for &(src, dst, bytes) in &scratch {
-                let solo = self.solo(src, dst, bytes)?;
-                longest = longest.max(solo.duration);
-                for &l in &self.routes[solo.route as usize].links {
+            let mut routes = Vec::with_capacity(scratch.len());
+            'members: for &(src, dst, _) in &scratch {
+                let route = self.route(src, dst)?;
+                routes.push(route);
+                for &l in &self.routes[route as usize].links {
                     let li = l as usize;
-                    // Busy, held by another collective, or shared within this step: not eligible.
+                    // Busy, or held by another collective: not eligible.
                     let held = self.reserved_by[li];
-                    if self.net.flows_on(l) > 0
-                        || (held != 0 && held != PROVISIONAL)
-                        || self.link_mark[li] == class_epoch
-                    {
+                    if self.net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL) {
                         ok = false;
                         break 'members;
                     }
-                    self.link_mark[li] = class_epoch;
                     if held == 0 {
                         self.reserved_by[li] = PROVISIONAL;
                         res.links.push(l);
                     }
                 }
             }
+            let longest = if ok { self.time_step(&scratch, &routes) } else { 0 };
             self.step_scratch = scratch;
             if !ok {
                 break;
@@ -536,13 +512,29 @@ impl<'a> Engine<'a> {
         Ok(true)
     }
 
-    fn next_epoch(&mut self) -> u32 {
-        self.link_epoch = self.link_epoch.wrapping_add(1);
-        if self.link_epoch == 0 {
-            self.link_mark.iter_mut().for_each(|m| *m = 0);
-            self.link_epoch = 1;
-        }
-        self.link_epoch
+    /// Members of a step for the step timer: the transfers with their routes, latency and cap.
+    fn members<'r>(
+        machine: &Machine,
+        routes: &'r [Route],
+        transfers: &[(DeviceId, DeviceId, u64)],
+        route_ids: &[u32],
+    ) -> Vec<Member<'r>> {
+        transfers
+            .iter()
+            .zip(route_ids)
+            .map(|(&(_, _, bytes), &r)| {
+                let route = &routes[r as usize];
+                let cap =
+                    if bytes == 0 || route.links.is_empty() { f64::INFINITY } else { route.rate_cap(machine, bytes) };
+                Member { links: &route.links, latency: route.latency_ns, bytes, cap }
+            })
+            .collect()
+    }
+
+    /// Duration of a step's transfers on links with no other traffic.
+    fn time_step(&mut self, transfers: &[(DeviceId, DeviceId, u64)], route_ids: &[u32]) -> Nanos {
+        let members = Self::members(self.machine, &self.routes, transfers, route_ids);
+        self.timer.duration(&members, &self.link_capacity)
     }
 
     /// Adds the bytes and transfer count of `count` runs of `step` (all its transfers finished).
@@ -642,30 +634,47 @@ impl<'a> Engine<'a> {
         run.retry_step = step + 1;
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
+        let mut route_ids = Vec::with_capacity(scratch.len());
+        for &(src, dst, _) in &scratch {
+            route_ids.push(self.route(src, dst)?);
+        }
+        let (states, dirty) = {
+            let members = Self::members(self.machine, &self.routes, &scratch, &route_ids);
+            self.timer.states_at(&members, &self.link_capacity, now - step_start)
+        };
         let mut outstanding = 0;
-        for &(src, dst, bytes) in &scratch {
-            let solo = self.solo(src, dst, bytes)?;
-            let route = solo.route;
-            if step_start + solo.duration <= now {
-                for &l in &self.routes[route as usize].links {
-                    self.link_bytes[l as usize] += bytes as f64;
+        for ((&(src, dst, bytes), &route), state) in scratch.iter().zip(&route_ids).zip(states) {
+            let began = match state {
+                MemberState::Done => {
+                    for &l in &self.routes[route as usize].links {
+                        self.link_bytes[l as usize] += bytes as f64;
+                    }
+                    self.flows_created += 1;
+                    continue;
                 }
-                self.flows_created += 1;
-                continue;
-            }
+                MemberState::Waiting(offset) => step_start + offset,
+                MemberState::Moving(_) => step_start + self.routes[route as usize].latency_ns,
+            };
             outstanding += 1;
-            let began = step_start + solo.latency;
             let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began };
             let pslot = self.new_pending(p);
-            if began >= now {
-                self.push(began, EventKind::FlowActivate(pslot));
-            } else {
-                let links = std::mem::take(&mut self.routes[route as usize].links);
-                let (f, version) = self.net.insert_moving(&links, bytes as f64, solo.cap, solo.rate, began);
-                self.routes[route as usize].links = links;
-                self.map_flow(f, pslot);
-                self.push(step_start + solo.duration, EventKind::FlowDone(f, version));
+            match state {
+                MemberState::Moving(mut fs) => {
+                    fs.last += step_start;
+                    fs.due = fs.due.map(|d| d + step_start);
+                    let links = std::mem::take(&mut self.routes[route as usize].links);
+                    let (f, version) = self.net.insert_state(&links, fs);
+                    self.routes[route as usize].links = links;
+                    self.map_flow(f, pslot);
+                    if let Some(due) = fs.due {
+                        self.push(due, EventKind::FlowDone(f, version));
+                    }
+                }
+                _ => self.push(began, EventKind::FlowActivate(pslot)),
             }
+        }
+        for l in dirty {
+            self.net.mark_dirty(l);
         }
         self.step_scratch = scratch;
         debug_assert!(outstanding > 0, "the current step has a transfer still under way");

@@ -1,0 +1,293 @@
+//! Timing one collective step on its own, for collectives on reserved links.
+//!
+//! A step's transfers start together. Those that share links form a component; components do not
+//! interact, so each is timed alone: a single transfer by the closed form the fluid model gives a
+//! lone flow, several by a small private fluid simulation with the engine's own semantics. Symmetric
+//! machines repeat the same component many times (every node pair of a hierarchical ring), so
+//! results are memoised by an exact structural signature. [`StepTimer::states_at`] replays a step
+//! to an instant and reports each transfer's state, so the engine can turn it back into flows.
+
+use super::fluid::{Completion, FlowState, FluidNet};
+use crate::units::{transfer_ns, Nanos};
+use rustc_hash::FxHashMap as HashMap;
+
+/// One transfer of a step: its links, latency, bytes and single-message rate cap.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Member<'a> {
+    pub links: &'a [u32],
+    pub latency: Nanos,
+    pub bytes: u64,
+    pub cap: f64,
+}
+
+/// What a transfer is doing at an instant (times relative to the step's start).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum MemberState {
+    Done,
+    /// Still waiting out its latency; its bytes start at this offset (possibly the instant itself).
+    Waiting(Nanos),
+    Moving(FlowState),
+}
+
+#[derive(Default)]
+pub(super) struct StepTimer {
+    memo: HashMap<Vec<u64>, Vec<Nanos>>,
+    parent: Vec<u32>,
+    link_member: Vec<u32>,
+    link_epoch: Vec<u32>,
+    epoch: u32,
+}
+
+impl StepTimer {
+    pub fn new(links: usize) -> Self {
+        StepTimer { link_member: vec![0; links], link_epoch: vec![0; links], ..Default::default() }
+    }
+
+    fn find(&mut self, mut x: u32) -> u32 {
+        while self.parent[x as usize] != x {
+            let p = self.parent[x as usize];
+            self.parent[x as usize] = self.parent[p as usize];
+            x = p;
+        }
+        x
+    }
+
+    /// Members grouped into components of shared links, each in member order; components ordered
+    /// by their first member.
+    fn components(&mut self, members: &[Member]) -> Vec<Vec<u32>> {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.link_epoch.iter_mut().for_each(|e| *e = 0);
+            self.epoch = 1;
+        }
+        self.parent.clear();
+        self.parent.extend(0..members.len() as u32);
+        for (i, m) in members.iter().enumerate() {
+            for &l in m.links {
+                let l = l as usize;
+                if self.link_epoch[l] == self.epoch {
+                    let (a, b) = (self.find(i as u32), self.find(self.link_member[l]));
+                    if a != b {
+                        self.parent[a.max(b) as usize] = a.min(b);
+                    }
+                } else {
+                    self.link_epoch[l] = self.epoch;
+                    self.link_member[l] = i as u32;
+                }
+            }
+        }
+        let mut index: HashMap<u32, usize> = HashMap::default();
+        let mut out: Vec<Vec<u32>> = Vec::new();
+        for i in 0..members.len() as u32 {
+            let root = self.find(i);
+            let k = *index.entry(root).or_insert_with(|| {
+                out.push(Vec::new());
+                out.len() - 1
+            });
+            out[k].push(i);
+        }
+        out
+    }
+
+    /// How long the step takes: from its start until its last transfer arrives.
+    pub fn duration(&mut self, members: &[Member], capacity: &[f64]) -> Nanos {
+        let mut longest = 0;
+        for comp in self.components(members) {
+            let finish = if comp.len() == 1 {
+                vec![solo(&members[comp[0] as usize], capacity)]
+            } else {
+                let (sig, local) = signature(members, &comp, capacity);
+                match self.memo.get(&sig) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = Component::new(members, &comp, &local).finish_times();
+                        self.memo.insert(sig, f.clone());
+                        f
+                    }
+                }
+            };
+            longest = longest.max(finish.into_iter().max().unwrap_or(0));
+        }
+        longest
+    }
+
+    /// Each member's state at offset `at` after the step's start, as a step-by-step run holds it
+    /// once the instant's completions are handled and before its activations and bandwidth
+    /// solve; plus the links whose shares that solve must recompute.
+    pub fn states_at(&mut self, members: &[Member], capacity: &[f64], at: Nanos) -> (Vec<MemberState>, Vec<u32>) {
+        let mut states = vec![MemberState::Done; members.len()];
+        let mut dirty = Vec::new();
+        for comp in self.components(members) {
+            if comp.len() == 1 {
+                let i = comp[0] as usize;
+                states[i] = solo_state(&members[i], capacity, at);
+                continue;
+            }
+            let (_, local) = signature(members, &comp, capacity);
+            let (local_states, local_dirty) = Component::new(members, &comp, &local).states_at(at);
+            for (k, &i) in comp.iter().enumerate() {
+                states[i as usize] = local_states[k];
+            }
+            dirty.extend(local_dirty.into_iter().map(|l| local.globals[l as usize]));
+        }
+        (states, dirty)
+    }
+}
+
+/// The rate a lone flow gets: its cap or its slowest link.
+fn solo_rate(m: &Member, capacity: &[f64]) -> f64 {
+    m.links.iter().map(|&l| capacity[l as usize]).fold(m.cap, f64::min)
+}
+
+fn moves(m: &Member) -> bool {
+    m.bytes > 0 && !m.links.is_empty()
+}
+
+/// Finish offset of a transfer alone on its links.
+fn solo(m: &Member, capacity: &[f64]) -> Nanos {
+    if !moves(m) {
+        return m.latency;
+    }
+    m.latency + transfer_ns(m.bytes as f64, solo_rate(m, capacity))
+}
+
+fn solo_state(m: &Member, capacity: &[f64], at: Nanos) -> MemberState {
+    if solo(m, capacity) <= at {
+        MemberState::Done
+    } else if m.latency >= at {
+        MemberState::Waiting(m.latency)
+    } else {
+        let rate = solo_rate(m, capacity);
+        MemberState::Moving(FlowState {
+            remaining: m.bytes as f64,
+            rate,
+            cap: m.cap,
+            last: m.latency,
+            due: Some(solo(m, capacity)),
+        })
+    }
+}
+
+/// A component's links renumbered in order of first use, with their global ids and capacities.
+struct LocalLinks {
+    globals: Vec<u32>,
+    capacity: Vec<f64>,
+    /// Per member of the component (in order), its links as local ids.
+    routes: Vec<Vec<u32>>,
+}
+
+/// An exact description of a component up to renaming of links: equal signatures evolve alike.
+fn signature(members: &[Member], comp: &[u32], capacity: &[f64]) -> (Vec<u64>, LocalLinks) {
+    let mut local: HashMap<u32, u32> = HashMap::default();
+    let mut links = LocalLinks { globals: Vec::new(), capacity: Vec::new(), routes: Vec::new() };
+    let mut sig = vec![comp.len() as u64];
+    for &i in comp {
+        let m = &members[i as usize];
+        sig.extend([m.latency, m.bytes, m.cap.to_bits(), m.links.len() as u64]);
+        let mut route = Vec::with_capacity(m.links.len());
+        for &g in m.links {
+            let id = *local.entry(g).or_insert_with(|| {
+                links.globals.push(g);
+                links.capacity.push(capacity[g as usize]);
+                (links.globals.len() - 1) as u32
+            });
+            route.push(id);
+            sig.push(id as u64);
+        }
+        links.routes.push(route);
+    }
+    sig.extend(links.capacity.iter().map(|c| c.to_bits()));
+    (sig, links)
+}
+
+/// A private fluid simulation of one component, with the engine's semantics: at each instant,
+/// handle every event, then solve shares once.
+struct Component<'a> {
+    members: Vec<Member<'a>>,
+    routes: &'a [Vec<u32>],
+    capacity: &'a [f64],
+}
+
+impl<'a> Component<'a> {
+    fn new(all: &[Member<'a>], comp: &[u32], local: &'a LocalLinks) -> Self {
+        Component {
+            members: comp.iter().map(|&i| all[i as usize]).collect(),
+            routes: &local.routes,
+            capacity: &local.capacity,
+        }
+    }
+
+    /// Runs until every member is done (`until` = None), or to instant `until` (handling only its
+    /// completions). Returns the net, which member each flow is, and per member its finish time.
+    fn run(&self, until: Option<Nanos>) -> (FluidNet, Vec<u32>, Vec<Option<Nanos>>) {
+        let n = self.members.len();
+        let mut net = FluidNet::new(self.capacity.to_vec());
+        let mut finish: Vec<Option<Nanos>> = vec![None; n];
+        let mut flow_member: Vec<u32> = Vec::new();
+        // (time, kind: 0 completion / 1 activation, member or flow, version)
+        let mut events: std::collections::BTreeMap<Nanos, Vec<(u8, u32, u32)>> = Default::default();
+        for (i, m) in self.members.iter().enumerate() {
+            events.entry(m.latency).or_default().push((1, i as u32, 0));
+        }
+        let mut out: Vec<Completion> = Vec::new();
+        while let Some((&t, _)) = events.first_key_value() {
+            if until.is_some_and(|u| t > u) {
+                break;
+            }
+            let at_limit = until == Some(t);
+            let mut bucket = events.remove(&t).expect("present");
+            if at_limit {
+                // Activations at the limit instant are left to the engine.
+                bucket.retain(|e| e.0 == 0);
+            }
+            for (kind, id, version) in bucket {
+                if kind == 1 {
+                    let m = &self.members[id as usize];
+                    if !moves(m) {
+                        finish[id as usize] = Some(t);
+                        continue;
+                    }
+                    let f = net.add(&self.routes[id as usize], m.bytes as f64, m.cap, t);
+                    if flow_member.len() <= f as usize {
+                        flow_member.resize(f as usize + 1, 0);
+                    }
+                    flow_member[f as usize] = id;
+                } else if net.is_live(id) && net.version(id) == version {
+                    net.remove(id);
+                    finish[flow_member[id as usize] as usize] = Some(t);
+                }
+            }
+            if at_limit {
+                break;
+            }
+            out.clear();
+            net.solve(t, &mut out);
+            for c in &out {
+                events.entry(c.time).or_default().push((0, c.flow, c.version));
+            }
+        }
+        (net, flow_member, finish)
+    }
+
+    fn finish_times(&self) -> Vec<Nanos> {
+        let (_, _, finish) = self.run(None);
+        finish.into_iter().map(|f| f.expect("every member finishes")).collect()
+    }
+
+    fn states_at(&self, at: Nanos) -> (Vec<MemberState>, Vec<u32>) {
+        let (net, flow_member, finish) = self.run(Some(at));
+        let mut states: Vec<MemberState> = self
+            .members
+            .iter()
+            .zip(&finish)
+            .map(|(m, f)| if f.is_some() { MemberState::Done } else { MemberState::Waiting(m.latency) })
+            .collect();
+        for (f, &member) in flow_member.iter().enumerate() {
+            let f = f as u32;
+            if net.is_live(f) && finish[member as usize].is_none() {
+                states[member as usize] = MemberState::Moving(net.state(f));
+            }
+        }
+        (states, net.dirty_links().to_vec())
+    }
+}
