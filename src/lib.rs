@@ -17,6 +17,7 @@ pub mod scenario;
 pub mod sim;
 pub mod strategy;
 pub mod units;
+pub mod validate;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -5,6 +5,7 @@
 mod bench;
 mod output;
 mod predict;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +37,7 @@ struct Cli {
 enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
+    Validate(validate::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -44,6 +46,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Validate(args) => validate::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

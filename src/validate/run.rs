@@ -1,0 +1,142 @@
+//! Turns measurement rows into predictions: each row's setup becomes a scenario (its scenario file
+//! with the row's columns laid over it), every distinct (setup, GPU count) is simulated once, in
+//! parallel, and each row gets the predicted value of its metric. Reads rows, calls the pipeline in
+//! `predict`; computes no statistics.
+
+use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use crate::error::{Error, Location, Result};
+use crate::predict::Setup;
+use crate::report::Prediction;
+use crate::scenario::Scenario;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// What the model says for one row.
+#[derive(Debug, Clone)]
+pub struct Predicted {
+    /// The row's metric, predicted, in the metric's canonical unit.
+    pub value: f64,
+    /// The simulated configuration of the row itself (its GPU count).
+    pub prediction: Prediction,
+}
+
+/// Predicts every row of every set. Results are in set order, then row order. An error names the
+/// file, line and row id.
+pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
+    // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
+    let mut setups: BTreeMap<String, Setup> = BTreeMap::new();
+    let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
+    let mut row_jobs: Vec<Vec<(String, u32)>> = Vec::new();
+    for set in sets {
+        let mut own_jobs = Vec::new();
+        for row in &set.rows {
+            let key = setup_key(&row.setup);
+            let at = |e: Error| in_row(&set.path, row, e);
+            if !setups.contains_key(&key) {
+                let setup = scenario_for(&row.setup).and_then(|s| s.setup()).map_err(at)?;
+                setups.insert(key.clone(), setup);
+            }
+            let gpus = gpu_count(row).map_err(at)?;
+            jobs.insert((key.clone(), gpus));
+            if row.metric == Metric::Speedup && row.relative_to.is_none() {
+                jobs.insert((key.clone(), 1));
+            }
+            own_jobs.push((key, gpus));
+        }
+        row_jobs.push(own_jobs);
+    }
+    let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
+    let results: Vec<Result<Prediction>> = jobs.par_iter().map(|(key, gpus)| setups[key].predict(*gpus)).collect();
+    let done: BTreeMap<(String, u32), Result<Prediction>> = jobs.into_iter().zip(results).collect();
+
+    let mut out = Vec::new();
+    for (set, own_jobs) in sets.iter().zip(row_jobs) {
+        let job_of: BTreeMap<&str, &(String, u32)> =
+            set.rows.iter().map(|r| r.id.as_str()).zip(own_jobs.iter()).collect();
+        let mut predicted = Vec::new();
+        for (row, job) in set.rows.iter().zip(&own_jobs) {
+            // A failed simulation is reported against the first row that needs it.
+            let get = |job: &(String, u32)| -> Result<&Prediction> {
+                done[job].as_ref().map_err(|e| {
+                    in_row(&set.path, row, Error::invalid(format!("simulation on {} GPU(s)", job.1), e.to_string()))
+                })
+            };
+            let own = get(job)?;
+            let value = match (row.metric, &row.relative_to) {
+                (Metric::Throughput, _) => own.throughput_samples_per_s,
+                (Metric::IterationTime, _) => own.iteration_time_s,
+                (Metric::Speedup, None) => own.throughput_samples_per_s / get(&(job.0.clone(), 1))?.throughput_samples_per_s,
+                (Metric::Speedup, Some(base)) => {
+                    own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
+                }
+            };
+            predicted.push(Predicted { value, prediction: own.clone() });
+        }
+        out.push(predicted);
+    }
+    Ok(out)
+}
+
+/// Two rows with the same key share one simulated setup.
+fn setup_key(s: &RowSetup) -> String {
+    format!("{:?}", RowSetup { gpus: None, ..s.clone() })
+}
+
+fn gpu_count(row: &Row) -> Result<u32> {
+    if let Some(g) = row.setup.gpus {
+        return Ok(g);
+    }
+    let from_scenario = match &row.setup.scenario {
+        Some(p) => Scenario::load(p)?.gpus,
+        None => None,
+    };
+    match from_scenario.as_deref() {
+        Some([one]) => Ok(*one),
+        Some(_) => Err(Error::invalid("gpus", "the scenario lists several GPU counts: give the `gpus` column")),
+        None => Err(Error::invalid("gpus", "no GPU count: give the `gpus` column")),
+    }
+}
+
+/// The row's scenario file (or an empty one) with the row's columns laid over it.
+pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
+    let mut s = match &row.scenario {
+        Some(p) => Scenario::load(p)?,
+        None => Scenario::default(),
+    };
+    // Row paths are relative to the CSV file (already resolved); make them absolute so the
+    // scenario does not resolve them again against its own directory.
+    if let Some(t) = &row.trace {
+        s.workload.trace = Some(std::path::absolute(t).unwrap_or_else(|_| t.clone()));
+    }
+    if let Some(t) = &row.topology {
+        s.machine.topology = Some(match Path::new(t).is_file() {
+            true => std::path::absolute(t).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| t.clone()),
+            false => t.clone(),
+        });
+    }
+    if let Some(b) = row.batch {
+        s.workload.batch_per_gpu = Some(b);
+    }
+    if row.strategy.is_some() {
+        s.strategy = row.strategy.clone();
+    }
+    for (column, value) in [
+        ("model", row.model.is_some()),
+        ("gpu", row.gpu.is_some()),
+        ("precision", row.precision.is_some()),
+        ("calibrate_throughput", row.calibrate_throughput.is_some()),
+    ] {
+        if value {
+            return Err(Error::invalid(
+                format!("column `{column}`"),
+                "this build reads workloads from traces only (the model zoo is not part of it yet)",
+            ));
+        }
+    }
+    Ok(s)
+}
+
+fn in_row(path: &Path, row: &Row, e: Error) -> Error {
+    Error::parse(Location::line(path, row.line), format!("row `{}`: {e}", row.id))
+}
