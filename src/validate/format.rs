@@ -2,7 +2,7 @@
 //! setup it was taken under and the measured value. This file reads and checks it; it does not
 //! simulate. Every error names the file, the line and the column.
 
-use crate::error::{Error, Location, Result};
+use crate::error::{line_of_offset, Error, Location, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -144,13 +144,13 @@ pub fn read_measurements(path: &Path) -> Result<MeasurementSet> {
 /// Parses measurement-set text. `path` is only used in messages; relative paths in the rows are
 /// resolved against `base`.
 pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Row>> {
-    let mut reader = csv::ReaderBuilder::new()
-        .comment(Some(b'#'))
-        .trim(csv::Trim::All)
-        .flexible(false)
-        .from_reader(text.as_bytes());
-    let headers = reader.headers().map_err(|e| csv_error(path, &e))?.clone();
-    let header_line = reader.position().line().max(1) as usize;
+    // Comment lines are dropped here rather than by the csv crate, which would not count them in
+    // its positions; `lines` maps a line of `body` back to its line in the file.
+    let (body, lines) = strip_comments(text);
+    let line_at = |byte: u64| lines[line_of_offset(&body, byte as usize) - 1];
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(false).from_reader(body.as_bytes());
+    let headers = reader.headers().map_err(|e| csv_error(&line_at, path, &e))?.clone();
+    let header_line = lines.first().copied().unwrap_or(1);
     let mut col: HashMap<&str, usize> = HashMap::new();
     for (i, h) in headers.iter().enumerate() {
         let at = || Location::line(path, header_line).with_field(h.to_string());
@@ -173,11 +173,10 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
     let mut rows: Vec<Row> = Vec::new();
     let mut ids: HashMap<String, usize> = HashMap::new();
     for record in reader.records() {
-        let record = record.map_err(|e| csv_error(path, &e))?;
-        let line = record.position().map_or(0, |p| p.line() as usize);
-        let cell = |name: &str| -> Option<&str> {
-            col.get(name).and_then(|&i| record.get(i)).filter(|s| !s.is_empty())
-        };
+        let record = record.map_err(|e| csv_error(&line_at, path, &e))?;
+        let line = record.position().map_or(0, |p| line_at(p.byte()));
+        let cell =
+            |name: &str| -> Option<&str> { col.get(name).and_then(|&i| record.get(i)).filter(|s| !s.is_empty()) };
         let at = |field: &str| Location::line(path, line).with_field(field);
         let required = |name: &str| cell(name).ok_or_else(|| Error::parse(at(name), "must not be empty"));
         let number = |name: &str| -> Result<Option<f64>> {
@@ -208,7 +207,10 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
         }
         let metric_name = required("metric")?;
         let metric = Metric::parse(metric_name).ok_or_else(|| {
-            Error::parse(at("metric"), format!("unknown metric `{metric_name}` (known: throughput, iteration_time, speedup)"))
+            Error::parse(
+                at("metric"),
+                format!("unknown metric `{metric_name}` (known: throughput, iteration_time, speedup)"),
+            )
         })?;
         let unit = cell("unit").unwrap_or(metric.unit());
         let factor = metric.unit_factor(unit).ok_or_else(|| {
@@ -273,7 +275,10 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
     for row in &rows {
         if let Some(r) = &row.relative_to {
             if r == &row.id {
-                return Err(Error::parse(Location::line(path, row.line).with_field("relative_to"), "a row cannot be relative to itself"));
+                return Err(Error::parse(
+                    Location::line(path, row.line).with_field("relative_to"),
+                    "a row cannot be relative to itself",
+                ));
             }
             if !ids.contains_key(r) {
                 return Err(Error::parse(
@@ -305,8 +310,23 @@ fn resolve_topology(base: &Path, t: &str) -> String {
     }
 }
 
-fn csv_error(path: &Path, e: &csv::Error) -> Error {
-    let line = e.position().map(|p| p.line() as usize);
+/// The text without `#` comment lines, and the file line of each line kept.
+fn strip_comments(text: &str) -> (String, Vec<usize>) {
+    let mut body = String::with_capacity(text.len());
+    let mut lines = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        if !l.trim_start().starts_with('#') {
+            body.push_str(l);
+            body.push('\n');
+            lines.push(i + 1);
+        }
+    }
+    lines.push(text.lines().count() + 1); // end of input
+    (body, lines)
+}
+
+fn csv_error(line_at: &dyn Fn(u64) -> usize, path: &Path, e: &csv::Error) -> Error {
+    let line = e.position().map(|p| line_at(p.byte()));
     let msg = match e.kind() {
         csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
             format!("row has {len} fields, the header has {expected_len}")
@@ -376,9 +396,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("x.csv:1 (field `colour`): unknown column"), "{e}");
-        let e = parse_measurements("id,metric,source\n", Path::new("x.csv"), Path::new(""))
-            .unwrap_err()
-            .to_string();
+        let e = parse_measurements("id,metric,source\n", Path::new("x.csv"), Path::new("")).unwrap_err().to_string();
         assert!(e.contains("missing required column `measured`"), "{e}");
         let e = parse_measurements(HEADER, Path::new("x.csv"), Path::new("")).unwrap_err().to_string();
         assert!(e.contains("no measurement rows"), "{e}");

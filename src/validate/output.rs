@@ -61,7 +61,10 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         )?;
     }
     writeln!(w)?;
-    writeln!(w, "| set | rows | known misses | mean abs error | median abs error | worst abs error (row) | mean signed error |")?;
+    writeln!(
+        w,
+        "| set | rows | known misses | mean abs error | median abs error | worst abs error (row) | mean signed error |"
+    )?;
     writeln!(w, "|---|---:|---:|---:|---:|---|---:|")?;
     for s in r.sets.iter().chain(&r.overall) {
         writeln!(
@@ -88,11 +91,7 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
                 g.set, g.group, g.rows, g.concordant, g.discordant
             )?;
         }
-        writeln!(
-            w,
-            "  all groups: {} pairs ordered alike, {} reversed",
-            r.rank_concordant, r.rank_discordant
-        )?;
+        writeln!(w, "  all groups: {} pairs ordered alike, {} reversed", r.rank_concordant, r.rank_discordant)?;
     }
     writeln!(w)?;
     let limits = format!(

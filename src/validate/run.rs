@@ -66,7 +66,9 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
             let value = match (row.metric, &row.relative_to) {
                 (Metric::Throughput, _) => own.throughput_samples_per_s,
                 (Metric::IterationTime, _) => own.iteration_time_s,
-                (Metric::Speedup, None) => own.throughput_samples_per_s / get(&(job.0.clone(), 1))?.throughput_samples_per_s,
+                (Metric::Speedup, None) => {
+                    own.throughput_samples_per_s / get(&(job.0.clone(), 1))?.throughput_samples_per_s
+                }
                 (Metric::Speedup, Some(base)) => {
                     own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
                 }

@@ -42,7 +42,10 @@ pub fn summarize(errors: &[f64]) -> Option<ErrorSummary> {
     let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
     let n = errors.len() as f64;
     let (worst_index, worst_abs) =
-        abs.iter().copied().enumerate().fold((0, f64::NEG_INFINITY), |best, (i, a)| if a > best.1 { (i, a) } else { best });
+        abs.iter()
+            .copied()
+            .enumerate()
+            .fold((0, f64::NEG_INFINITY), |best, (i, a)| if a > best.1 { (i, a) } else { best });
     Some(ErrorSummary {
         rows: errors.len(),
         mean_abs: abs.iter().sum::<f64>() / n,
