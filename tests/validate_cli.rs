@@ -224,11 +224,49 @@ fn csv_output_and_atomic_file_output() {
 }
 
 #[test]
-fn shipped_sets_pass_at_the_tolerances_the_readme_states() {
-    // Keep in step with validation/README.md and .ci/run.
+fn rows_can_name_a_scenario_file() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.dir.join("sc")).unwrap();
+    // Paths in the scenario are relative to the scenario; the row's own columns override it.
+    std::fs::write(
+        f.dir.join("sc/tiny.toml"),
+        "gpus = [1]\nstrategy = \"io\"\n[workload]\ntrace = \"../tiny.csv\"\n[machine]\ntopology = \"k80-cluster\"\n",
+    )
+    .unwrap();
+    let set = f.set(
+        "sc.csv",
+        "id,scenario,gpus,metric,measured,source\n\
+         one,sc/tiny.toml,,throughput,5000,hand\n\
+         four,sc/tiny.toml,4,speedup,3,hand\n",
+    );
+    let (code, v) = run_json(&set, &["--tolerance", "50%", "--max-error", "50%"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["rows"][0]["error"], 0.0);
+    assert_eq!(v["rows"][1]["gpus"], 4);
+    std::fs::write(f.dir.join("sc/many.toml"), "gpus = [1, 2]\n[workload]\ntrace = \"../tiny.csv\"\n").unwrap();
+    let set = f.set("sc2.csv", "id,scenario,metric,measured,source\none,sc/many.toml,throughput,5000,hand\n");
     dagsim()
-        .args(["validate", "validation/tf2017_k80_alexnet.csv", "--tolerance", "16%", "--max-error", "25%"])
+        .arg("validate")
+        .arg(&set)
         .assert()
-        .success()
-        .stdout(predicate::str::contains("gate passed"));
+        .code(2)
+        .stderr(predicate::str::contains("sc2.csv:2: row `one`").and(predicate::str::contains("several GPU counts")));
+}
+
+#[test]
+fn shipped_sets_pass_and_the_readme_table_is_current() {
+    // The command, tolerances and table are the ones validation/README.md and .ci/run state.
+    let out = dagsim()
+        .args(["validate", "validation/tf2017_k80_alexnet.csv", "--tolerance", "16%", "--max-error", "25%"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("gate passed"), "{text}");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("validation/README.md")).unwrap();
+    let table: Vec<&str> = text.lines().filter(|l| l.starts_with("| ")).collect();
+    assert!(table.len() >= 2, "{text}");
+    for line in table {
+        assert!(readme.contains(line), "validation/README.md is out of date; it lacks:\n{line}");
+    }
 }
