@@ -38,22 +38,26 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     let set_w = r.rows.iter().map(|x| x.set.len()).max().unwrap_or(3).max(3);
     let id_w = r.rows.iter().map(|x| x.id.len()).max().unwrap_or(2).max(2);
     let st_w = r.rows.iter().map(|x| x.strategy.len()).max().unwrap_or(8).max(8);
+    let metric = |x: &super::RowResult| match x.metric {
+        super::Metric::Throughput => format!("throughput ({})", x.unit),
+        super::Metric::IterationTime => format!("iteration time ({})", x.unit),
+        super::Metric::Speedup => format!("speedup ({})", x.unit),
+    };
+    let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
     writeln!(
         w,
-        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:14}  {:>10}  {:>10}  {:>8}  status",
+        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  status",
         "set", "id", "gpus", "strategy", "metric", "measured", "predicted", "error"
     )?;
     for x in &r.rows {
-        let metric = format!("{:?}", x.metric).to_lowercase();
-        let metric = format!("{metric} ({})", x.unit);
         writeln!(
             w,
-            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:14}  {:>10}  {:>10}  {:>8}  {}",
+            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  {}",
             x.set,
             x.id,
             x.gpus,
             x.strategy,
-            metric,
+            metric(x),
             x.measured.map_or("-".to_string(), value),
             value(x.predicted),
             x.error.map_or("-".to_string(), percent),
