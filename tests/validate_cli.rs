@@ -254,6 +254,26 @@ fn rows_can_name_a_scenario_file() {
 }
 
 #[test]
+fn sample_bytes_column_sets_the_input_size() {
+    let f = Fixture::new();
+    // 1 MB per sample, 10 per GPU, read from 1.1 GB/s NFS without overlap: about 9 ms more per
+    // iteration than with no input data.
+    let set = f.set(
+        "io.csv",
+        "id,trace,sample_bytes,gpus,strategy,metric,measured,source\n\
+         none,tiny.csv,0,1,none,iteration_time,0.002,hand\n\
+         big,tiny.csv,1000000,1,none,iteration_time,0.002,hand\n",
+    );
+    let (_, v) = run_json(&set, &["--tolerance", "1000%", "--max-error", "1000%"]);
+    let t = |i: usize| v["rows"][i]["predicted"].as_f64().unwrap();
+    assert!(t(0) < 0.0025, "{}", t(0));
+    assert!(t(1) - t(0) > 0.008, "{} vs {}", t(1), t(0));
+    let set =
+        f.set("io2.csv", "id,trace,sample_bytes,gpus,metric,measured,source\nx,tiny.csv,1e6,1,throughput,1,hand\n");
+    dagsim().arg("validate").arg(&set).assert().code(2).stderr(predicate::str::contains("(field `sample_bytes`)"));
+}
+
+#[test]
 fn shipped_sets_pass_and_the_readme_table_is_current() {
     // The command, tolerances and table are the ones validation/README.md and .ci/run state.
     let out = dagsim()

@@ -67,6 +67,8 @@ pub struct RowSetup {
     pub gpu: Option<String>,
     pub precision: Option<String>,
     pub batch: Option<u32>,
+    /// Bytes of one input sample as stored and copied; 0 for synthetic data made on the GPU.
+    pub sample_bytes: Option<u64>,
     /// One measured single-GPU throughput (samples/s) that scales the workload's compute.
     pub calibrate_throughput: Option<f64>,
     /// Preset name, or a file path resolved against the CSV's directory.
@@ -117,6 +119,7 @@ pub const COLUMNS: &[&str] = &[
     "gpu",
     "precision",
     "batch",
+    "sample_bytes",
     "calibrate_throughput",
     "topology",
     "gpus",
@@ -200,6 +203,14 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
                 .transpose()
         };
         let file = |name: &str| cell(name).map(|s| resolve(base, s));
+        let bytes = |name: &str| -> Result<Option<u64>> {
+            cell(name)
+                .map(|s| {
+                    s.parse::<u64>()
+                        .map_err(|_| Error::parse(at(name), format!("`{s}` is not a whole number of bytes")))
+                })
+                .transpose()
+        };
 
         let id = required("id")?.to_string();
         if let Some(first) = ids.insert(id.clone(), line) {
@@ -236,6 +247,7 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             gpu: cell("gpu").map(str::to_string),
             precision: cell("precision").map(str::to_string),
             batch: count("batch")?,
+            sample_bytes: bytes("sample_bytes")?,
             calibrate_throughput,
             topology,
             gpus: count("gpus")?,

@@ -120,6 +120,9 @@ pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
     if let Some(b) = row.batch {
         s.workload.batch_per_gpu = Some(b);
     }
+    if let Some(b) = row.sample_bytes {
+        (s.workload.sample_bytes, s.workload.device_sample_bytes) = (Some(b), Some(b));
+    }
     if row.strategy.is_some() {
         s.strategy = row.strategy.clone();
     }
