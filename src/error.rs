@@ -64,6 +64,9 @@ pub enum Error {
     /// The engine stopped with tasks that never ran (names one of them and what it waits on).
     #[error("simulation stalled at t={time_ns} ns: {pending} tasks never ran, e.g. {example}")]
     Stalled { time_ns: u64, pending: usize, example: String },
+    /// The GPU backend (feature `cuda`) is unavailable or a CUDA call failed (names the call).
+    #[error("GPU backend: {0}")]
+    Gpu(String),
 }
 
 impl Error {

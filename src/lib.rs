@@ -7,15 +7,20 @@
 //! The library never prints or exits; `src/cli` does.
 
 pub mod bench;
+pub mod calibrate;
 pub mod collective;
+pub mod compare;
 pub mod dag;
 pub mod error;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod hw;
 pub mod predict;
 pub mod report;
 pub mod scenario;
 pub mod sim;
 pub mod strategy;
+pub mod sweep;
 pub mod units;
 pub mod validate;
 pub mod workload;

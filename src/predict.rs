@@ -2,7 +2,7 @@
 //! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
 //! calls; it holds no state of its own.
 
-use crate::dag::build::{build_ssgd, BuildInput};
+use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
@@ -54,7 +54,7 @@ impl Setup {
             return Err(Error::invalid("GPU count", "must be at least 1"));
         }
         let machine = self.topology.instantiate(gpus)?;
-        let dag = build_ssgd(&BuildInput {
+        let dag = build_dag(&BuildInput {
             workload: &self.workload,
             machine: &machine,
             gpus,
@@ -70,7 +70,8 @@ impl Setup {
         let sim = self.simulate(gpus, Options::default())?;
         let steady = steady_state(&sim.dag, &sim.run);
         let iteration_time_s = ns_to_s(steady.iteration_ns);
-        let samples = self.workload.batch_per_gpu as f64 * gpus as f64;
+        // Under MPS every client on a GPU trains its own mini-batch.
+        let samples = self.workload.batch_per_gpu as f64 * gpus as f64 * self.strategy.clients_per_gpu() as f64;
         Ok(Prediction {
             dagsim_version: env!("CARGO_PKG_VERSION"),
             workload: self.workload.name.clone(),

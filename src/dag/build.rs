@@ -15,7 +15,7 @@ use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
 use crate::collective::CollectiveOp;
 use crate::error::{Error, Result};
 use crate::hw::Machine;
-use crate::strategy::{CommSource, Strategy};
+use crate::strategy::{CommSource, Strategy, SPARSE_CHUNK_ELEMENTS};
 use crate::workload::Workload;
 
 /// Everything the builder reads.
@@ -28,9 +28,21 @@ pub struct BuildInput<'a> {
     pub iterations: u32,
 }
 
-/// Builds the S-SGD DAG.
-pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
-    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+/// Builds the DAG the strategy asks for: master-GPU data parallelism ([`super::master`]) or the
+/// all-reduce S-SGD graph below.
+pub fn build_dag(input: &BuildInput) -> Result<Dag> {
+    if input.strategy.master {
+        super::master::build_master(input)
+    } else if input.strategy.mps.is_some() {
+        super::mps::build_mps(input)
+    } else {
+        build_ssgd(input)
+    }
+}
+
+/// Checks shared by the builders: GPU count, iterations.
+pub(super) fn check_input(input: &BuildInput) -> Result<()> {
+    let BuildInput { machine: m, gpus: n, iterations, .. } = *input;
     if n == 0 {
         return Err(Error::invalid("GPU count", "must be at least 1"));
     }
@@ -43,6 +55,74 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     if iterations < 2 {
         return Err(Error::invalid("iterations", "at least 2 are needed to measure a steady-state iteration"));
     }
+    Ok(())
+}
+
+/// One all-reduce: the learnable layers whose gradients it carries (or a piece of one layer's).
+struct Bucket {
+    /// Layers in the order their gradients are produced (backward order).
+    layers: Vec<usize>,
+    fp32_bytes: u64,
+    /// Lowest layer in the bucket: it decides when the bucket is complete and its priority.
+    last: usize,
+}
+
+/// Groups gradients into all-reduces: one per layer; fused until θ bytes (lazy all-reduce); or
+/// each layer cut into pieces (priority scheduling).
+fn buckets(w: &Workload, s: &Strategy, learnable: &[usize]) -> Vec<Bucket> {
+    let mut out = Vec::new();
+    if let Some(piece) = s.priority_partition {
+        for &l in learnable {
+            let mut left = w.layers[l].grad_bytes;
+            while left > 0 {
+                let bytes = left.min(piece);
+                out.push(Bucket { layers: vec![l], fp32_bytes: bytes, last: l });
+                left -= bytes;
+            }
+        }
+        return out;
+    }
+    let theta = s.fusion.unwrap_or(0);
+    let mut open = Bucket { layers: Vec::new(), fp32_bytes: 0, last: 0 };
+    for &l in learnable {
+        open.layers.push(l);
+        open.fp32_bytes += w.layers[l].grad_bytes;
+        open.last = l;
+        if open.fp32_bytes >= theta {
+            out.push(std::mem::replace(&mut open, Bucket { layers: Vec::new(), fp32_bytes: 0, last: 0 }));
+        }
+    }
+    if !open.layers.is_empty() {
+        out.push(open);
+    }
+    out
+}
+
+/// Bytes on the wire for a bucket: compressed, and with sparse chunks only the chosen fraction of
+/// its 32K-gradient chunks (the chosen chunks are taken as spread evenly over the pool).
+fn wire_bytes(s: &Strategy, fp32_bytes: u64) -> u64 {
+    let codec = s.grad_codec().codec;
+    match s.sparse {
+        None => codec.wire_bytes(fp32_bytes),
+        Some(f) => {
+            let elements = fp32_bytes / 4;
+            let chunks = elements.div_ceil(SPARSE_CHUNK_ELEMENTS);
+            let sent = ((chunks as f64 * f).ceil() as u64).clamp(1, chunks);
+            codec.wire_bytes((sent * SPARSE_CHUNK_ELEMENTS).min(elements) * 4)
+        }
+    }
+}
+
+/// Bytes of the per-iteration all-reduce of chunk norms that picks the important chunks
+/// (GradientFlow 3.2: one FP32 norm per 32K-gradient chunk of the whole pool).
+fn chunk_norm_bytes(w: &Workload) -> u64 {
+    (w.grad_bytes() / 4).div_ceil(SPARSE_CHUNK_ELEMENTS) * 4
+}
+
+/// Builds the S-SGD DAG.
+pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
+    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    check_input(input)?;
     if s.comm_source == CommSource::Trace && n > 1 {
         if let Some(l) = w.layers.iter().find(|l| l.is_learnable() && l.comm.is_none()) {
             return Err(Error::invalid(
@@ -56,7 +136,8 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let nl = layers.len();
     let mut b = DagBuilder::new();
     let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
-    let comm_q = b.add_queue("comm", Discipline::Fifo, None);
+    let discipline = if s.priority_partition.is_some() { Discipline::Priority } else { Discipline::Fifo };
+    let comm_q = b.add_queue("comm", discipline, None);
     let group = b.add_group((0..n).collect());
     let learnable: Vec<usize> = (0..nl).rev().filter(|&l| layers[l].is_learnable()).collect();
 
@@ -75,6 +156,12 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let mut prev_update: Vec<Option<TaskId>> = vec![None; n as usize];
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; n as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; n as usize];
+    // Priority scheduling: per GPU and layer, what the next forward of that layer waits for.
+    let per_layer_sync = s.priority_partition.is_some() && n > 1;
+    let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
+    let bucket_plan = buckets(w, s, &learnable);
+    let codec = s.grad_codec();
+    let mut prev_picks: Option<TaskId> = None;
 
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(n as usize);
@@ -113,7 +200,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             let mut first_fwd = None;
             for (l, layer) in layers.iter().enumerate() {
                 let t = b.add_task(task(
-                    Work::Fixed { ns: layer.forward.mean_ns },
+                    Work::Fixed { ns: s.compute_ns(layer.forward.mean_ns) },
                     q,
                     Phase::Forward,
                     Some(g),
@@ -121,8 +208,11 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
                     Some(l),
                 ));
                 b.add_edge(last, t);
+                for &p in &layer_ready[gi][l] {
+                    b.add_edge(p, t);
+                }
                 if l == 0 {
-                    if let Some(p) = prev_update[gi] {
+                    if let (Some(p), false) = (prev_update[gi], per_layer_sync) {
                         b.add_edge(p, t);
                     }
                     first_fwd = Some(t);
@@ -132,7 +222,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             let mut bwd_g = vec![0; nl];
             for l in (0..nl).rev() {
                 let t = b.add_task(task(
-                    Work::Fixed { ns: layers[l].backward.mean_ns },
+                    Work::Fixed { ns: s.compute_ns(layers[l].backward.mean_ns) },
                     q,
                     Phase::Backward,
                     Some(g),
@@ -151,35 +241,95 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             prev_first_fwd[gi] = first_fwd;
         }
 
-        // Gradient aggregation: one task per learnable layer, for all GPUs together.
+        // Gradient aggregation: one all-reduce per bucket for all GPUs together, with codec tasks
+        // on every GPU around it when gradients are compressed.
         if n > 1 {
             let mut prev_comm: Option<TaskId> = None;
-            for &l in &learnable {
-                let layer = &layers[l];
+            let coded = !codec.is_free();
+            for bucket in &bucket_plan {
+                let l = bucket.last;
+                let tensors = if s.priority_partition.is_some() { 1 } else { bucket.layers.len() as u64 };
+                let wire = wire_bytes(s, bucket.fp32_bytes);
+                let collective =
+                    |bytes| Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
                 let work = match s.comm_source {
-                    CommSource::Model => Work::Collective {
-                        group,
-                        op: CollectiveOp::AllReduce,
-                        algorithm: s.allreduce,
-                        bytes: layer.grad_bytes,
+                    CommSource::Model => collective(wire),
+                    CommSource::Trace => Work::Fixed {
+                        ns: bucket.layers.iter().map(|&x| layers[x].comm.map(|c| c.mean_ns).unwrap_or(0)).sum(),
                     },
-                    CommSource::Trace => Work::Fixed { ns: layer.comm.map(|c| c.mean_ns).unwrap_or(0) },
                 };
-                let c = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, Some(l)));
-                if s.wfbp {
-                    for bwd_g in &bwd {
-                        b.add_edge(bwd_g[l], c);
-                    }
+                // What the all-reduce waits for on each GPU: the bucket's last gradient (WFBP), or
+                // the previous all-reduce / the whole backward pass (no overlap).
+                let mut before: Vec<TaskId> = if s.wfbp {
+                    bwd.iter().map(|bwd_g| bwd_g[l]).collect()
                 } else {
                     match prev_comm {
-                        Some(p) => b.add_edge(p, c),
-                        None => bwd.iter().for_each(|bwd_g| b.add_edge(bwd_g[0], c)),
+                        Some(p) => vec![p],
+                        None => bwd.iter().map(|bwd_g| bwd_g[0]).collect(),
+                    }
+                };
+                if coded {
+                    let ns = codec.encode_ns(bucket.fp32_bytes, tensors);
+                    before = (0..n)
+                        .map(|g| {
+                            let e = b.add_task(task(
+                                Work::Fixed { ns },
+                                Some(compute_q[g as usize]),
+                                Phase::Codec,
+                                Some(g),
+                                it,
+                                Some(l),
+                            ));
+                            b.add_edge(if s.wfbp { bwd[g as usize][l] } else { bwd[g as usize][0] }, e);
+                            e
+                        })
+                        .collect();
+                }
+                let c = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, Some(l)));
+                before.iter().chain(&prev_picks).for_each(|&p| b.add_edge(p, c));
+                if let Some(p) = prev_comm.filter(|_| !s.wfbp) {
+                    b.add_edge(p, c);
+                }
+                for g in 0..n as usize {
+                    let done = if coded {
+                        let ns = codec.decode_ns(bucket.fp32_bytes, tensors);
+                        let d = b.add_task(task(
+                            Work::Fixed { ns },
+                            Some(compute_q[g]),
+                            Phase::Codec,
+                            Some(g as u32),
+                            it,
+                            Some(l),
+                        ));
+                        b.add_edge(c, d);
+                        d
+                    } else {
+                        c
+                    };
+                    b.add_edge(done, updates[g]);
+                    if per_layer_sync {
+                        if bucket_starts_layer(&bucket_plan, bucket) {
+                            layer_ready[g][l].clear();
+                        }
+                        layer_ready[g][l].push(done);
                     }
                 }
-                for &u in &updates {
-                    b.add_edge(c, u);
-                }
                 prev_comm = Some(c);
+            }
+            // Sparse chunks: at the end of the iteration all GPUs agree on the next important
+            // chunks by all-reducing every chunk's norm.
+            if let (Some(_), CommSource::Model, Some(p)) = (s.sparse, s.comm_source, prev_comm) {
+                let work = Work::Collective {
+                    group,
+                    op: CollectiveOp::AllReduce,
+                    algorithm: s.allreduce,
+                    bytes: chunk_norm_bytes(w),
+                };
+                let picks = b.add_task(task(work, Some(comm_q), Phase::GradientAggregation, None, it, None));
+                b.add_edge(p, picks);
+                bwd.iter().for_each(|bwd_g| b.add_edge(bwd_g[0], picks));
+                // The picks steer the next iteration's all-reduces, not this update.
+                prev_picks = Some(picks);
             }
         }
         for g in 0..n as usize {
@@ -188,4 +338,9 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
         iteration_end.extend_from_slice(&updates);
     }
     b.build(DagMeta { gpus: n, iterations, iteration_end })
+}
+
+/// True for the first bucket (piece) of its layer.
+fn bucket_starts_layer(plan: &[Bucket], bucket: &Bucket) -> bool {
+    plan.iter().find(|x| x.last == bucket.last).is_some_and(|first| std::ptr::eq(first, bucket))
 }

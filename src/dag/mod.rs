@@ -4,6 +4,9 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
+pub mod hybrid;
+pub mod master;
+pub mod mps;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
@@ -14,6 +17,7 @@ use serde::Serialize;
 pub type TaskId = u32;
 pub type QueueId = u32;
 pub type GroupId = u32;
+pub type ResourceId = u32;
 
 /// What a task does, as far as the engine is concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,6 +28,11 @@ pub enum Work {
     Transfer { src: DeviceId, dst: DeviceId, bytes: u64 },
     /// A collective among the GPUs of a group; lowered to steps of transfers when it starts.
     Collective { group: GroupId, op: CollectiveOp, algorithm: Algorithm, bytes: u64 },
+    /// Compute on a processor-shared resource (a GPU whose clients run under MPS): needs `work_ns`
+    /// of the whole resource, runs at the max-min fair share among the tasks on it, and never
+    /// faster than `cap` (a fraction of the resource: the kernel's utilisation, the client's
+    /// active-thread share).
+    Shared { resource: ResourceId, work_ns: Nanos, cap: f64 },
 }
 
 /// Which part of training a task belongs to; decides its category in the time breakdown.
@@ -39,6 +48,17 @@ pub enum Phase {
     /// Gradient aggregation (all-reduce, or a measured communication time).
     GradientAggregation,
     Update,
+    /// Master-GPU data parallelism: the master hands mini-batches to the other GPUs (PtoP).
+    PeerToPeer,
+    /// Master-GPU data parallelism: the master's weights copied to every GPU.
+    WeightBroadcast,
+    /// Activations or errors exchanged between model-parallel slices.
+    ModelParallelExchange,
+    /// Master-GPU data parallelism: outputs gathered to the master for the loss and loss
+    /// gradients sent back.
+    LossExchange,
+    /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
+    Codec,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -51,11 +71,31 @@ pub enum Category {
 }
 
 impl Phase {
+    /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
+    pub const ALL: [Phase; 11] = [
+        Phase::Io,
+        Phase::HostToDevice,
+        Phase::Forward,
+        Phase::Backward,
+        Phase::GradientAggregation,
+        Phase::Update,
+        Phase::PeerToPeer,
+        Phase::WeightBroadcast,
+        Phase::ModelParallelExchange,
+        Phase::LossExchange,
+        Phase::Codec,
+    ];
+
     pub fn category(self) -> Category {
         match self {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
-            Phase::GradientAggregation => Category::Communication,
+            Phase::GradientAggregation
+            | Phase::WeightBroadcast
+            | Phase::ModelParallelExchange
+            | Phase::LossExchange => Category::Communication,
+            Phase::PeerToPeer => Category::Io,
+            Phase::Codec => Category::Compute,
         }
     }
 
@@ -67,6 +107,11 @@ impl Phase {
             Phase::Backward => "backward",
             Phase::GradientAggregation => "allreduce",
             Phase::Update => "update",
+            Phase::PeerToPeer => "p2p",
+            Phase::WeightBroadcast => "broadcast",
+            Phase::ModelParallelExchange => "mp-exchange",
+            Phase::LossExchange => "loss",
+            Phase::Codec => "codec",
         }
     }
 }
@@ -137,6 +182,8 @@ pub struct Dag {
     queues: Vec<Queue>,
     /// Each group lists GPU ranks in collective rank order.
     groups: Vec<Vec<u32>>,
+    /// Names of processor-shared resources ([`Work::Shared`]).
+    resources: Vec<String>,
     pub meta: DagMeta,
 }
 
@@ -168,6 +215,10 @@ impl Dag {
     pub fn group(&self, g: GroupId) -> &[u32] {
         &self.groups[g as usize]
     }
+    /// Names of the processor-shared resources, indexed by [`ResourceId`].
+    pub fn resources(&self) -> &[String] {
+        &self.resources
+    }
 
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
@@ -190,6 +241,7 @@ pub struct DagBuilder {
     edges: Vec<(TaskId, TaskId)>,
     queues: Vec<Queue>,
     groups: Vec<Vec<u32>>,
+    resources: Vec<String>,
 }
 
 impl DagBuilder {
@@ -217,6 +269,12 @@ impl DagBuilder {
         (self.groups.len() - 1) as GroupId
     }
 
+    /// A processor-shared resource of capacity one (see [`Work::Shared`]).
+    pub fn add_resource(&mut self, name: impl Into<String>) -> ResourceId {
+        self.resources.push(name.into());
+        (self.resources.len() - 1) as ResourceId
+    }
+
     pub fn task(&self, t: TaskId) -> &Task {
         &self.tasks[t as usize]
     }
@@ -234,6 +292,14 @@ impl DagBuilder {
                     return Err(Error::invalid("task graph", format!("task `{}` uses unknown queue {q}", t.label())));
                 }
             }
+            if let Work::Shared { resource, cap, .. } = t.work {
+                if resource as usize >= self.resources.len() || !(cap > 0.0 && cap.is_finite()) {
+                    return Err(Error::invalid(
+                        "task graph",
+                        format!("task `{}` uses unknown resource {resource} or cap {cap}", t.label()),
+                    ));
+                }
+            }
             if let Work::Collective { group, .. } = t.work {
                 if group as usize >= self.groups.len() {
                     return Err(Error::invalid(
@@ -243,20 +309,54 @@ impl DagBuilder {
                 }
             }
         }
-        self.edges.sort_unstable();
-        self.edges.dedup();
+        // Successor lists by counting sort on the source, then each (short) list sorted and
+        // deduplicated in place: O(E) rather than sorting all edges.
         let mut succ_start = vec![0u32; n + 1];
-        let mut pred_count = vec![0u32; n];
-        for &(a, b) in &self.edges {
+        for &(a, _) in &self.edges {
             succ_start[a as usize + 1] += 1;
-            pred_count[b as usize] += 1;
         }
         for i in 0..n {
             succ_start[i + 1] += succ_start[i];
         }
-        let succ: Vec<TaskId> = self.edges.iter().map(|e| e.1).collect();
-        let dag =
-            Dag { tasks: self.tasks, succ_start, succ, pred_count, queues: self.queues, groups: self.groups, meta };
+        let mut fill = succ_start.clone();
+        let mut succ = vec![0 as TaskId; self.edges.len()];
+        for &(a, b) in &self.edges {
+            succ[fill[a as usize] as usize] = b;
+            fill[a as usize] += 1;
+        }
+        drop(fill);
+        self.edges = Vec::new();
+        let mut pred_count = vec![0u32; n];
+        let mut write = 0usize;
+        let mut read = 0usize;
+        for i in 0..n {
+            let end = succ_start[i + 1] as usize;
+            succ[read..end].sort_unstable();
+            succ_start[i] = write as u32;
+            let mut last = None;
+            for k in read..end {
+                let b = succ[k];
+                if last != Some(b) {
+                    succ[write] = b;
+                    write += 1;
+                    pred_count[b as usize] += 1;
+                    last = Some(b);
+                }
+            }
+            read = end;
+        }
+        succ_start[n] = write as u32;
+        succ.truncate(write);
+        let dag = Dag {
+            tasks: self.tasks,
+            succ_start,
+            succ,
+            pred_count,
+            queues: self.queues,
+            groups: self.groups,
+            resources: self.resources,
+            meta,
+        };
         dag.check_acyclic()?;
         Ok(dag)
     }

@@ -4,20 +4,24 @@
 //! which host, where its data comes from) and by the engine (link capacities, routes).
 //! Knows nothing of DAGs, strategies or time-stepping.
 
+pub mod builder;
+pub mod calibration;
+pub mod graph;
 mod route;
 pub mod topology;
 
+pub use calibration::Calibration;
 pub use route::Route;
 pub use topology::{load_topology, Topology};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Index of a device in [`Machine::devices`].
 pub type DeviceId = u32;
 /// Index of a directed link in [`Machine::links`].
 pub type LinkId = u32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
     Gpu,
@@ -30,7 +34,7 @@ pub enum DeviceKind {
     Storage,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinkKind {
     Pcie,
@@ -54,6 +58,20 @@ impl LinkKind {
             LinkKind::Storage => "storage",
         }
     }
+
+    pub const ALL: [LinkKind; 7] = [
+        LinkKind::Pcie,
+        LinkKind::Nvlink,
+        LinkKind::Nvswitch,
+        LinkKind::Qpi,
+        LinkKind::Ethernet,
+        LinkKind::Infiniband,
+        LinkKind::Storage,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,8 +82,8 @@ pub struct Device {
     pub node: Option<u32>,
 }
 
-/// Achievable bandwidth of one message as a function of its size: piecewise-linear between
-/// measured points, flat beyond the ends. Rates in bytes/ns (= GB/s).
+/// Achievable bandwidth of one message as a function of its size: piecewise-linear in log(size)
+/// between measured points, flat beyond the ends. Rates in bytes/ns (= GB/s).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BandwidthCurve {
     /// (message bytes, bytes/ns), sorted by size, at least one point.
@@ -100,7 +118,13 @@ impl BandwidthCurve {
         for w in pts.windows(2) {
             let ((x0, y0), (x1, y1)) = (w[0], w[1]);
             if bytes <= x1 {
-                let t = (bytes - x0) as f64 / (x1 - x0).max(1) as f64;
+                // Measured sizes are usually powers of two apart, so interpolate in log(size);
+                // from a point at 0 bytes, linearly.
+                let t = if x0 == 0 {
+                    bytes as f64 / x1.max(1) as f64
+                } else {
+                    (bytes as f64 / x0 as f64).ln() / (x1 as f64 / x0 as f64).ln().max(f64::MIN_POSITIVE)
+                };
                 return y0 + t * (y1 - y0);
             }
         }
@@ -149,6 +173,9 @@ pub struct Machine {
     pub links: Vec<Link>,
     /// GPUs in rank order (node by node).
     pub gpus: Vec<GpuInfo>,
+    /// Collective efficiencies from a calibration file (empty: every collective at full rate).
+    #[serde(skip)]
+    pub collective_efficiency: Vec<calibration::CollectiveEfficiency>,
     #[serde(skip)]
     out_links: Vec<Vec<LinkId>>,
 }
@@ -179,7 +206,23 @@ impl Machine {
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
-        let m = Machine { name: name.clone(), gpu_model, devices, links, gpus, out_links };
+        let m = Machine {
+            name: name.clone(),
+            gpu_model,
+            devices,
+            links,
+            gpus,
+            collective_efficiency: Vec::new(),
+            out_links,
+        };
+        // Every GPU must reach the first one and be reached from it (one search each way).
+        let (from_first, to_first) = (m.reachable(m.gpus[0].device, false), m.reachable(m.gpus[0].device, true));
+        for g in &m.gpus {
+            if !(from_first[g.device as usize] && to_first[g.device as usize]) {
+                let (gname, first) = (m.device_name(g.device), m.device_name(m.gpus[0].device));
+                return Err(err(format!("GPU {gname} is disconnected: no route between it and {first}")));
+            }
+        }
         for g in &m.gpus {
             for (what, other) in [("host", g.host), ("storage", g.storage)] {
                 if m.shortest_path(other, g.device).is_none() {
@@ -189,6 +232,34 @@ impl Machine {
             }
         }
         Ok(m)
+    }
+
+    /// Devices reachable from `start` (following links backwards if `reverse`).
+    fn reachable(&self, start: DeviceId, reverse: bool) -> Vec<bool> {
+        let mut seen = vec![false; self.devices.len()];
+        seen[start as usize] = true;
+        let mut stack = vec![start];
+        let mut incoming: Vec<Vec<DeviceId>> = Vec::new();
+        if reverse {
+            incoming = vec![Vec::new(); self.devices.len()];
+            for l in &self.links {
+                incoming[l.to as usize].push(l.from);
+            }
+        }
+        while let Some(d) = stack.pop() {
+            let next: Vec<DeviceId> = if reverse {
+                incoming[d as usize].clone()
+            } else {
+                self.out_links(d).iter().map(|&l| self.links[l as usize].to).collect()
+            };
+            for n in next {
+                if !seen[n as usize] {
+                    seen[n as usize] = true;
+                    stack.push(n);
+                }
+            }
+        }
+        seen
     }
 
     pub fn device_name(&self, d: DeviceId) -> &str {

@@ -1,8 +1,10 @@
-//! Routing: the path a transfer takes between two devices. Fewest hops, ties broken by link order,
-//! so a route is the same on every run and machine.
+//! Routing: the path a transfer takes between two devices. Cheapest by latency plus the time of a
+//! 1 MiB message at each link's peak rate; ties broken deterministically, so a route is the same
+//! on every run and machine.
 
 use super::{DeviceId, LinkId, Machine};
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// A path of directed links with its total latency.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,27 +21,46 @@ impl Route {
     }
 }
 
+/// Message size at which routes are compared: big enough that bandwidth matters, small enough
+/// that latency still counts.
+const ROUTE_REFERENCE_BYTES: f64 = (1 << 20) as f64;
+
 impl Machine {
-    /// Fewest-hop route from `src` to `dst`, or `None` if unreachable.
+    /// Cost of crossing a link when choosing routes: its latency plus the time of a reference
+    /// message at its peak rate, in whole nanoseconds (integers keep the choice deterministic).
+    fn route_cost(&self, l: LinkId) -> u64 {
+        let link = &self.links[l as usize];
+        link.latency_ns + (ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64
+    }
+
+    /// Cheapest route from `src` to `dst` (Dijkstra on [`Machine::route_cost`]; ties go to the
+    /// device reached first, then link order), or `None` if unreachable. So NVLink beats a PCIe
+    /// detour of the same hop count, and a DGX-1's non-neighbours go two NVLink hops.
     pub fn shortest_path(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
         if src == dst {
             return Some(Route { links: Vec::new(), latency_ns: 0 });
         }
         let n = self.devices.len();
         let mut via: Vec<Option<LinkId>> = vec![None; n];
-        let mut seen = vec![false; n];
-        seen[src as usize] = true;
-        let mut queue = VecDeque::from([src]);
-        while let Some(d) = queue.pop_front() {
+        let mut cost = vec![u64::MAX; n];
+        let mut done = vec![false; n];
+        cost[src as usize] = 0;
+        let mut heap = BinaryHeap::from([Reverse((0u64, src))]);
+        while let Some(Reverse((c, d))) = heap.pop() {
+            if done[d as usize] {
+                continue;
+            }
+            done[d as usize] = true;
+            if d == dst {
+                return Some(self.unwind(&via, src, dst));
+            }
             for &l in self.out_links(d) {
                 let to = self.links[l as usize].to;
-                if !seen[to as usize] {
-                    seen[to as usize] = true;
+                let next = c + self.route_cost(l);
+                if next < cost[to as usize] {
+                    cost[to as usize] = next;
                     via[to as usize] = Some(l);
-                    if to == dst {
-                        return Some(self.unwind(&via, src, dst));
-                    }
-                    queue.push_back(to);
+                    heap.push(Reverse((next, to)));
                 }
             }
         }
@@ -50,7 +71,7 @@ impl Machine {
         let mut links = Vec::new();
         let mut at = dst;
         while at != src {
-            let l = via[at as usize].expect("BFS reached this device through a link");
+            let l = via[at as usize].expect("the search reached this device through a link");
             links.push(l);
             at = self.links[l as usize].from;
         }

@@ -1,9 +1,12 @@
-//! Topology files and presets. A topology file (JSON or TOML, see `topologies/README.md`) describes
-//! a cluster parametrically: nodes of identical servers, how GPUs attach to their host (PCIe) and to
-//! each other (through the host, or NVLink), the network between nodes, and where training data is
-//! read from. [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
+//! Topology files and presets. A topology file (JSON or TOML, see `docs/machines.md` and
+//! `topologies/topology.schema.json`) describes a cluster in one of two forms: parametric
+//! (`cluster`: nodes of identical servers, how GPUs attach to their host (PCIe) and to each other
+//! (through the host, or NVLink), the network between nodes, and where training data is read from)
+//! or explicit (`graph`, see [`super::graph`]). It may name a calibration file to apply.
+//! [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
 
-use super::{BandwidthCurve, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
+use super::graph::GraphSpec;
+use super::{BandwidthCurve, Calibration, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
 use crate::error::{Error, Location, Result};
 use crate::units::{gb_per_s_to_bytes_per_ns, gbit_per_s_to_bytes_per_ns, us_to_ns};
 use serde::{Deserialize, Serialize};
@@ -14,6 +17,19 @@ use std::path::Path;
 pub const PRESETS: &[(&str, &str)] = &[
     ("k80-cluster", include_str!("../../topologies/k80-cluster.json")),
     ("v100-cluster", include_str!("../../topologies/v100-cluster.json")),
+    ("dgx1-p100", include_str!("../../topologies/dgx1-p100.json")),
+    ("dgx1-v100", include_str!("../../topologies/dgx1-v100.json")),
+    ("dgx-a100", include_str!("../../topologies/dgx-a100.json")),
+    ("scaledl-server-a", include_str!("../../topologies/scaledl-server-a.json")),
+    ("scaledl-server-b", include_str!("../../topologies/scaledl-server-b.json")),
+    ("dettmers-4gpu", include_str!("../../topologies/dettmers-4gpu.json")),
+    ("gradientflow-cluster", include_str!("../../topologies/gradientflow-cluster.json")),
+    ("accdp-a100", include_str!("../../topologies/accdp-a100.json")),
+    ("v100-pcie-10gbe", include_str!("../../topologies/v100-pcie-10gbe.json")),
+    ("v100-pcie-100gbe", include_str!("../../topologies/v100-pcie-100gbe.json")),
+    ("v100-pcie-ib100", include_str!("../../topologies/v100-pcie-ib100.json")),
+    ("abci-v", include_str!("../../topologies/abci-v.json")),
+    ("abci-a", include_str!("../../topologies/abci-a.json")),
 ];
 
 /// Name of the topology used when none is given.
@@ -29,7 +45,18 @@ pub struct Topology {
     /// Where the numbers come from.
     #[serde(default)]
     pub source: String,
-    pub cluster: ClusterSpec,
+    /// Parametric form: identical nodes described by a few numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSpec>,
+    /// Explicit form: one server's devices and links (see [`GraphSpec`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphSpec>,
+    /// Calibration file applied after building (path relative to the topology file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
+    /// The calibration itself, read when the topology is loaded (or set by `--calibration`).
+    #[serde(skip)]
+    pub calibrated: Option<Calibration>,
 }
 
 /// Identical nodes, each with `gpus_per_node` GPUs under one host.
@@ -101,7 +128,7 @@ pub struct StorageSpec {
 }
 
 impl LinkSpec {
-    fn rate(&self, topo: &str, what: &str) -> Result<f64> {
+    pub(crate) fn rate(&self, topo: &str, what: &str) -> Result<f64> {
         let rate = match (self.bandwidth_gb_s, self.bandwidth_gbit_s) {
             (Some(gb), None) => gb_per_s_to_bytes_per_ns(gb),
             (None, Some(gbit)) => gbit_per_s_to_bytes_per_ns(gbit),
@@ -137,7 +164,12 @@ pub fn load_topology(name_or_path: &str) -> Result<Topology> {
     }
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let toml = path.extension().is_some_and(|e| e == "toml");
-    parse_topology(&text, path, toml)
+    let mut topo = parse_topology(&text, path, toml)?;
+    if let Some(c) = &topo.calibration {
+        let cal_path = path.parent().unwrap_or(Path::new(".")).join(c);
+        topo.calibrated = Some(Calibration::load(&cal_path)?);
+    }
+    Ok(topo)
 }
 
 /// Parses topology text; errors name the file and, for JSON, the line.
@@ -150,14 +182,23 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
     } else {
         serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?
     };
-    topo.check()?;
+    topo.check(path)?;
     Ok(topo)
 }
 
 impl Topology {
-    fn check(&self) -> Result<()> {
-        let c = &self.cluster;
+    fn check(&self, path: &Path) -> Result<()> {
         let t = &self.name;
+        let c = match (&self.cluster, &self.graph) {
+            (Some(c), None) => c,
+            (None, Some(g)) => return g.check(path, t),
+            _ => {
+                return Err(Error::parse(
+                    Location::file(path),
+                    "give exactly one of `cluster` (parametric) or `graph` (explicit)",
+                ))
+            }
+        };
         if c.nodes == 0 || c.gpus_per_node == 0 {
             return Err(Error::topology(t, "cluster.nodes and cluster.gpus_per_node must be at least 1"));
         }
@@ -175,24 +216,47 @@ impl Topology {
 
     /// Total GPUs the file describes.
     pub fn gpu_count(&self) -> u32 {
-        self.cluster.nodes * self.cluster.gpus_per_node
+        let (nodes, per_node, _) = self.shape();
+        nodes * per_node
+    }
+
+    /// (nodes, GPUs per node, may grow) of either form.
+    fn shape(&self) -> (u32, u32, bool) {
+        match (&self.cluster, &self.graph) {
+            (Some(c), _) => (c.nodes, c.gpus_per_node, c.grow),
+            (None, Some(g)) => (g.nodes, g.gpus_per_node(), g.grow && g.network.is_some()),
+            (None, None) => (0, 0, false),
+        }
     }
 
     /// Builds a machine with at least `gpus` GPUs (adding nodes if the topology may grow).
     pub fn instantiate(&self, gpus: u32) -> Result<Machine> {
-        let c = &self.cluster;
         let t = &self.name;
+        let (file_nodes, per_node, grow) = self.shape();
         let nodes = if gpus > self.gpu_count() {
-            if !c.grow {
+            if !grow {
                 return Err(Error::invalid(
                     "GPU count",
                     format!("{gpus} GPUs asked for, but topology `{t}` has {} and does not grow", self.gpu_count()),
                 ));
             }
-            gpus.div_ceil(c.gpus_per_node)
+            gpus.div_ceil(per_node)
         } else {
-            c.nodes
+            file_nodes
         };
+        let mut machine = match (&self.cluster, &self.graph) {
+            (Some(c), _) => self.build_cluster(c, nodes)?,
+            (None, Some(g)) => g.build(t, &g.gpu, nodes)?,
+            (None, None) => return Err(Error::topology(t, "neither `cluster` nor `graph` is given")),
+        };
+        if let Some(cal) = &self.calibrated {
+            machine.apply_calibration(cal)?;
+        }
+        Ok(machine)
+    }
+
+    fn build_cluster(&self, c: &ClusterSpec, nodes: u32) -> Result<Machine> {
+        let t = &self.name;
 
         let mut devices: Vec<Device> = Vec::new();
         let mut links: Vec<Link> = Vec::new();
@@ -278,10 +342,14 @@ mod tests {
     fn presets_parse_and_instantiate() {
         for (name, _) in PRESETS {
             let t = load_topology(name).unwrap();
-            let m = t.instantiate(16).unwrap();
-            assert_eq!(m.gpus.len(), 16, "{name}");
-            assert_eq!(m.node_count(), 4);
+            let (_, per_node, grow) = t.shape();
+            let gpus = if grow { 4 * per_node } else { t.gpu_count() };
+            let m = t.instantiate(gpus).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(m.gpus.len() as u32 >= gpus, "{name}");
+            assert!(!t.source.is_empty(), "{name} says where its numbers come from");
         }
+        let m = load_topology("v100-cluster").unwrap().instantiate(16).unwrap();
+        assert_eq!(m.node_count(), 4);
     }
 
     #[test]

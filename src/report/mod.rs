@@ -3,9 +3,12 @@
 //! the iteration time), utilisation, and the [`Prediction`] record that text, CSV and JSON outputs
 //! print. Reads the DAG and run; never simulates.
 
+pub mod critical;
 mod output;
+pub mod perfetto;
+pub mod plot;
 
-pub use output::{write_csv, write_json, write_text};
+pub use output::{csv_fields, write_csv, write_json, write_text};
 
 use crate::dag::{Category, Dag, Work};
 use crate::hw::Machine;

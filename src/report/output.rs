@@ -36,55 +36,40 @@ pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<
     Ok(())
 }
 
+/// The CSV columns of one prediction, in order, without utilisation (see [`write_csv`]).
+pub fn csv_fields(p: &Prediction) -> Vec<(&'static str, String)> {
+    let b = &p.breakdown;
+    vec![
+        ("workload", p.workload.clone()),
+        ("batch_per_gpu", p.batch_per_gpu.to_string()),
+        ("gpus", p.gpus.to_string()),
+        ("nodes", p.nodes.to_string()),
+        ("topology", p.topology.clone()),
+        ("gpu_model", p.gpu_model.clone()),
+        ("strategy", p.strategy.clone()),
+        ("allreduce", p.allreduce.clone()),
+        ("comm_source", p.comm_source.clone()),
+        ("iteration_time_s", p.iteration_time_s.to_string()),
+        ("throughput_samples_per_s", p.throughput_samples_per_s.to_string()),
+        ("speedup", p.speedup.to_string()),
+        ("scaling_efficiency", p.scaling_efficiency.to_string()),
+        ("compute_s", b.compute.to_string()),
+        ("communication_s", b.communication.to_string()),
+        ("io_s", b.io.to_string()),
+        ("idle_s", b.idle.to_string()),
+    ]
+}
+
 /// CSV with a header row; breakdown and utilisation flattened into columns.
 pub fn write_csv(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<()> {
     let mut w = csv::Writer::from_writer(out);
     let util_keys: Vec<String> = preds.first().map(|p| p.utilisation.keys().cloned().collect()).unwrap_or_default();
-    let mut header: Vec<String> = [
-        "workload",
-        "batch_per_gpu",
-        "gpus",
-        "nodes",
-        "topology",
-        "gpu_model",
-        "strategy",
-        "allreduce",
-        "comm_source",
-        "iteration_time_s",
-        "throughput_samples_per_s",
-        "speedup",
-        "scaling_efficiency",
-        "compute_s",
-        "communication_s",
-        "io_s",
-        "idle_s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let Some(first) = preds.first() else { return w.flush() };
+    let mut header: Vec<String> = csv_fields(first).into_iter().map(|(k, _)| k.to_string()).collect();
     header.extend(util_keys.iter().map(|k| format!("util_{k}")));
     w.write_record(&header)?;
     for p in preds {
-        let b = &p.breakdown;
-        let mut row = vec![
-            p.workload.clone(),
-            p.batch_per_gpu.to_string(),
-            p.gpus.to_string(),
-            p.nodes.to_string(),
-            p.topology.clone(),
-            p.gpu_model.clone(),
-            p.strategy.clone(),
-            p.allreduce.clone(),
-            p.comm_source.clone(),
-            p.iteration_time_s.to_string(),
-            p.throughput_samples_per_s.to_string(),
-            p.speedup.to_string(),
-            p.scaling_efficiency.to_string(),
-            b.compute.to_string(),
-            b.communication.to_string(),
-            b.io.to_string(),
-            b.idle.to_string(),
-        ];
+        let mut row: Vec<String> = csv_fields(p).into_iter().map(|(_, v)| v).collect();
         row.extend(util_keys.iter().map(|k| p.utilisation.get(k).map(|v| v.to_string()).unwrap_or_default()));
         w.write_record(&row)?;
     }

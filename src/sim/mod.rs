@@ -19,14 +19,14 @@
 
 pub mod fluid;
 
-use crate::collective::Plan;
+use crate::collective::{Layout, Plan};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
 use crate::units::{transfer_ns, Nanos};
 use fluid::{Completion, FlowId, FluidNet};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 /// What the engine records beyond task spans, and how it may take shortcuts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -88,20 +88,14 @@ enum EventKind {
     CollectiveDone(u32, u32),
 }
 
-/// Ordered by time, then by insertion sequence (only relevant inside an instant, whose outcome is
-/// order-independent by construction).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Event {
-    time: Nanos,
-    seq: u64,
-    kind: EventKind,
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Owner {
     Task(TaskId),
     Collective(u32),
 }
+
+/// Route id marking a [`Pending`] that is processor-shared compute, not a transfer.
+const SHARED_ROUTE: u32 = u32::MAX;
 
 /// A flow waiting out its route latency, or moving bytes.
 #[derive(Debug, Clone, Copy)]
@@ -116,9 +110,11 @@ struct Pending {
     start: Nanos,
 }
 
-/// A collective on reserved links: when it started, each step class's duration, the links held.
+/// A collective on reserved links from step `first_step` on: when that step started, each step
+/// class's duration, the links held.
 #[derive(Debug, Clone, Default)]
 struct Reservation {
+    first_step: u32,
     start: Nanos,
     end: Nanos,
     class_time: Vec<Nanos>,
@@ -135,6 +131,9 @@ struct CollectiveRun {
     /// Bumped when a reservation ends early, so its pending end event is ignored.
     generation: u32,
     reservation: Option<Reservation>,
+    /// When reserving failed or was interrupted, try again at this step (backing off).
+    retry_step: u32,
+    backoff: u32,
 }
 
 /// Timing of one transfer alone on its route.
@@ -158,8 +157,10 @@ struct Engine<'a> {
     machine: &'a Machine,
     options: Options,
     now: Nanos,
-    seq: u64,
-    events: BinaryHeap<Reverse<Event>>,
+    /// Pending events by instant. The order of events within an instant does not matter (see the
+    /// module comment), so a calendar of buckets replaces a priority queue.
+    events: BTreeMap<Nanos, Vec<EventKind>>,
+    bucket_pool: Vec<Vec<EventKind>>,
     waiting_preds: Vec<u32>,
     start: Vec<Nanos>,
     end: Vec<Nanos>,
@@ -199,14 +200,16 @@ impl<'a> Engine<'a> {
     fn new(dag: &'a Dag, machine: &'a Machine, options: Options) -> Self {
         let n = dag.len();
         let nlinks = machine.links.len();
-        let capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        // Processor-shared resources follow the links, each of capacity one (ns of work per ns).
+        let mut capacity: Vec<f64> = machine.links.iter().map(|l| l.capacity()).collect();
+        capacity.extend(dag.resources().iter().map(|_| 1.0));
         Engine {
             dag,
             machine,
             options,
             now: 0,
-            seq: 0,
-            events: BinaryHeap::with_capacity(1024),
+            events: BTreeMap::new(),
+            bucket_pool: Vec::new(),
             waiting_preds: (0..n as TaskId).map(|t| dag.pred_count(t)).collect(),
             start: vec![Nanos::MAX; n],
             end: vec![Nanos::MAX; n],
@@ -239,8 +242,26 @@ impl<'a> Engine<'a> {
     }
 
     fn push(&mut self, time: Nanos, kind: EventKind) {
-        self.seq += 1;
-        self.events.push(Reverse(Event { time, seq: self.seq, kind }));
+        match self.events.get_mut(&time) {
+            Some(bucket) => bucket.push(kind),
+            None => {
+                let mut bucket = self.bucket_pool.pop().unwrap_or_default();
+                bucket.push(kind);
+                self.events.insert(time, bucket);
+            }
+        }
+    }
+
+    /// Handles every event due at `now`, including those the handlers add at `now`.
+    fn drain_instant(&mut self) -> Result<()> {
+        while let Some(mut bucket) = self.events.remove(&self.now) {
+            for &ev in &bucket {
+                self.handle(ev)?;
+            }
+            bucket.clear();
+            self.bucket_pool.push(bucket);
+        }
+        Ok(())
     }
 
     fn run(mut self) -> Result<Run> {
@@ -248,22 +269,18 @@ impl<'a> Engine<'a> {
         loop {
             // Everything at `now`: events first, then the canonical settling of ready tasks and
             // freed queues (which may add events at `now`), then bandwidth shares.
-            while self.events.peek().is_some_and(|e| e.0.time == self.now) {
-                let Reverse(ev) = self.events.pop().expect("peeked");
-                self.handle(ev)?;
-            }
+            self.drain_instant()?;
             if !self.ready_now.is_empty() || !self.queues_now.is_empty() {
                 self.settle()?;
                 continue;
             }
             self.solve_flows();
-            if self.events.peek().is_some_and(|e| e.0.time == self.now) {
+            if self.events.contains_key(&self.now) {
                 continue;
             }
-            let Some(Reverse(ev)) = self.events.pop() else { break };
-            debug_assert!(ev.time > self.now, "time never goes back");
-            self.now = ev.time;
-            self.handle(ev)?;
+            let Some((&next, _)) = self.events.first_key_value() else { break };
+            debug_assert!(next > self.now, "time never goes back");
+            self.now = next;
         }
         if self.done < self.dag.len() {
             return Err(self.stalled());
@@ -284,9 +301,9 @@ impl<'a> Engine<'a> {
         })
     }
 
-    fn handle(&mut self, ev: Event) -> Result<()> {
+    fn handle(&mut self, ev: EventKind) -> Result<()> {
         self.events_processed += 1;
-        match ev.kind {
+        match ev {
             EventKind::TaskDone(t) => self.finish(t),
             EventKind::FlowActivate(slot) => self.activate(slot),
             EventKind::FlowDone(f, version) => {
@@ -359,9 +376,13 @@ impl<'a> Engine<'a> {
         match self.dag.task(t).work {
             Work::Fixed { ns } => self.push(self.now + ns, EventKind::TaskDone(t)),
             Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
+            Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
-                let ranks = self.dag.group(group).len() as u32;
-                let plan = Plan::lower(op, algorithm, ranks, bytes);
+                let gpus = &self.machine.gpus;
+                let layout = Layout::from_nodes(self.dag.group(group).iter().map(|&r| gpus[r as usize].node));
+                // A calibrated efficiency below 1 stands for time the library loses beyond the links.
+                let bytes = (bytes as f64 / self.machine.efficiency(op, algorithm)).round() as u64;
+                let plan = Plan::lower_on(op, algorithm, layout, bytes);
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
                     return Ok(());
@@ -377,6 +398,8 @@ impl<'a> Engine<'a> {
                             outstanding: 0,
                             generation: 0,
                             reservation: None,
+                            retry_step: 0,
+                            backoff: 1,
                         });
                         (self.collectives.len() - 1) as u32
                     }
@@ -388,9 +411,8 @@ impl<'a> Engine<'a> {
                 run.step = 0;
                 run.outstanding = 0;
                 run.generation = run.generation.wrapping_add(1);
-                if !(self.options.record_flows || self.options.stepwise_collectives) && self.try_reserve(slot)? {
-                    return Ok(());
-                }
+                run.retry_step = 0;
+                run.backoff = 1;
                 self.start_step(slot)?;
             }
         }
@@ -412,6 +434,17 @@ impl<'a> Engine<'a> {
 
     fn start_step(&mut self, slot: u32) -> Result<()> {
         let step = self.collectives[slot as usize].step;
+        if !(self.options.record_flows || self.options.stepwise_collectives)
+            && step >= self.collectives[slot as usize].retry_step
+        {
+            if self.try_reserve(slot)? {
+                return Ok(());
+            }
+            // Other traffic is on its links: run this step by flows and try again later.
+            let run = &mut self.collectives[slot as usize];
+            run.backoff = run.backoff.saturating_mul(2).min(1 << 16);
+            run.retry_step = step + run.backoff;
+        }
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
         self.collectives[slot as usize].outstanding = scratch.len() as u32;
@@ -435,16 +468,18 @@ impl<'a> Engine<'a> {
         Ok(Solo { route, latency, cap, rate, duration: latency + transfer_ns(bytes as f64, rate) })
     }
 
-    /// Runs collective `slot` on reserved links if its links are free of other traffic and each
-    /// step's transfers use disjoint links. Returns false (nothing reserved) otherwise.
+    /// Runs collective `slot` on reserved links from its current step on, if its links are free of
+    /// other traffic and each step's transfers use disjoint links. Returns false (nothing
+    /// reserved) otherwise.
     fn try_reserve(&mut self, slot: u32) -> Result<bool> {
         const PROVISIONAL: u32 = u32::MAX;
         let plan = self.collectives[slot as usize].plan;
+        let first = self.collectives[slot as usize].step;
         let mut res = self.reservation_pool.pop().unwrap_or_default();
         res.class_time.clear();
         res.links.clear();
         let mut ok = true;
-        for (rep, _) in Self::steps_per_class(plan, plan.step_count()) {
+        for (rep, _) in Self::steps_per_class(plan, first, plan.step_count()) {
             if rep == u32::MAX {
                 res.class_time.push(0);
                 continue;
@@ -490,7 +525,8 @@ impl<'a> Engine<'a> {
         for &l in &res.links {
             self.reserved_by[l as usize] = slot + 1;
         }
-        let total: Nanos = (0..plan.step_count()).map(|s| res.class_time[plan.step_class(s) as usize]).sum();
+        let total: Nanos = (first..plan.step_count()).map(|s| res.class_time[plan.step_class(s) as usize]).sum();
+        res.first_step = first;
         res.start = self.now;
         res.end = self.now + total;
         let generation = self.collectives[slot as usize].generation;
@@ -527,10 +563,10 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Per class, how many of the steps `0..upto` belong to it, with a representative step.
-    fn steps_per_class(plan: Plan, upto: u32) -> Vec<(u32, u64)> {
+    /// Per class, how many of the steps `from..upto` belong to it, with a representative step.
+    fn steps_per_class(plan: Plan, from: u32, upto: u32) -> Vec<(u32, u64)> {
         let mut out: Vec<(u32, u64)> = Vec::new();
-        for s in 0..upto {
+        for s in from..upto {
             let c = plan.step_class(s) as usize;
             if out.len() <= c {
                 out.resize(c + 1, (u32::MAX, 0));
@@ -543,23 +579,23 @@ impl<'a> Engine<'a> {
         out
     }
 
-    /// Frees the links of a reserved collective; returns (start, end, class times).
-    fn release(&mut self, slot: u32) -> (Nanos, Nanos, Vec<Nanos>) {
+    /// Frees the links of a reserved collective; returns (first step, its start, class times).
+    fn release(&mut self, slot: u32) -> (u32, Nanos, Vec<Nanos>) {
         let mut res = self.collectives[slot as usize].reservation.take().expect("reserved");
         for &l in &res.links {
             self.reserved_by[l as usize] = 0;
         }
         let class_time = std::mem::take(&mut res.class_time);
-        let out = (res.start, res.end, class_time);
+        let out = (res.first_step, res.start, class_time);
         self.reservation_pool.push(res);
         out
     }
 
     /// A reserved collective ran to its end undisturbed.
     fn end_reservation(&mut self, slot: u32) -> Result<()> {
-        self.release(slot);
+        let (first, _, _) = self.release(slot);
         let plan = self.collectives[slot as usize].plan;
-        for (rep, count) in Self::steps_per_class(plan, plan.step_count()) {
+        for (rep, count) in Self::steps_per_class(plan, first, plan.step_count()) {
             if rep != u32::MAX {
                 self.account_steps(slot, rep, count)?;
             }
@@ -583,8 +619,8 @@ impl<'a> Engine<'a> {
             run.generation = run.generation.wrapping_add(1);
             return self.end_reservation(slot);
         }
-        let (start, _, class_time) = self.release(slot);
-        let mut step = 0;
+        let (first, start, class_time) = self.release(slot);
+        let mut step = first;
         let mut step_start = start;
         loop {
             let t = class_time[plan.step_class(step) as usize];
@@ -594,7 +630,7 @@ impl<'a> Engine<'a> {
             step_start += t;
             step += 1;
         }
-        for (rep, count) in Self::steps_per_class(plan, step) {
+        for (rep, count) in Self::steps_per_class(plan, first, step) {
             if rep != u32::MAX {
                 self.account_steps(slot, rep, count)?;
             }
@@ -602,6 +638,8 @@ impl<'a> Engine<'a> {
         let run = &mut self.collectives[slot as usize];
         run.generation = run.generation.wrapping_add(1);
         run.step = step;
+        run.backoff = 1;
+        run.retry_step = step + 1;
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
         let mut outstanding = 0;
@@ -680,6 +718,27 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Processor-shared compute: a flow of `work_ns` over the resource's capacity-one "link".
+    fn start_shared(&mut self, t: TaskId, resource: u32, work_ns: Nanos, cap: f64) {
+        if work_ns == 0 {
+            return self.push(self.now, EventKind::TaskDone(t));
+        }
+        let p = Pending {
+            owner: Owner::Task(t),
+            route: SHARED_ROUTE,
+            bytes: work_ns,
+            src: 0,
+            dst: 0,
+            step: 0,
+            start: self.now,
+        };
+        let slot = self.new_pending(p);
+        self.flows_created -= 1; // compute, not a transfer
+        let link = self.machine.links.len() as u32 + resource;
+        let f = self.net.add(&[link], work_ns as f64, cap, self.now);
+        self.map_flow(f, slot);
+    }
+
     fn activate(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         let nlinks = self.routes[p.route as usize].links.len();
@@ -703,6 +762,10 @@ impl<'a> Engine<'a> {
     fn flow_finished(&mut self, slot: u32) -> Result<()> {
         let p = self.pending[slot as usize];
         self.free_pending.push(slot);
+        if p.route == SHARED_ROUTE {
+            let Owner::Task(t) = p.owner else { unreachable!("shared compute belongs to a task") };
+            return self.finish(t);
+        }
         for &l in &self.routes[p.route as usize].links {
             self.link_bytes[l as usize] += p.bytes as f64;
         }

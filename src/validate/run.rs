@@ -126,18 +126,22 @@ pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
     if row.strategy.is_some() {
         s.strategy = row.strategy.clone();
     }
-    for (column, value) in [
-        ("model", row.model.is_some()),
-        ("gpu", row.gpu.is_some()),
-        ("precision", row.precision.is_some()),
-        ("calibrate_throughput", row.calibrate_throughput.is_some()),
-    ] {
-        if value {
-            return Err(Error::invalid(
-                format!("column `{column}`"),
-                "this build reads workloads from traces only (the model zoo is not part of it yet)",
-            ));
-        }
+    let w = &mut s.workload;
+    if row.trace.is_some() {
+        // A row's trace replaces a scenario's zoo model, as `predict --trace` does.
+        (w.model, w.gpu, w.precision, w.calibrate_throughput) = (None, None, None, None);
+    }
+    if let Some(m) = &row.model {
+        (w.model, w.trace) = (Some(m.clone()), None);
+    }
+    if row.gpu.is_some() {
+        w.gpu = row.gpu.clone();
+    }
+    if let Some(p) = &row.precision {
+        w.precision = Some(p.parse().map_err(|e: String| Error::invalid("column `precision`", e))?);
+    }
+    if row.calibrate_throughput.is_some() {
+        w.calibrate_throughput = row.calibrate_throughput;
     }
     Ok(s)
 }

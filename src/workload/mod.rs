@@ -3,9 +3,19 @@
 //! size of an input sample. Readers for trace formats live in submodules; this module knows
 //! nothing of machines, strategies or the engine.
 
+pub mod compare;
+pub mod gpu;
+pub mod import;
+pub mod memory;
+pub mod source;
+pub mod synth;
 mod trace;
+mod write;
+pub mod zoo;
 
+pub use gpu::{GpuSpec, Precision};
 pub use trace::{read_trace, read_trace_str, TraceFormat};
+pub use write::native_trace;
 
 use crate::units::Nanos;
 use serde::Serialize;

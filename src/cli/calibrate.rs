@@ -1,0 +1,191 @@
+//! `dagsim calibrate`: fits link latency and bandwidth curves to benchmark outputs (nccl-tests, OSU)
+//! on a topology, prints the model's error at every measured size, and writes a calibration file
+//! that `dagsim predict --calibration` and topology files accept.
+
+use super::exit;
+use super::output::{emit, Format};
+use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
+use dagsim::calibrate::{fit_allreduce, read_measurement, Fit, FitOptions};
+use dagsim::error::{Error, Result};
+use dagsim::hw::{load_topology, LinkKind};
+use std::io::Write;
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  dagsim calibrate allreduce/intra_vnode/job04.sh.7280532.nccl --topology abci-v -o abci-v.cal.json
+  dagsim calibrate job04.sh.7280532.nccl --topology abci-v --hold-out
+  dagsim calibrate osu_allreduce.out --topology k80-cluster --ranks 8 --hosts 2 --kind ethernet
+  dagsim calibrate dgx-1_packet.txt --topology dgx1-p100 --kind nvlink -o dgx1.cal.json
+  dagsim predict --trace t.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
+
+Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables
+(give --ranks and --hosts). Fits the links of one kind (default: the slowest kind on the ring's
+routes) to the measured ring all-reduce, then simulates every measured size on the calibrated
+machine and prints measured vs model time. With --hold-out, only every other size is fitted and
+the rest are predictions. The summary gives median and worst |error| for 1 KiB..32 MiB.
+
+GPU-to-GPU matrices (CUDA p2pBandwidthLatencyTest output, or Tartan's per-size blocks) calibrate
+the links of --kind (default nvlink) between directly joined GPU pairs: per pair from the plain
+form, one curve per kind from the per-size form, checked by simulating each pair and size.";
+
+#[derive(Debug, clap::Args)]
+#[command(about = "Fit link latency and bandwidth curves to benchmark outputs", after_help = EXAMPLES)]
+pub struct Args {
+    /// Benchmark output (nccl-tests or OSU all-reduce table, or a GPU-to-GPU matrix).
+    #[arg(value_name = "FILE")]
+    input: PathBuf,
+    /// Topology preset or file the benchmark ran on.
+    #[arg(long, value_name = "NAME|FILE")]
+    topology: String,
+    /// Link kind to fit (pcie, nvlink, nvswitch, qpi, ethernet, infiniband).
+    #[arg(long, value_name = "KIND")]
+    kind: Option<String>,
+    /// Fit every other size only and predict the others.
+    #[arg(long)]
+    hold_out: bool,
+    /// Ranks that ran, when the file does not say (OSU).
+    #[arg(long, value_name = "N")]
+    ranks: Option<u32>,
+    /// Hosts the ranks ran on, when the file does not say (OSU).
+    #[arg(long, value_name = "N")]
+    hosts: Option<u32>,
+    /// Format of the per-point report on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Write the calibration file here (written atomically).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+/// Sizes the summary covers: 1 KiB to 32 MiB.
+const SUMMARY_RANGE: (u64, u64) = (1 << 10, 32 << 20);
+
+pub fn run(args: Args) -> Result<u8> {
+    let kind = match &args.kind {
+        Some(k) => {
+            Some(LinkKind::parse(k).ok_or_else(|| Error::invalid("--kind", format!("unknown link kind `{k}`")))?)
+        }
+        None => None,
+    };
+    let topology = load_topology(&args.topology)?;
+    if is_p2p_matrix(&args.input)? {
+        return run_p2p(&args, &topology, kind.unwrap_or(LinkKind::Nvlink));
+    }
+    let measurement = read_measurement(&args.input, None)?;
+    let opts = FitOptions { kind, hold_out: args.hold_out, ranks: args.ranks, hosts: args.hosts };
+    let fit = fit_allreduce(&topology, &measurement, &opts)?;
+    emit(None, |w| match args.format {
+        Format::Text => write_text(w, &fit),
+        Format::Csv => write_csv(w, &fit),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *w, &fit.points)?;
+            writeln!(w)
+        }
+    })?;
+    if let Some(path) = &args.output {
+        emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
+    }
+    Ok(exit::OK)
+}
+
+/// GPU-to-GPU matrices: p2pBandwidthLatencyTest output or Tartan's per-size blocks.
+fn is_p2p_matrix(path: &std::path::Path) -> Result<bool> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    Ok(text.contains("P2P=Enabled") || text.lines().any(|l| l.starts_with("===== ")))
+}
+
+fn run_p2p(args: &Args, topology: &dagsim::hw::Topology, kind: LinkKind) -> Result<u8> {
+    let table = read_p2p(&args.input, kind)?;
+    let (calibration, checks) = fit_p2p(topology, &table, kind)?;
+    emit(None, |w| {
+        if args.format == Format::Json {
+            serde_json::to_writer_pretty(&mut *w, &checks)?;
+            return writeln!(w);
+        }
+        if args.format == Format::Csv {
+            writeln!(w, "from,to,bytes,measured_us,model_us,error")?;
+        } else {
+            writeln!(
+                w,
+                "{:>10} {:>10} {:>12} {:>12} {:>12} {:>8}",
+                "from", "to", "bytes", "measured_us", "model_us", "error"
+            )?;
+        }
+        for c in &checks {
+            if args.format == Format::Csv {
+                writeln!(w, "{},{},{},{},{},{}", c.from, c.to, c.bytes, c.measured_us, c.model_us, c.error())?;
+            } else {
+                let (f, t, b, m, o, e) = (&c.from, &c.to, c.bytes, c.measured_us, c.model_us, 100.0 * c.error());
+                writeln!(w, "{f:>10} {t:>10} {b:>12} {m:>12.2} {o:>12.2} {e:>7.1}%")?;
+            }
+        }
+        let mut errors: Vec<f64> = checks
+            .iter()
+            .filter(|c| (SUMMARY_RANGE.0..=SUMMARY_RANGE.1).contains(&c.bytes))
+            .map(|c| c.error().abs())
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        if args.format == Format::Text && !errors.is_empty() {
+            let (median, worst) = (errors[errors.len() / 2], errors[errors.len() - 1]);
+            writeln!(
+                w,
+                "pairs x sizes 1 KiB..32 MiB: median |error| {:.1}%, worst {:.1}%",
+                100.0 * median,
+                100.0 * worst
+            )?;
+        } else if args.format == Format::Text {
+            writeln!(
+                w,
+                "{} direct {} links calibrated (one size: nothing to check beyond the fit)",
+                calibration.links.len(),
+                kind.name()
+            )?;
+        }
+        Ok(())
+    })?;
+    if let Some(path) = &args.output {
+        emit(Some(path), |w| w.write_all(calibration.to_json().as_bytes()))?;
+    }
+    Ok(exit::OK)
+}
+
+fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
+    let link = &fit.calibration.links[0];
+    writeln!(
+        w,
+        "fitted {} links: latency {:.3} us, {} curve points",
+        fit.kind.name(),
+        link.latency_us,
+        link.bandwidth.len()
+    )?;
+    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "model_us", "error")?;
+    for p in &fit.points {
+        let tag = if p.held_out { "held out" } else { "" };
+        writeln!(w, "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}", p.bytes, p.measured_us, p.model_us, 100.0 * p.error)?;
+    }
+    let [fitted, held] = fit.summary(SUMMARY_RANGE.0, SUMMARY_RANGE.1);
+    for (name, s) in [("fitted", fitted), ("held out", held)] {
+        if let Some((median, worst)) = s {
+            writeln!(
+                w,
+                "{name} sizes 1 KiB..32 MiB: median |error| {:.1}%, worst {:.1}%",
+                100.0 * median,
+                100.0 * worst
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_csv(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
+    writeln!(w, "input,op,ranks,bytes,measured_us,model_us,error,held_out")?;
+    for p in &fit.points {
+        writeln!(
+            w,
+            "{},all-reduce,{},{},{},{},{},{}",
+            p.input, p.ranks, p.bytes, p.measured_us, p.model_us, p.error, p.held_out
+        )?;
+    }
+    Ok(())
+}

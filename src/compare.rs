@@ -1,0 +1,139 @@
+//! Strategies side by side: each is simulated on the same workload, machine and GPU count, and
+//! its steady-state iteration is split into ScaleDNN's categories (Sec. III-B: HtoD, PtoP, weight
+//! broadcast, FP+BP, gradient reduce, other), with the saving against the first strategy. Reads
+//! runs through [`crate::predict`]; prints nothing.
+
+use crate::dag::{Dag, Phase, Work};
+use crate::error::Result;
+use crate::predict::{Setup, Simulated};
+use crate::report::steady_state;
+use crate::sim::{Options, Run};
+use crate::strategy::Strategy;
+use crate::units::Nanos;
+use serde::Serialize;
+
+/// ScaleDNN's categories, in the order a moment is attributed: when several kinds of work for a
+/// GPU overlap, the earlier category wins (so the categories sum to the iteration time and show
+/// only exposed data movement).
+pub const CATEGORIES: [&str; 6] = ["fp_bp", "gradient_reduce", "weight_broadcast", "ptop", "htod", "other"];
+
+fn category(phase: Phase) -> usize {
+    match phase {
+        Phase::Forward | Phase::Backward | Phase::Update | Phase::Codec => 0,
+        Phase::GradientAggregation => 1,
+        Phase::WeightBroadcast => 2,
+        Phase::PeerToPeer => 3,
+        Phase::HostToDevice | Phase::Io => 4,
+        Phase::ModelParallelExchange | Phase::LossExchange => 5,
+    }
+}
+
+/// One strategy's row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub strategy: String,
+    pub gpus: u32,
+    pub iteration_time_s: f64,
+    pub throughput_samples_per_s: f64,
+    /// Seconds per iteration in [`CATEGORIES`] order, averaged over GPUs; sums to the iteration.
+    pub categories: [f64; 6],
+    /// Time saved against the first strategy, as a fraction of its iteration time.
+    pub saving: f64,
+    /// Extra GPU memory the strategy reserves per GPU (pre-loading's second mini-batch buffer).
+    pub extra_gpu_memory_bytes: u64,
+}
+
+/// Simulates `setup` under each strategy on `gpus` GPUs.
+pub fn compare(setup: &Setup, strategies: &[Strategy], gpus: u32) -> Result<Vec<Row>> {
+    let mut rows: Vec<Row> = Vec::with_capacity(strategies.len());
+    for s in strategies {
+        let setup = Setup { strategy: s.clone(), ..setup.clone() };
+        let Simulated { dag, run, .. } = setup.simulate(gpus, Options::default())?;
+        let steady = steady_state(&dag, &run);
+        let per_gpu = exposed_per_gpu(&dag, &run, steady.window);
+        let periods = (dag.meta.iterations - 1) as f64;
+        let mut categories = [0.0; 6];
+        for g in &per_gpu {
+            for (c, v) in categories.iter_mut().zip(g) {
+                *c += *v as f64 * 1e-9 / periods / per_gpu.len() as f64;
+            }
+        }
+        let w = &setup.workload;
+        let iteration_time_s = steady.iteration_ns * 1e-9;
+        rows.push(Row {
+            strategy: s.name(),
+            gpus,
+            iteration_time_s,
+            throughput_samples_per_s: (w.batch_per_gpu as f64 * gpus as f64) / iteration_time_s,
+            categories,
+            saving: rows.first().map_or(0.0, |first| 1.0 - iteration_time_s / first.iteration_time_s),
+            extra_gpu_memory_bytes: if s.preload { w.batch_per_gpu as u64 * w.device_sample_bytes } else { 0 },
+        });
+    }
+    Ok(rows)
+}
+
+/// Per GPU, ns of each category within `window`; a group task counts for every GPU of its group,
+/// a task without GPU or group for all GPUs. Idle time is "other".
+fn exposed_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 6]> {
+    let n = dag.meta.gpus as usize;
+    let (a, b) = window;
+    let mut events: Vec<Vec<(Nanos, i8, usize)>> = vec![Vec::new(); n];
+    for (t, task) in dag.tasks().iter().enumerate() {
+        let (s, e) = (run.start[t].max(a), run.end[t].min(b));
+        if s >= e {
+            continue;
+        }
+        let c = category(task.phase);
+        let gpus: Vec<usize> = match (task.gpu, task.work) {
+            (Some(g), _) => vec![g as usize],
+            (None, Work::Collective { group, .. }) => dag.group(group).iter().map(|&r| r as usize).collect(),
+            (None, _) => (0..n).collect(),
+        };
+        for g in gpus {
+            events[g].push((s, 1, c));
+            events[g].push((e, -1, c));
+        }
+    }
+    events
+        .iter_mut()
+        .map(|ev| {
+            ev.sort_unstable();
+            let mut active = [0i64; 6];
+            let mut out = [0; 6];
+            let mut last = a;
+            for &(t, delta, c) in ev.iter() {
+                let top = active.iter().position(|&k| k > 0).unwrap_or(5);
+                out[top] += t - last;
+                last = t;
+                active[c] += delta as i64;
+            }
+            out[5] += b - last;
+            out
+        })
+        .collect()
+}
+
+/// Candidate lazy all-reduce thresholds θ (bytes) for [`best_fusion_threshold`]: none (one
+/// all-reduce per layer), powers of four from 64 KiB to 256 MiB, and infinity (one after backward).
+pub fn fusion_candidates() -> Vec<Option<u64>> {
+    let mut c = vec![None];
+    c.extend((16..=28).step_by(2).map(|p| Some(1u64 << p)));
+    c.push(Some(u64::MAX));
+    c
+}
+
+/// Searches θ for lazy all-reduce (GradientFlow 3.1): simulates `setup` with each candidate
+/// threshold on `gpus` GPUs and returns the fastest (θ, iteration seconds); ties keep the smaller θ.
+pub fn best_fusion_threshold(setup: &Setup, gpus: u32, candidates: &[Option<u64>]) -> Result<(Option<u64>, f64)> {
+    let mut best: Option<(Option<u64>, f64)> = None;
+    for &theta in candidates {
+        let mut s = setup.strategy.clone();
+        s.fusion = theta;
+        let t = Setup { strategy: s, ..setup.clone() }.predict(gpus)?.iteration_time_s;
+        if best.is_none_or(|(_, b)| t < b) {
+            best = Some((theta, t));
+        }
+    }
+    best.ok_or_else(|| crate::Error::invalid("fusion thresholds", "no candidate given"))
+}

@@ -1,0 +1,146 @@
+//! Several training processes per GPU under NVIDIA MPS (AccDP, Sec. IV-A). Each GPU is a
+//! processor-shared resource; each of its `k` clients runs the whole S-SGD iteration on its own
+//! mini-batch in its own stream, and is one rank of the all-reduce (#procs = nodes x GPUs/node x
+//! clients/GPU). A kernel that reaches utilisation `u` alone needs `u x t` of the GPU (t its traced
+//! time) and runs no faster than `min(u, active-thread share)`: alone it takes `t`; next to other
+//! clients it gets a max-min fair share. So a small model (low `u`) gains from more clients and a
+//! large one (`u` near 1) does not. Data-loading workers (AccDP Sec. V), when modelled, are CPU
+//! work on a processor-shared resource per node: each process's loader gets at most its workers'
+//! share of the node's cores, so too few workers, or too many processes per node, starve the GPUs.
+//! Builds graphs only.
+
+use super::build::BuildInput;
+use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
+use crate::collective::CollectiveOp;
+use crate::error::{Error, Result};
+use crate::strategy::compress::Codec;
+use crate::units::Nanos;
+
+/// Builds the MPS DAG (the strategy's `mps` clients per GPU).
+pub fn build_mps(input: &BuildInput) -> Result<Dag> {
+    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    super::build::check_input(input)?;
+    if s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() {
+        return Err(Error::invalid("strategy", "`mps` does not combine with grads=, fusion= or sparse= yet"));
+    }
+    let k = s.clients_per_gpu();
+    let ranks = n * k;
+    let nl = w.layers.len();
+    let mut b = DagBuilder::new();
+    let gpu_res: Vec<_> = (0..n).map(|g| b.add_resource(format!("gpu{g}.sm"))).collect();
+    let nodes = m.gpus[..n as usize].iter().map(|g| g.node).max().map_or(1, |x| x + 1);
+    let cpu_res: Vec<_> = (0..nodes).map(|x| b.add_resource(format!("node{x}.cpu"))).collect();
+    let node_of = |g: u32| m.gpus[g as usize].node as usize;
+    let stream: Vec<_> = (0..ranks)
+        .map(|r| b.add_queue(format!("gpu{}.client{}", r / k, r % k), Discipline::Fifo, Some(r / k)))
+        .collect();
+    let comm = b.add_queue("comm", Discipline::Fifo, None);
+    // Rank r is client r % k of GPU r / k: consecutive ranks share a GPU, as MPI places them.
+    let group = b.add_group((0..ranks).map(|r| r / k).collect());
+    let cap = s.util.min(s.threads);
+    let task = |work, queue, phase, gpu: u32, it, layer: Option<usize>| Task {
+        work,
+        queue,
+        phase,
+        gpu: Some(gpu),
+        iteration: it,
+        layer: layer.map(|l| l as u32),
+        priority: 0,
+    };
+    let shared = |g: u32, ns: Nanos| Work::Shared {
+        resource: gpu_res[g as usize],
+        work_ns: (s.util * s.compute_ns(ns) as f64).round() as Nanos,
+        cap,
+    };
+    let add = |b: &mut DagBuilder, t: Task, after: &[TaskId]| {
+        let id = b.add_task(t);
+        after.iter().for_each(|&p| b.add_edge(p, id));
+        id
+    };
+
+    let mut iteration_end = Vec::new();
+    let mut prev_update: Vec<Option<TaskId>> = vec![None; ranks as usize];
+    let mut prev_h2d: Vec<Option<TaskId>> = vec![None; ranks as usize];
+    let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; ranks as usize];
+    for it in 0..iterations {
+        let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(ranks as usize);
+        let mut updates = Vec::with_capacity(ranks as usize);
+        for r in 0..ranks as usize {
+            let g = r as u32 / k;
+            let info = m.gpus[g as usize];
+            let batch = w.batch_per_gpu as u64;
+            // As in the S-SGD DAG: with I/O overlap the next read follows the previous copy and the
+            // next copy waits for the input buffer to be consumed; without, both wait for the update.
+            let io_after = if s.io_overlap { prev_h2d[r] } else { prev_update[r] };
+            let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes };
+            let mut io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
+            if let Some(l) = s.loader {
+                // The process's workers decode and augment the batch on the node's shared cores.
+                let cores = l.cores as f64;
+                let work = Work::Shared {
+                    resource: cpu_res[node_of(g)],
+                    work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as Nanos,
+                    cap: l.workers.min(l.cores) as f64 / cores,
+                };
+                io = add(&mut b, task(work, None, Phase::Io, g, it, None), &[io]);
+            }
+            let h2d = Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes };
+            let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &[io]);
+            if s.io_overlap {
+                if let Some(f) = prev_first_fwd[r] {
+                    b.add_edge(f, last);
+                }
+            }
+            prev_h2d[r] = Some(last);
+            for (l, layer) in w.layers.iter().enumerate() {
+                let after: Vec<TaskId> = std::iter::once(last).chain(prev_update[r].filter(|_| l == 0)).collect();
+                last = add(
+                    &mut b,
+                    task(shared(g, layer.forward.mean_ns), Some(stream[r]), Phase::Forward, g, it, Some(l)),
+                    &after,
+                );
+                if l == 0 {
+                    prev_first_fwd[r] = Some(last);
+                }
+            }
+            let mut bwd_r = vec![0; nl];
+            for l in (0..nl).rev() {
+                let t = task(shared(g, w.layers[l].backward.mean_ns), Some(stream[r]), Phase::Backward, g, it, Some(l));
+                last = add(&mut b, t, &[last]);
+                bwd_r[l] = last;
+            }
+            updates.push(add(
+                &mut b,
+                task(shared(g, w.update.mean_ns), Some(stream[r]), Phase::Update, g, it, None),
+                &[last],
+            ));
+            bwd.push(bwd_r);
+        }
+        if ranks > 1 {
+            let mut prev_comm: Option<TaskId> = None;
+            for l in (0..nl).rev().filter(|&l| w.layers[l].is_learnable()) {
+                let bytes = s.grad_codec().codec.wire_bytes(w.layers[l].grad_bytes);
+                let work = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
+                let mut t = task(work, Some(comm), Phase::GradientAggregation, 0, it, Some(l));
+                t.gpu = None;
+                let after: Vec<TaskId> = match (s.wfbp, prev_comm) {
+                    (true, _) => bwd.iter().map(|x| x[l]).collect(),
+                    (false, Some(p)) => vec![p],
+                    (false, None) => bwd.iter().map(|x| x[0]).collect(),
+                };
+                let c = add(&mut b, t, &after);
+                updates.iter().for_each(|&u| b.add_edge(c, u));
+                prev_comm = Some(c);
+            }
+        }
+        // A GPU's iteration ends when all its clients have updated.
+        for g in 0..n {
+            let mine: Vec<TaskId> = (0..k).map(|c| updates[(g * k + c) as usize]).collect();
+            iteration_end.push(add(&mut b, task(Work::Fixed { ns: 0 }, None, Phase::Update, g, it, None), &mine));
+        }
+        for (r, &u) in updates.iter().enumerate() {
+            prev_update[r] = Some(u);
+        }
+    }
+    b.build(DagMeta { gpus: n, iterations, iteration_end })
+}

@@ -1,0 +1,286 @@
+//! Parametric machines, so users need not write topology files: `nodes` servers of
+//! `gpus_per_node` GPUs joined inside by a named interconnect (`pcie3`, `pcie4`, `nvlink`,
+//! `nvswitch`) and between nodes by a named network (`10gbe`, `25gbe`, `100gbe`, `100gbe-rdma`,
+//! `ib56`, `ib100`, `ib200`). Builds the explicit graph form ([`GraphSpec`]), so routing and
+//! contention work exactly as for a hand-written file. Owns the names and their numbers only.
+
+use super::graph::{DeviceSpec, GraphNetwork, GraphSpec, GraphStorage, LinkEntry, Protocol};
+use super::topology::{LinkSpec, NetworkKind};
+use super::{DeviceKind, LinkKind, Topology};
+use crate::error::{Error, Result};
+
+/// A named intra-node interconnect: per-GPU PCIe rate to its switch (GB/s), GPUs per PCIe switch,
+/// and the GPU-to-GPU fabric if any (kind, GB/s per direction).
+struct Intra {
+    name: &'static str,
+    pcie_gb_s: f64,
+    per_switch: u32,
+    fabric: Option<(LinkKind, f64)>,
+    about: &'static str,
+}
+
+const INTRA: &[Intra] = &[
+    Intra {
+        name: "pcie3",
+        pcie_gb_s: 12.0,
+        per_switch: 2,
+        fabric: None,
+        about: "PCIe 3.0 x16, a GPU pair per switch, 12 GB/s achievable",
+    },
+    Intra {
+        name: "pcie4",
+        pcie_gb_s: 25.0,
+        per_switch: 2,
+        fabric: None,
+        about: "PCIe 4.0 x16, a GPU pair per switch, 25 GB/s achievable",
+    },
+    Intra {
+        name: "nvlink",
+        pcie_gb_s: 12.0,
+        per_switch: 2,
+        fabric: Some((LinkKind::Nvlink, 23.0)),
+        about: "one NVLink 2.0 link between every GPU pair (23 GB/s) plus PCIe 3.0 to the host",
+    },
+    Intra {
+        name: "nvswitch",
+        pcie_gb_s: 25.0,
+        per_switch: 2,
+        fabric: Some((LinkKind::Nvswitch, 270.0)),
+        about: "every GPU on an NVSwitch (270 GB/s) plus PCIe 4.0 to the host",
+    },
+];
+
+/// A named network: kind, line rate (Gbit/s), latency (us), protocol, TCP and RDMA efficiencies.
+struct Inter {
+    name: &'static str,
+    kind: NetworkKind,
+    gbit_s: f64,
+    latency_us: f64,
+    protocol: Protocol,
+    tcp_efficiency: f64,
+    rdma_efficiency: f64,
+}
+
+const INTER: &[Inter] = &[
+    Inter {
+        name: "10gbe",
+        kind: NetworkKind::Ethernet,
+        gbit_s: 10.0,
+        latency_us: 25.0,
+        protocol: Protocol::Tcp,
+        tcp_efficiency: 0.9,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "25gbe",
+        kind: NetworkKind::Ethernet,
+        gbit_s: 25.0,
+        latency_us: 15.0,
+        protocol: Protocol::Tcp,
+        tcp_efficiency: 0.8,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "100gbe",
+        kind: NetworkKind::Ethernet,
+        gbit_s: 100.0,
+        latency_us: 10.0,
+        protocol: Protocol::Tcp,
+        tcp_efficiency: 0.6,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "100gbe-rdma",
+        kind: NetworkKind::Ethernet,
+        gbit_s: 100.0,
+        latency_us: 3.0,
+        protocol: Protocol::Rdma,
+        tcp_efficiency: 0.6,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "ib56",
+        kind: NetworkKind::Infiniband,
+        gbit_s: 56.0,
+        latency_us: 1.0,
+        protocol: Protocol::Rdma,
+        tcp_efficiency: 0.5,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "ib100",
+        kind: NetworkKind::Infiniband,
+        gbit_s: 100.0,
+        latency_us: 1.0,
+        protocol: Protocol::Rdma,
+        tcp_efficiency: 0.5,
+        rdma_efficiency: 0.95,
+    },
+    Inter {
+        name: "ib200",
+        kind: NetworkKind::Infiniband,
+        gbit_s: 200.0,
+        latency_us: 1.0,
+        protocol: Protocol::Rdma,
+        tcp_efficiency: 0.5,
+        rdma_efficiency: 0.95,
+    },
+];
+
+/// Names accepted for `--intra` and `--inter`.
+pub fn intra_names() -> Vec<&'static str> {
+    INTRA.iter().map(|i| i.name).collect()
+}
+pub fn inter_names() -> Vec<&'static str> {
+    INTER.iter().map(|i| i.name).collect()
+}
+
+/// What `--nodes --gpus-per-node --intra --inter` ask for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parametric {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub intra: String,
+    pub inter: String,
+    pub gpu: String,
+}
+
+impl Default for Parametric {
+    fn default() -> Self {
+        Parametric { nodes: 1, gpus_per_node: 4, intra: "pcie3".into(), inter: "10gbe".into(), gpu: "GPU".into() }
+    }
+}
+
+fn dev(name: String, kind: DeviceKind, host: Option<&str>) -> DeviceSpec {
+    DeviceSpec { name, kind, host: host.map(str::to_string) }
+}
+
+fn link(from: &str, to: &str, kind: LinkKind, latency_us: f64, gb_s: f64) -> LinkEntry {
+    LinkEntry {
+        from: from.into(),
+        to: to.into(),
+        kind,
+        latency_us,
+        bandwidth_gb_s: Some(gb_s),
+        bandwidth_gbit_s: None,
+        curve: None,
+        duplex: true,
+    }
+}
+
+/// Builds the topology; unknown names are an error listing the known ones.
+pub fn build_parametric(p: &Parametric) -> Result<Topology> {
+    let intra = INTRA.iter().find(|i| i.name == p.intra).ok_or_else(|| {
+        Error::invalid("--intra", format!("unknown interconnect `{}` (known: {})", p.intra, intra_names().join(", ")))
+    })?;
+    let inter = INTER.iter().find(|i| i.name == p.inter).ok_or_else(|| {
+        Error::invalid("--inter", format!("unknown network `{}` (known: {})", p.inter, inter_names().join(", ")))
+    })?;
+    if p.nodes == 0 || p.gpus_per_node == 0 {
+        return Err(Error::invalid("--nodes/--gpus-per-node", "must be at least 1"));
+    }
+    // PCIe switches add ~0.1-0.2 us per hop in hardware; 0.5 us leaves room for the software path.
+    let pcie_lat = 0.5;
+    let switches = p.gpus_per_node.div_ceil(intra.per_switch);
+    let mut devices = vec![dev("cpu0".into(), DeviceKind::Cpu, None), dev("nic0".into(), DeviceKind::Nic, None)];
+    let mut links = vec![link("cpu0", "nic0", LinkKind::Pcie, pcie_lat, intra.pcie_gb_s)];
+    for s in 0..switches {
+        devices.push(dev(format!("sw{s}"), DeviceKind::PcieSwitch, None));
+        links.push(link("cpu0", &format!("sw{s}"), LinkKind::Pcie, pcie_lat, intra.pcie_gb_s));
+    }
+    for g in 0..p.gpus_per_node {
+        devices.push(dev(format!("gpu{g}"), DeviceKind::Gpu, Some("cpu0")));
+        links.push(link(
+            &format!("sw{}", g / intra.per_switch),
+            &format!("gpu{g}"),
+            LinkKind::Pcie,
+            pcie_lat,
+            intra.pcie_gb_s,
+        ));
+    }
+    match intra.fabric {
+        Some((LinkKind::Nvswitch, rate)) => {
+            devices.push(dev("nvswitch".into(), DeviceKind::NvSwitch, None));
+            for g in 0..p.gpus_per_node {
+                links.push(link(&format!("gpu{g}"), "nvswitch", LinkKind::Nvswitch, 1.0, rate));
+            }
+        }
+        Some((kind, rate)) => {
+            for a in 0..p.gpus_per_node {
+                for b in a + 1..p.gpus_per_node {
+                    links.push(link(&format!("gpu{a}"), &format!("gpu{b}"), kind, 1.0, rate));
+                }
+            }
+        }
+        None => {}
+    }
+    let name = format!("nodes-of-{}-{}-{}", p.gpus_per_node, intra.name, inter.name);
+    Ok(Topology {
+        name: name.clone(),
+        description: format!(
+            "{} nodes of {} {}: {}; {} between nodes",
+            p.nodes, p.gpus_per_node, p.gpu, intra.about, inter.name
+        ),
+        source: "dagsim parametric builder (src/hw/builder.rs): nominal rates with the documented efficiencies, see docs/machines.md".into(),
+        cluster: None,
+        graph: Some(GraphSpec {
+            gpu: p.gpu.clone(),
+            nodes: p.nodes,
+            grow: true,
+            devices,
+            links,
+            network: Some(GraphNetwork {
+                kind: inter.kind,
+                link: LinkSpec { bandwidth_gb_s: None, bandwidth_gbit_s: Some(inter.gbit_s), latency_us: inter.latency_us },
+                tcp_efficiency: inter.tcp_efficiency,
+                rdma_efficiency: inter.rdma_efficiency,
+                protocol: inter.protocol,
+                attach: vec!["nic0".into()],
+            }),
+            storage: GraphStorage {
+                shared: false,
+                link: LinkSpec { bandwidth_gb_s: Some(2.0), bandwidth_gbit_s: None, latency_us: 50.0 },
+                attach: "cpu0".into(),
+            },
+        }),
+        calibration: None,
+        calibrated: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_combination_builds_and_routes() {
+        for intra in intra_names() {
+            for inter in inter_names() {
+                let p = Parametric {
+                    nodes: 2,
+                    gpus_per_node: 4,
+                    intra: intra.into(),
+                    inter: inter.into(),
+                    ..Default::default()
+                };
+                let m = build_parametric(&p).unwrap().instantiate(8).unwrap();
+                assert_eq!(m.gpus.len(), 8);
+                assert_eq!(m.node_count(), 2);
+            }
+        }
+        let m = build_parametric(&Parametric { intra: "nvswitch".into(), ..Default::default() })
+            .unwrap()
+            .instantiate(4)
+            .unwrap();
+        let r = m.shortest_path(m.gpus[0].device, m.gpus[3].device).unwrap();
+        assert!(r.links.iter().all(|&l| m.links[l as usize].kind == LinkKind::Nvswitch));
+    }
+
+    #[test]
+    fn unknown_names_list_the_known_ones() {
+        let e = build_parametric(&Parametric { inter: "carrier-pigeon".into(), ..Default::default() }).unwrap_err();
+        assert!(e.to_string().contains("ib100"), "{e}");
+        let e = build_parametric(&Parametric { intra: "usb".into(), ..Default::default() }).unwrap_err();
+        assert!(e.to_string().contains("nvswitch"), "{e}");
+    }
+}

@@ -1,0 +1,269 @@
+//! Calibration files: link latencies and bandwidth curves (and collective efficiencies) fitted from
+//! measurements, with the provenance of the fit. `dagsim calibrate` writes them; a topology file
+//! (`"calibration": "file.json"`) or `dagsim predict --calibration FILE` applies one to the machine
+//! after it is built ([`Machine::apply_calibration`]). Owns the format and its checks only: it does
+//! not fit anything (see `crate::hw::fit`) and does not know the engine.
+//!
+//! Format (JSON, `format` must be [`FORMAT`]):
+//!
+//! ```json
+//! { "format": "dagsim-calibration/1",
+//!   "provenance": { "tool": "dagsim calibrate 0.1.0", "inputs": ["allreduce.nccl"],
+//!                   "hardware": "4 x V100-SXM2, NVLink", "notes": "" },
+//!   "links": [ { "kind": "nvlink", "latency_us": 1.1,
+//!                "bandwidth": [ { "bytes": 1024, "gb_s": 0.9 }, { "bytes": 8388608, "gb_s": 22.5 } ] },
+//!              { "from": "n0.gpu0", "to": "n0.gpu1", "latency_us": 1.0,
+//!                "bandwidth": [ { "bytes": 0, "gb_s": 20.0 } ] } ],
+//!   "collectives": [ { "op": "all-reduce", "algorithm": "ring", "efficiency": 0.9 } ],
+//!   "fit": [ ... per-point measured vs model, written by the fitter, ignored when applied ... ] }
+//! ```
+//!
+//! A `links` entry matches every link of a `kind`, or the one directed link `from` -> `to`
+//! (device names as the machine prints them). Kind entries are applied first, then pair entries,
+//! so a pair entry overrides its kind. Sizes are message bytes; rates are GB/s (1e9 bytes/s).
+//! A collective efficiency e in (0, 1] makes that collective move bytes/e: it captures what the
+//! library loses beyond the links (kernel time, protocol), measured rather than assumed.
+
+use super::{BandwidthCurve, LinkKind, Machine};
+use crate::collective::{Algorithm, CollectiveOp};
+use crate::error::{Error, Location, Result};
+use crate::units::{gb_per_s_to_bytes_per_ns, us_to_ns};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The value of the `format` field this version reads and writes.
+pub const FORMAT: &str = "dagsim-calibration/1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    pub format: String,
+    pub provenance: Provenance,
+    #[serde(default)]
+    pub links: Vec<LinkCalibration>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<CollectiveEfficiency>,
+    /// The fitter's report, kept with the numbers it justifies. Not used when applying.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fit: Vec<FitPoint>,
+}
+
+/// Where the numbers came from.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// Program (and version) that wrote the file, e.g. `dagsim calibrate 0.1.0`.
+    pub tool: String,
+    /// Measurement files the fit read.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Machine measured, as far as the inputs say.
+    #[serde(default)]
+    pub hardware: String,
+    #[serde(default)]
+    pub notes: String,
+}
+
+/// Fitted latency and bandwidth curve for the links of one kind, or one directed device pair.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkCalibration {
+    /// Link kind name (`pcie`, `nvlink`, `nvswitch`, `qpi`, `ethernet`, `infiniband`, `storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    pub latency_us: f64,
+    /// Achievable rate of one message by size; piecewise-linear between points, flat beyond.
+    pub bandwidth: Vec<CurvePoint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CurvePoint {
+    pub bytes: u64,
+    pub gb_s: f64,
+}
+
+/// Fraction of the modelled link rate one collective algorithm achieves.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveEfficiency {
+    pub op: CollectiveOp,
+    pub algorithm: Algorithm,
+    pub efficiency: f64,
+}
+
+/// One measured point against the fitted model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitPoint {
+    pub input: String,
+    pub op: CollectiveOp,
+    pub ranks: u32,
+    pub bytes: u64,
+    pub measured_us: f64,
+    pub model_us: f64,
+    /// (model - measured) / measured.
+    pub error: f64,
+    /// True if the point was left out of the fit (a prediction, not a reproduction).
+    pub held_out: bool,
+}
+
+impl Calibration {
+    /// An empty calibration with the current format tag.
+    pub fn new(provenance: Provenance) -> Self {
+        Calibration { format: FORMAT.into(), provenance, links: Vec::new(), collectives: Vec::new(), fit: Vec::new() }
+    }
+
+    /// Reads and checks a calibration file; errors name the file and the line or entry.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let c: Calibration =
+            serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?;
+        c.check(path)?;
+        Ok(c)
+    }
+
+    /// Writes the file as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a calibration always serialises") + "\n"
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        let at = |field: String| Location::file(path).with_field(field);
+        if self.format != FORMAT {
+            return Err(Error::parse(at("format".into()), format!("expected `{FORMAT}`, found `{}`", self.format)));
+        }
+        for (i, l) in self.links.iter().enumerate() {
+            let field = |f: &str| at(format!("links[{i}].{f}"));
+            match (&l.kind, &l.from, &l.to) {
+                (Some(k), None, None) => {
+                    if LinkKind::parse(k).is_none() {
+                        return Err(Error::parse(field("kind"), format!("unknown link kind `{k}`")));
+                    }
+                }
+                (None, Some(_), Some(_)) => {}
+                _ => return Err(Error::parse(at(format!("links[{i}]")), "give either `kind` or both `from` and `to`")),
+            }
+            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
+                return Err(Error::parse(field("latency_us"), "must be a non-negative number"));
+            }
+            if l.bandwidth.is_empty() {
+                return Err(Error::parse(field("bandwidth"), "needs at least one point"));
+            }
+            if let Some(p) = l.bandwidth.iter().position(|p| !(p.gb_s.is_finite() && p.gb_s > 0.0)) {
+                return Err(Error::parse(field(&format!("bandwidth[{p}].gb_s")), "must be positive"));
+            }
+        }
+        for (i, c) in self.collectives.iter().enumerate() {
+            if !(c.efficiency > 0.0 && c.efficiency <= 1.0) {
+                return Err(Error::parse(at(format!("collectives[{i}].efficiency")), "must be in (0, 1]"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LinkCalibration {
+    pub fn curve(&self) -> BandwidthCurve {
+        let pts = self.bandwidth.iter().map(|p| (p.bytes, gb_per_s_to_bytes_per_ns(p.gb_s))).collect();
+        BandwidthCurve::from_points(pts).expect("checked when the calibration was read")
+    }
+}
+
+impl Machine {
+    /// Replaces the latency and bandwidth curve of every link a calibration names, and records its
+    /// collective efficiencies. Errors name the entry that matches nothing.
+    pub fn apply_calibration(&mut self, cal: &Calibration) -> Result<()> {
+        let kinds = cal.links.iter().filter(|l| l.kind.is_some());
+        let pairs = cal.links.iter().filter(|l| l.kind.is_none());
+        for entry in kinds.chain(pairs) {
+            let curve = entry.curve();
+            let latency_ns = us_to_ns(entry.latency_us);
+            let mut matched = 0;
+            for link in &mut self.links {
+                let hit = match (&entry.kind, &entry.from, &entry.to) {
+                    (Some(k), _, _) => Some(link.kind) == LinkKind::parse(k),
+                    (None, Some(f), Some(t)) => {
+                        self.devices[link.from as usize].name == *f && self.devices[link.to as usize].name == *t
+                    }
+                    _ => false,
+                };
+                if hit {
+                    link.latency_ns = latency_ns;
+                    link.bandwidth = curve.clone();
+                    matched += 1;
+                }
+            }
+            if matched == 0 && entry.kind.is_none() {
+                let (f, t) = (entry.from.as_deref().unwrap_or("?"), entry.to.as_deref().unwrap_or("?"));
+                return Err(Error::topology(
+                    self.name.clone(),
+                    format!("calibration names link {f} -> {t}, which this machine does not have"),
+                ));
+            }
+        }
+        for c in &cal.collectives {
+            self.collective_efficiency.retain(|e| (e.op, e.algorithm) != (c.op, c.algorithm));
+            self.collective_efficiency.push(*c);
+        }
+        Ok(())
+    }
+
+    /// Efficiency of a collective algorithm from calibration (1 when not calibrated).
+    pub fn efficiency(&self, op: CollectiveOp, algorithm: Algorithm) -> f64 {
+        self.collective_efficiency.iter().find(|e| e.op == op && e.algorithm == algorithm).map_or(1.0, |e| e.efficiency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"format":"dagsim-calibration/1","provenance":{"tool":"test"},
+        "links":[{"kind":"pcie","latency_us":2,"bandwidth":[{"bytes":0,"gb_s":5},{"bytes":1000000,"gb_s":10}]},
+                 {"from":"n0.gpu0","to":"n0.cpu","latency_us":1,"bandwidth":[{"bytes":0,"gb_s":3}]}],
+        "collectives":[{"op":"all-reduce","algorithm":"ring","efficiency":0.5}]}"#;
+
+    #[test]
+    fn round_trips_and_applies_kind_then_pair() {
+        let cal = Calibration::parse(GOOD, Path::new("c.json")).unwrap();
+        assert_eq!(Calibration::parse(&cal.to_json(), Path::new("c.json")).unwrap(), cal);
+        let mut m = crate::hw::load_topology("k80-cluster").unwrap().instantiate(4).unwrap();
+        m.apply_calibration(&cal).unwrap();
+        for l in &m.links {
+            let (from, to) = (m.device_name(l.from), m.device_name(l.to));
+            match (l.kind, from, to) {
+                (LinkKind::Pcie, "n0.gpu0", "n0.cpu") => assert_eq!(l.bandwidth.rate_for(10), 3.0),
+                (LinkKind::Pcie, _, _) => {
+                    assert_eq!(l.latency_ns, 2000);
+                    assert_eq!(l.bandwidth.rate_for(500_000), 7.5);
+                }
+                _ => assert_ne!(l.latency_ns, 2000),
+            }
+        }
+        assert_eq!(m.efficiency(CollectiveOp::AllReduce, Algorithm::Ring), 0.5);
+        assert_eq!(m.efficiency(CollectiveOp::Broadcast, Algorithm::Ring), 1.0);
+    }
+
+    #[test]
+    fn bad_files_name_the_entry() {
+        let bad = GOOD.replace("\"gb_s\":3", "\"gb_s\":0");
+        let e = Calibration::parse(&bad, Path::new("c.json")).unwrap_err().to_string();
+        assert!(e.contains("links[1].bandwidth[0].gb_s"), "{e}");
+        let bad = GOOD.replace("\"kind\":\"pcie\"", "\"kind\":\"smoke-signal\"");
+        let e = Calibration::parse(&bad, Path::new("c.json")).unwrap_err().to_string();
+        assert!(e.contains("links[0].kind") && e.contains("smoke-signal"), "{e}");
+        let cal = Calibration::parse(&GOOD.replace("n0.gpu0", "n9.gpu9"), Path::new("c.json")).unwrap();
+        let mut m = crate::hw::load_topology("k80-cluster").unwrap().instantiate(4).unwrap();
+        let e = m.apply_calibration(&cal).unwrap_err().to_string();
+        assert!(e.contains("n9.gpu9 -> n0.cpu"), "{e}");
+    }
+}

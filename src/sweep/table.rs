@@ -1,0 +1,259 @@
+//! Sweep result tables: records to a table with a fixed column order (`point`, `grid.*`, the
+//! prediction columns, then `util_*` sorted), CSV/JSON/text writers, reading a table back, merging
+//! shard tables, and the sweep plots drawn from a table (so plots can be redrawn from a merged
+//! CSV). Knows nothing of how records were computed.
+
+use super::run::Record;
+use crate::error::{Error, Location, Result};
+use crate::report::plot::{breakdown_chart, speedup_chart, Bar, Series};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A header and rows of cells, one row per grid point, sorted by point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Lays records out as a table. The column order is that of the first record, except that
+    /// `util_*` columns come last as the sorted union over all records (link kinds vary by topology).
+    pub fn from_records(records: &[Record]) -> Table {
+        let mut records: Vec<&Record> = records.iter().collect();
+        records.sort_by_key(|r| r.point);
+        let mut header = vec!["point".to_string()];
+        if let Some(first) = records.first() {
+            header.extend(first.cells.iter().map(|(k, _)| k.clone()).filter(|k| !k.starts_with("util_")));
+        }
+        let utils: std::collections::BTreeSet<&str> = records
+            .iter()
+            .flat_map(|r| r.cells.iter().map(|(k, _)| k.as_str()))
+            .filter(|k| k.starts_with("util_"))
+            .collect();
+        header.extend(utils.into_iter().map(String::from));
+        let rows = records
+            .iter()
+            .map(|r| {
+                let mut row = vec![r.point.to_string()];
+                row.extend(header[1..].iter().map(|k| r.get(k).unwrap_or("").to_string()));
+                row
+            })
+            .collect();
+        Table { header, rows }
+    }
+
+    /// Rows back to records (empty cells dropped), for resuming and merging.
+    pub fn records(&self, path: &Path) -> Result<Vec<Record>> {
+        self.rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let point = row[0].parse::<usize>().map_err(|_| {
+                    Error::parse(
+                        Location::line(path, i + 2).with_field("point"),
+                        format!("`{}` is not a point number", row[0]),
+                    )
+                })?;
+                let cells = self.header[1..]
+                    .iter()
+                    .zip(&row[1..])
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                Ok(Record { point, cells })
+            })
+            .collect()
+    }
+
+    /// Reads a sweep CSV; the first column must be `point`.
+    pub fn read_csv(path: &Path) -> Result<Table> {
+        let mut r = csv::Reader::from_path(path).map_err(|e| csv_error(path, e))?;
+        let header: Vec<String> = r.headers().map_err(|e| csv_error(path, e))?.iter().map(String::from).collect();
+        if header.first().map(String::as_str) != Some("point") {
+            return Err(Error::parse(Location::line(path, 1), "not a sweep table: the first column must be `point`"));
+        }
+        let mut rows = Vec::new();
+        for rec in r.records() {
+            rows.push(rec.map_err(|e| csv_error(path, e))?.iter().map(String::from).collect());
+        }
+        Ok(Table { header, rows })
+    }
+
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.header.iter().position(|h| h == name)
+    }
+
+    pub fn write_csv(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut w = csv::Writer::from_writer(out);
+        w.write_record(&self.header)?;
+        for row in &self.rows {
+            w.write_record(row)?;
+        }
+        w.flush()
+    }
+
+    /// An array of objects with keys in column order; cells that read as numbers are numbers,
+    /// empty cells are null, `grid.*` cells stay strings (they are the axis values as written).
+    pub fn write_json(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let rows: Vec<OrderedRow> = self
+            .rows
+            .iter()
+            .map(|row| {
+                OrderedRow(
+                    self.header
+                        .iter()
+                        .zip(row)
+                        .map(|(k, v)| {
+                            let value = match (v.parse::<i64>(), v.parse::<f64>()) {
+                                _ if k.starts_with("grid.") => serde_json::json!(v),
+                                _ if v.is_empty() => serde_json::Value::Null,
+                                (Ok(i), _) => serde_json::json!(i),
+                                (_, Ok(x)) if x.is_finite() => serde_json::json!(x),
+                                _ => serde_json::json!(v),
+                            };
+                            (k.as_str(), value)
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &rows)?;
+        writeln!(out)
+    }
+
+    /// A table for people: the grid columns and the headline numbers.
+    pub fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut cols: Vec<usize> = vec![0];
+        cols.extend((0..self.header.len()).filter(|&i| self.header[i].starts_with("grid.")));
+        for name in ["gpus", "iteration_time_s", "throughput_samples_per_s", "speedup", "scaling_efficiency"] {
+            cols.extend(self.column(name));
+        }
+        let width =
+            |i: usize| self.rows.iter().map(|r| r[i].len().min(14)).chain([self.header[i].len()]).max().unwrap_or(0);
+        let widths: Vec<usize> = cols.iter().map(|&i| width(i)).collect();
+        let line = |cells: Vec<String>| {
+            cells.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}")).collect::<Vec<_>>().join("  ")
+        };
+        writeln!(out, "{}", line(cols.iter().map(|&i| self.header[i].clone()).collect()))?;
+        for row in &self.rows {
+            let cells = cols
+                .iter()
+                .map(|&i| match row[i].parse::<f64>() {
+                    Ok(x) if row[i].contains('.') => format!("{x:.6}"),
+                    _ => row[i].clone(),
+                })
+                .collect();
+            writeln!(out, "{}", line(cells))?;
+        }
+        Ok(())
+    }
+}
+
+/// A JSON object that keeps its keys in the given order.
+struct OrderedRow<'a>(Vec<(&'a str, serde_json::Value)>);
+
+impl serde::Serialize for OrderedRow<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+fn csv_error(path: &Path, e: csv::Error) -> Error {
+    let line = e.position().map(|p| p.line() as usize);
+    Error::parse(Location { path: path.into(), line, field: None }, e.to_string())
+}
+
+/// Joins shard tables: every point once (a point in two inputs must have identical cells), sorted
+/// by point. Inputs must share their non-utilisation columns.
+pub fn merge(paths: &[PathBuf]) -> Result<Table> {
+    let mut by_point: BTreeMap<usize, (Record, &Path)> = BTreeMap::new();
+    let mut first_header: Option<(Vec<String>, &Path)> = None;
+    for path in paths {
+        let table = Table::read_csv(path)?;
+        let fixed: Vec<String> = table.header.iter().filter(|h| !h.starts_with("util_")).cloned().collect();
+        match &first_header {
+            None => first_header = Some((fixed, path)),
+            Some((h, p)) if *h != fixed => {
+                return Err(Error::parse(
+                    Location::line(path, 1),
+                    format!("its columns differ from those of {} (different sweeps?)", p.display()),
+                ))
+            }
+            Some(_) => {}
+        }
+        for rec in table.records(path)? {
+            match by_point.get(&rec.point) {
+                Some((other, p)) if *other != rec => {
+                    return Err(Error::parse(
+                        Location::file(path).with_field("point"),
+                        format!("point {} differs from the same point in {}", rec.point, p.display()),
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    by_point.insert(rec.point, (rec, path));
+                }
+            }
+        }
+    }
+    let records: Vec<Record> = by_point.into_values().map(|(r, _)| r).collect();
+    Ok(Table::from_records(&records))
+}
+
+/// Files written by [`write_plots`].
+pub const PLOT_FILES: [&str; 4] = ["speedup.png", "speedup.svg", "breakdown.png", "breakdown.svg"];
+
+/// Speedup versus GPUs (one line per configuration) and the breakdown bars of every point, as PNG
+/// and SVG in `dir`. Returns the files written.
+pub fn write_plots(table: &Table, title: &str, dir: &Path) -> Result<Vec<PathBuf>> {
+    let col = |name: &str| {
+        table.column(name).ok_or_else(|| Error::invalid("sweep table", format!("it has no `{name}` column to plot")))
+    };
+    let (gpus, speedup) = (col("gpus")?, col("speedup")?);
+    let parts = [col("compute_s")?, col("communication_s")?, col("io_s")?, col("idle_s")?];
+    let grid: Vec<usize> = (0..table.header.len()).filter(|&i| table.header[i].starts_with("grid.")).collect();
+    let num = |row: &[String], i: usize| row[i].parse::<f64>().unwrap_or(f64::NAN);
+    let label = |row: &[String]| {
+        let l = grid.iter().map(|&i| format!("{}={}", &table.header[i]["grid.".len()..], row[i])).collect::<Vec<_>>();
+        if l.is_empty() {
+            "all".to_string()
+        } else {
+            l.join(" ")
+        }
+    };
+    let mut series: Vec<Series> = Vec::new();
+    for row in &table.rows {
+        let l = label(row);
+        let point = (num(row, gpus), num(row, speedup));
+        match series.iter_mut().find(|s| s.label == l) {
+            Some(s) => s.points.push(point),
+            None => series.push(Series { label: l, points: vec![point] }),
+        }
+    }
+    for s in &mut series {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let bars: Vec<Bar> = table
+        .rows
+        .iter()
+        .map(|row| Bar { label: format!("{} | {} GPUs", label(row), row[gpus]), seconds: parts.map(|i| num(row, i)) })
+        .collect();
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut written = Vec::new();
+    for ext in ["png", "svg"] {
+        let p = dir.join(format!("speedup.{ext}"));
+        speedup_chart(&p, &format!("{title}: speedup vs GPUs"), &series)?;
+        written.push(p);
+        let p = dir.join(format!("breakdown.{ext}"));
+        breakdown_chart(&p, &format!("{title}: time per iteration"), &bars)?;
+        written.push(p);
+    }
+    Ok(written)
+}

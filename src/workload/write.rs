@@ -1,0 +1,36 @@
+//! Writes a [`Workload`] as a native CSV trace (the format `read_trace` reads, documented in
+//! `traces/README.md`): `# key: value` metadata, then one row per layer with times in microseconds
+//! to the nanosecond, so a written trace reads back to the same workload.
+
+use super::Workload;
+use std::fmt::Write;
+
+/// The native CSV text of `w`. `comments` become `#` lines at the top (source, GPU, settings).
+pub fn native_trace(w: &Workload, comments: &[String]) -> String {
+    let us = |ns: u64| format!("{}.{:03}", ns / 1000, ns % 1000);
+    let mut s = String::from("# dagsim trace v1 (times in microseconds, sizes in bytes)\n");
+    for c in comments {
+        for line in c.lines() {
+            let _ = writeln!(s, "# {line}");
+        }
+    }
+    let _ = writeln!(s, "# model: {}", w.name);
+    let _ = writeln!(s, "# batch_per_gpu: {}", w.batch_per_gpu);
+    let _ = writeln!(s, "# sample_bytes: {}", w.sample_bytes);
+    let _ = writeln!(s, "# device_sample_bytes: {}", w.device_sample_bytes);
+    let _ = writeln!(s, "# update_us: {}", us(w.update.mean_ns));
+    s.push_str("layer,name,forward_us,backward_us,comm_us,grad_bytes\n");
+    let mut id = 0;
+    if let Some(d) = w.data_load {
+        let _ = writeln!(s, "0,data,{},0,0,0", us(d.mean_ns));
+    }
+    for l in &w.layers {
+        id += 1;
+        let comm = l.comm.map_or_else(|| "0".to_string(), |c| us(c.mean_ns));
+        // Names with commas or quotes are quoted as CSV requires.
+        let name =
+            if l.name.contains([',', '"']) { format!("\"{}\"", l.name.replace('"', "\"\"")) } else { l.name.clone() };
+        let _ = writeln!(s, "{id},{name},{},{},{comm},{}", us(l.forward.mean_ns), us(l.backward.mean_ns), l.grad_bytes);
+    }
+    s
+}
