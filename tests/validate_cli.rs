@@ -87,13 +87,10 @@ fn the_gate_exits_1_on_drift_and_0_within_tolerance() {
     let f = Fixture::new();
     let set = f.set("gate.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,1,io,throughput,,4000,,,hand,\n"));
     // Error +25%: the mean exceeds a 10% tolerance.
-    dagsim()
-        .arg("validate")
-        .arg(&set)
-        .args(["--tolerance", "10%", "--max-error", "50%"])
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("gate FAILED").and(predicate::str::contains("mean absolute error 25.0%")));
+    dagsim().arg("validate").arg(&set).args(["--tolerance", "10%", "--max-error", "50%"]).assert().code(1).stdout(
+        predicate::str::contains("gate FAILED")
+            .and(predicate::str::contains("mean absolute error 25.0% of the rows not marked")),
+    );
     // Within the tolerance, but beyond --max-error on an unmarked row.
     dagsim()
         .arg("validate")
@@ -114,7 +111,7 @@ fn the_gate_exits_1_on_drift_and_0_within_tolerance() {
 }
 
 #[test]
-fn a_known_miss_stays_in_the_mean_but_does_not_fail_max_error() {
+fn a_known_miss_is_reported_but_not_gated() {
     let f = Fixture::new();
     let set = f.set(
         "known.csv",
@@ -126,13 +123,29 @@ fn a_known_miss_stays_in_the_mean_but_does_not_fail_max_error() {
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(v["rows"][0]["status"], "known_miss");
     assert_eq!(v["sets"][0]["known_misses"], 1);
-    // Counted in the mean: a tolerance below its error still fails.
+    // Reported in the all-rows mean, but left out of the mean the tolerance gates.
     let (code, v) = run_json(&set, &["--tolerance", "20%", "--max-error", "20%"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(0), "{v}");
+    assert!((v["overall"]["mean_abs_error"].as_f64().unwrap() - 0.25).abs() < 1e-9);
+    assert_eq!(v["overall"]["mean_abs_error_unmarked"], serde_json::Value::Null);
+    // With an unmarked row beside it, only that row's error counts against the tolerance.
+    let set = f.set(
+        "known2.csv",
+        &format!(
+            "{HEADER}thr,tiny.csv,k80-cluster,1,io,throughput,,4000,,,hand,the tiny trace has no input pipeline\n\
+             ok,tiny.csv,k80-cluster,1,io,throughput,,4500,,,hand,\n"
+        ),
+    );
+    let (code, v) = run_json(&set, &["--tolerance", "12%", "--max-error", "20%"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert!((v["overall"]["mean_abs_error_unmarked"].as_f64().unwrap() - 1.0 / 9.0).abs() < 1e-9, "{v}");
+    let (code, v) = run_json(&set, &["--tolerance", "11%", "--max-error", "20%"]);
+    assert_eq!(code, Some(1), "{v}");
     assert_eq!(v["failures"].as_array().unwrap().len(), 1, "{v}");
     // A known miss that now fits is flagged so the mark can be removed.
     let (_, v) = run_json(&set, &["--tolerance", "30%", "--max-error", "30%"]);
     assert_eq!(v["rows"][0]["status"], "known_miss_now_ok");
+    assert_eq!(v["rows"][1]["status"], "ok");
 }
 
 #[test]
@@ -196,6 +209,16 @@ fn bad_input_exits_2_naming_file_line_and_column() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("row `thr`").and(predicate::str::contains("warp-drive")));
+    let set = f.set("bad4.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,4,hybrid+magic,speedup,,3,,,hand,\n"));
+    dagsim()
+        .arg("validate")
+        .arg(&set)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("row `thr`").and(predicate::str::contains("use `hybrid` or `hybrid+8bit`")));
+    // A hybrid row reads a hybrid table, not a layer trace.
+    let set = f.set("bad5.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,4,hybrid,speedup,,3,,,hand,\n"));
+    dagsim().arg("validate").arg(&set).assert().code(2).stderr(predicate::str::contains("bad5.csv:2: row `thr`"));
     dagsim()
         .args(["validate", "no/such/file.csv"])
         .assert()
@@ -273,20 +296,42 @@ fn sample_bytes_column_sets_the_input_size() {
     dagsim().arg("validate").arg(&set).assert().code(2).stderr(predicate::str::contains("(field `sample_bytes`)"));
 }
 
+/// Sets whose 128-512-GPU rows take tens of seconds in a debug build; release builds (CI) run them.
+const SLOW_IN_DEBUG: &[&str] = &["validation/gradientflow.csv", "validation/tf2017.csv"];
+
 #[test]
-fn shipped_sets_pass_and_the_readme_table_is_current() {
-    // The command, tolerances and table are the ones validation/README.md and .ci/run state.
-    let out = dagsim()
-        .args(["validate", "validation/tf2017_k80_alexnet.csv", "--tolerance", "16%", "--max-error", "25%"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("gate passed"), "{text}");
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("validation/README.md")).unwrap();
-    let table: Vec<&str> = text.lines().filter(|l| l.starts_with("| ")).collect();
-    assert!(table.len() >= 2, "{text}");
-    for line in table {
+fn shipped_sets_pass_ci_and_the_readme_table_is_current() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    let readme = std::fs::read_to_string(root.join("validation/README.md")).unwrap();
+    // Every shipped set has its own gate line in CI.
+    let commands: Vec<Vec<&str>> = ci
+        .lines()
+        .filter_map(|l| l.split_once("-- validate ").map(|(_, args)| args.split_whitespace().collect()))
+        .collect();
+    let mut shipped: Vec<String> = std::fs::read_dir(root.join("validation"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".csv"))
+        .map(|n| format!("validation/{n}"))
+        .collect();
+    shipped.sort();
+    let mut gated: Vec<String> = commands.iter().map(|c| c[0].to_string()).collect();
+    gated.sort();
+    assert_eq!(gated, shipped, ".ci/run must gate every set in validation/");
+    for args in commands {
+        if cfg!(debug_assertions) && SLOW_IN_DEBUG.contains(&args[0]) {
+            continue;
+        }
+        let out = dagsim().arg("validate").args(&args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}:\n{text}");
+        // The set's summary line (not the `all` line, which depends on the other sets) is in the
+        // README's table, and the README states the tolerance CI uses.
+        let name = args[0].trim_start_matches("validation/").trim_end_matches(".csv");
+        let line = text.lines().find(|l| l.starts_with(&format!("| {name} |"))).expect("summary line");
         assert!(readme.contains(line), "validation/README.md is out of date; it lacks:\n{line}");
+        let tolerance = format!("| `{name}.csv` | {} |", args[2]);
+        assert!(readme.contains(&tolerance), "validation/README.md does not state {tolerance}");
     }
 }

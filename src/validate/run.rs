@@ -1,16 +1,32 @@
 //! Turns measurement rows into predictions: each row's setup becomes a scenario (its scenario file
 //! with the row's columns laid over it), every distinct (setup, GPU count) is simulated once, in
-//! parallel, and each row gets the predicted value of its metric. Reads rows, calls the pipeline in
-//! `predict`; computes no statistics.
+//! parallel, and each row gets the predicted value of its metric. Rows whose strategy is `hybrid`
+//! run Dettmers' data/model-parallel DAG from a hybrid table instead. Reads rows, calls the
+//! pipeline in `predict` (or the hybrid builder); computes no statistics.
 
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use crate::dag::hybrid::{build_hybrid, Channels};
 use crate::error::{Error, Location, Result};
-use crate::predict::Setup;
-use crate::report::Prediction;
+use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY, Topology};
+use crate::predict::{Setup, DEFAULT_ITERATIONS};
+use crate::report::steady_state;
 use crate::scenario::Scenario;
+use crate::sim::{simulate, Options};
+use crate::strategy::hybrid::{HybridTable, Precision as HybridPrecision};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+/// One simulated configuration, as much of it as a validation report needs.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub workload: String,
+    pub topology: String,
+    pub gpus: u32,
+    pub strategy: String,
+    pub throughput_samples_per_s: f64,
+    pub iteration_time_s: f64,
+}
 
 /// What the model says for one row.
 #[derive(Debug, Clone)]
@@ -18,14 +34,84 @@ pub struct Predicted {
     /// The row's metric, predicted, in the metric's canonical unit.
     pub value: f64,
     /// The simulated configuration of the row itself (its GPU count).
-    pub prediction: Prediction,
+    pub simulated: Simulated,
+}
+
+/// A setup ready to simulate at any GPU count.
+enum Model {
+    /// The normal pipeline (`dagsim predict`).
+    Pipeline(Box<Setup>),
+    /// Krizhevsky's hybrid scheme as Dettmers models it: fixed-time tasks from a hybrid table.
+    Hybrid(Box<Hybrid>),
+}
+
+struct Hybrid {
+    table: HybridTable,
+    topology: Topology,
+    precision: HybridPrecision,
+    strategy: String,
+}
+
+impl Model {
+    fn build(row: &RowSetup) -> Result<Self> {
+        let spec = row.strategy.as_deref().unwrap_or("");
+        if spec != "hybrid" && !spec.starts_with("hybrid+") {
+            return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
+        }
+        let precision = match spec {
+            "hybrid" => HybridPrecision::Bits32,
+            "hybrid+8bit" => HybridPrecision::Bits8,
+            _ => return Err(Error::invalid("strategy", format!("`{spec}`: use `hybrid` or `hybrid+8bit`"))),
+        };
+        let trace = row.trace.as_deref().ok_or_else(|| {
+            Error::invalid("trace", "a `hybrid` row needs a hybrid table in the `trace` column (traces/README.md)")
+        })?;
+        let mut table = HybridTable::read(trace)?;
+        if let Some(thr) = row.calibrate_throughput {
+            // One measured single-GPU throughput sets the full-pass time (Dettmers' footnote 7).
+            table = table.with_total_ns((table.batch_per_gpu as f64 / thr * 1e9).round() as u64)?;
+        }
+        let topology = load_topology(row.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+        Ok(Model::Hybrid(Box::new(Hybrid { table, topology, precision, strategy: spec.to_string() })))
+    }
+
+    fn simulate(&self, gpus: u32) -> Result<Simulated> {
+        match self {
+            Model::Pipeline(setup) => {
+                let p = setup.predict(gpus)?;
+                Ok(Simulated {
+                    workload: p.workload,
+                    topology: p.topology,
+                    gpus,
+                    strategy: p.strategy,
+                    throughput_samples_per_s: p.throughput_samples_per_s,
+                    iteration_time_s: p.iteration_time_s,
+                })
+            }
+            Model::Hybrid(h) => {
+                let Hybrid { table, topology, precision, strategy } = &**h;
+                // Per-boundary channels: Dettmers' own accounting of the exchanges.
+                let dag = build_hybrid(table, gpus, *precision, Channels::PerBoundary, DEFAULT_ITERATIONS)?;
+                let run = simulate(&dag, &topology.instantiate(gpus)?, Options::default())?;
+                let iteration_time_s = steady_state(&dag, &run).iteration_ns * 1e-9;
+                Ok(Simulated {
+                    workload: table.name.clone(),
+                    topology: topology.name.clone(),
+                    gpus,
+                    strategy: strategy.clone(),
+                    throughput_samples_per_s: (table.batch_per_gpu * gpus) as f64 / iteration_time_s,
+                    iteration_time_s,
+                })
+            }
+        }
+    }
 }
 
 /// Predicts every row of every set. Results are in set order, then row order. An error names the
 /// file, line and row id.
 pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
-    let mut setups: BTreeMap<String, Setup> = BTreeMap::new();
+    let mut setups: BTreeMap<String, Model> = BTreeMap::new();
     let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
     let mut row_jobs: Vec<Vec<(String, u32)>> = Vec::new();
     for set in sets {
@@ -34,7 +120,7 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
             let key = setup_key(&row.setup);
             let at = |e: Error| in_row(&set.path, row, e);
             if !setups.contains_key(&key) {
-                let setup = scenario_for(&row.setup).and_then(|s| s.setup()).map_err(at)?;
+                let setup = Model::build(&row.setup).map_err(at)?;
                 setups.insert(key.clone(), setup);
             }
             let gpus = gpu_count(row).map_err(at)?;
@@ -47,8 +133,8 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
         row_jobs.push(own_jobs);
     }
     let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
-    let results: Vec<Result<Prediction>> = jobs.par_iter().map(|(key, gpus)| setups[key].predict(*gpus)).collect();
-    let done: BTreeMap<(String, u32), Result<Prediction>> = jobs.into_iter().zip(results).collect();
+    let results: Vec<Result<Simulated>> = jobs.par_iter().map(|(key, gpus)| setups[key].simulate(*gpus)).collect();
+    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.into_iter().zip(results).collect();
 
     let mut out = Vec::new();
     for (set, own_jobs) in sets.iter().zip(row_jobs) {
@@ -57,7 +143,7 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
         let mut predicted = Vec::new();
         for (row, job) in set.rows.iter().zip(&own_jobs) {
             // A failed simulation is reported against the first row that needs it.
-            let get = |job: &(String, u32)| -> Result<&Prediction> {
+            let get = |job: &(String, u32)| -> Result<&Simulated> {
                 done[job].as_ref().map_err(|e| {
                     in_row(&set.path, row, Error::invalid(format!("simulation on {} GPU(s)", job.1), e.to_string()))
                 })
@@ -73,7 +159,7 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
                     own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
                 }
             };
-            predicted.push(Predicted { value, prediction: own.clone() });
+            predicted.push(Predicted { value, simulated: own.clone() });
         }
         out.push(predicted);
     }
