@@ -192,38 +192,35 @@ fn speedups_reference_rows_and_rank_agreement() {
 #[test]
 fn bad_input_exits_2_naming_file_line_and_column() {
     let f = Fixture::new();
-    let set = f.set("bad.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,four,none,throughput,,4000,,,hand,\n"));
-    dagsim().arg("validate").arg(&set).assert().code(2).stderr(predicate::str::contains("bad.csv:2 (field `gpus`)"));
-    // A setup that cannot be built names the row.
-    let set = f.set("bad2.csv", &format!("{HEADER}thr,missing.csv,k80-cluster,4,io,throughput,,4000,,,hand,\n"));
-    dagsim()
-        .arg("validate")
-        .arg(&set)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("bad2.csv:2: row `thr`").and(predicate::str::contains("missing.csv")));
-    let set = f.set("bad3.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,4,warp-drive,throughput,,4000,,,hand,\n"));
-    dagsim()
-        .arg("validate")
-        .arg(&set)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("row `thr`").and(predicate::str::contains("warp-drive")));
-    let set = f.set("bad4.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,4,hybrid+magic,speedup,,3,,,hand,\n"));
-    dagsim()
-        .arg("validate")
-        .arg(&set)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("row `thr`").and(predicate::str::contains("use `hybrid` or `hybrid+8bit`")));
-    // A hybrid row reads a hybrid table, not a layer trace.
-    let set = f.set("bad5.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,4,hybrid,speedup,,3,,,hand,\n"));
-    dagsim().arg("validate").arg(&set).assert().code(2).stderr(predicate::str::contains("bad5.csv:2: row `thr`"));
+    // Each bad row (file name, row after the header, what stderr must say) exits 2.
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("bad.csv", "thr,tiny.csv,k80-cluster,four,none,throughput,,4000,,,hand,", &["bad.csv:2 (field `gpus`)"]),
+        // A setup that cannot be built names the row.
+        (
+            "bad2.csv",
+            "thr,missing.csv,k80-cluster,4,io,throughput,,4000,,,hand,",
+            &["bad2.csv:2: row `thr`", "missing.csv"],
+        ),
+        ("bad3.csv", "thr,tiny.csv,k80-cluster,4,warp-drive,throughput,,4000,,,hand,", &["row `thr`", "warp-drive"]),
+        ("bad4.csv", "thr,tiny.csv,k80-cluster,4,hybrid+magic,speedup,,3,,,hand,", &["use `hybrid` or `hybrid+8bit`"]),
+        // A hybrid row reads a hybrid table, not a layer trace.
+        ("bad5.csv", "thr,tiny.csv,k80-cluster,4,hybrid,speedup,,3,,,hand,", &["bad5.csv:2: row `thr`"]),
+    ];
+    for (name, row, needles) in cases {
+        let set = f.set(name, &format!("{HEADER}{row}\n"));
+        let out = dagsim().arg("validate").arg(&set).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        for needle in *needles {
+            assert!(stderr.contains(needle), "{name}: `{needle}` not in {stderr}");
+        }
+    }
     dagsim()
         .args(["validate", "no/such/file.csv"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("no/such/file.csv"));
+    let set = f.set("good.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,1,io,throughput,,5000,,,hand,\n"));
     dagsim().arg("validate").arg(&set).args(["--tolerance", "lots"]).assert().code(2);
     dagsim().arg("validate").assert().code(2);
 }
