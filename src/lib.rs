@@ -22,6 +22,7 @@ pub mod sim;
 pub mod strategy;
 pub mod sweep;
 pub mod units;
+pub mod validate;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -16,6 +16,7 @@ mod setup_args;
 mod sweep;
 mod timeline;
 mod trace;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -60,6 +61,7 @@ pub fn verbosity() -> i8 {
 enum Command {
     Predict(predict::Args),
     Bench(bench::Args),
+    Validate(validate::Args),
     Trace(trace::Args),
     #[cfg(feature = "cuda")]
     CalibrateGpu(calibrate_gpu::Command),
@@ -79,6 +81,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Validate(args) => validate::run(args),
         Command::Trace(args) => trace::run(args),
         #[cfg(feature = "cuda")]
         Command::CalibrateGpu(c) => calibrate_gpu::run(c.args, c.output.as_deref()),

@@ -1,0 +1,131 @@
+//! Writers for a validation [`Report`]: a text table (rows, the per-set summary as a markdown
+//! table that README.md quotes, rank agreement, the gate's verdict), JSON (the whole report) and
+//! CSV (one line per row). They write to any `Write`; choosing stdout or a file is the CLI's job.
+
+use super::{Report, Status};
+use std::io::Write;
+
+fn percent(e: f64) -> String {
+    format!("{:+.1}%", e * 100.0)
+}
+
+/// Four significant figures, whatever the unit's magnitude.
+fn value(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1000.0 {
+        format!("{v:.0}")
+    } else if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn status(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Miss => "MISS",
+        Status::KnownMiss => "known miss",
+        Status::KnownMissNowOk => "known miss, now ok",
+        Status::Reference => "reference",
+    }
+}
+
+/// Human-readable report.
+pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
+    let set_w = r.rows.iter().map(|x| x.set.len()).max().unwrap_or(3).max(3);
+    let id_w = r.rows.iter().map(|x| x.id.len()).max().unwrap_or(2).max(2);
+    let st_w = r.rows.iter().map(|x| x.strategy.len()).max().unwrap_or(8).max(8);
+    let metric = |x: &super::RowResult| match x.metric {
+        super::Metric::Throughput => format!("throughput ({})", x.unit),
+        super::Metric::IterationTime => format!("iteration time ({})", x.unit),
+        super::Metric::Speedup => format!("speedup ({})", x.unit),
+    };
+    let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
+    writeln!(
+        w,
+        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  status",
+        "set", "id", "gpus", "strategy", "metric", "measured", "predicted", "error"
+    )?;
+    for x in &r.rows {
+        writeln!(
+            w,
+            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  {}",
+            x.set,
+            x.id,
+            x.gpus,
+            x.strategy,
+            metric(x),
+            x.measured.map_or("-".to_string(), value),
+            value(x.predicted),
+            x.error.map_or("-".to_string(), percent),
+            status(x.status),
+        )?;
+    }
+    writeln!(w)?;
+    writeln!(
+        w,
+        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |"
+    )?;
+    writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|")?;
+    for s in r.sets.iter().chain(&r.overall) {
+        writeln!(
+            w,
+            "| {} | {} | {} | {:.1}% | {} | {:.1}% | {:.1}% ({}) | {} |",
+            s.set,
+            s.rows,
+            s.known_misses,
+            s.mean_abs_error * 100.0,
+            s.mean_abs_error_unmarked.map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0)),
+            s.median_abs_error * 100.0,
+            s.worst_abs_error * 100.0,
+            s.worst_row,
+            percent(s.mean_signed_error),
+        )?;
+    }
+    if !r.groups.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "Rank agreement of strategies measured on the same setup (Kendall tau-b):")?;
+        for g in &r.groups {
+            let tau = g.kendall_tau_b.map_or("undefined (ties)".to_string(), |t| format!("{t:+.2}"));
+            writeln!(
+                w,
+                "  {}/{}: {} rows, tau-b {tau} ({} pairs ordered alike, {} reversed)",
+                g.set, g.group, g.rows, g.concordant, g.discordant
+            )?;
+        }
+        writeln!(w, "  all groups: {} pairs ordered alike, {} reversed", r.rank_concordant, r.rank_discordant)?;
+    }
+    writeln!(w)?;
+    let limits = format!(
+        "tolerance {:.1}% on the mean and max-error {:.1}% on each row, over rows not marked known_miss",
+        r.gate.tolerance * 100.0,
+        r.gate.max_error * 100.0
+    );
+    if r.passed {
+        writeln!(w, "gate passed ({limits})")?;
+    } else {
+        writeln!(w, "gate FAILED ({limits}):")?;
+        for f in &r.failures {
+            writeln!(w, "  {f}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The whole report as one JSON object.
+pub fn write_json(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, r)?;
+    writeln!(w)
+}
+
+/// One CSV line per row, with the measured and predicted values and the error.
+pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
+    let mut out = csv::Writer::from_writer(w);
+    for row in &r.rows {
+        out.serialize(row).map_err(std::io::Error::other)?;
+    }
+    out.flush()
+}

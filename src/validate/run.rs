@@ -1,0 +1,237 @@
+//! Turns measurement rows into predictions: each row's setup becomes a scenario (its scenario file
+//! with the row's columns laid over it), every distinct (setup, GPU count) is simulated once, in
+//! parallel, and each row gets the predicted value of its metric. Rows whose strategy is `hybrid`
+//! run Dettmers' data/model-parallel DAG from a hybrid table instead. Reads rows, calls the
+//! pipeline in `predict` (or the hybrid builder); computes no statistics.
+
+use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use crate::dag::hybrid::{build_hybrid, Channels};
+use crate::error::{Error, Location, Result};
+use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY, Topology};
+use crate::predict::{Setup, DEFAULT_ITERATIONS};
+use crate::report::steady_state;
+use crate::scenario::Scenario;
+use crate::sim::{simulate, Options};
+use crate::strategy::hybrid::{HybridTable, Precision as HybridPrecision};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// One simulated configuration, as much of it as a validation report needs.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub workload: String,
+    pub topology: String,
+    pub gpus: u32,
+    pub strategy: String,
+    pub throughput_samples_per_s: f64,
+    pub iteration_time_s: f64,
+}
+
+/// What the model says for one row.
+#[derive(Debug, Clone)]
+pub struct Predicted {
+    /// The row's metric, predicted, in the metric's canonical unit.
+    pub value: f64,
+    /// The simulated configuration of the row itself (its GPU count).
+    pub simulated: Simulated,
+}
+
+/// A setup ready to simulate at any GPU count.
+enum Model {
+    /// The normal pipeline (`dagsim predict`).
+    Pipeline(Box<Setup>),
+    /// Krizhevsky's hybrid scheme as Dettmers models it: fixed-time tasks from a hybrid table.
+    Hybrid(Box<Hybrid>),
+}
+
+struct Hybrid {
+    table: HybridTable,
+    topology: Topology,
+    precision: HybridPrecision,
+    strategy: String,
+}
+
+impl Model {
+    fn build(row: &RowSetup) -> Result<Self> {
+        let spec = row.strategy.as_deref().unwrap_or("");
+        if spec != "hybrid" && !spec.starts_with("hybrid+") {
+            return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
+        }
+        let precision = match spec {
+            "hybrid" => HybridPrecision::Bits32,
+            "hybrid+8bit" => HybridPrecision::Bits8,
+            _ => return Err(Error::invalid("strategy", format!("`{spec}`: use `hybrid` or `hybrid+8bit`"))),
+        };
+        let trace = row.trace.as_deref().ok_or_else(|| {
+            Error::invalid("trace", "a `hybrid` row needs a hybrid table in the `trace` column (traces/README.md)")
+        })?;
+        let mut table = HybridTable::read(trace)?;
+        if let Some(thr) = row.calibrate_throughput {
+            // One measured single-GPU throughput sets the full-pass time (Dettmers' footnote 7).
+            table = table.with_total_ns((table.batch_per_gpu as f64 / thr * 1e9).round() as u64)?;
+        }
+        let topology = load_topology(row.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+        Ok(Model::Hybrid(Box::new(Hybrid { table, topology, precision, strategy: spec.to_string() })))
+    }
+
+    fn simulate(&self, gpus: u32) -> Result<Simulated> {
+        match self {
+            Model::Pipeline(setup) => {
+                let p = setup.predict(gpus)?;
+                Ok(Simulated {
+                    workload: p.workload,
+                    topology: p.topology,
+                    gpus,
+                    strategy: p.strategy,
+                    throughput_samples_per_s: p.throughput_samples_per_s,
+                    iteration_time_s: p.iteration_time_s,
+                })
+            }
+            Model::Hybrid(h) => {
+                let Hybrid { table, topology, precision, strategy } = &**h;
+                // Per-boundary channels: Dettmers' own accounting of the exchanges.
+                let dag = build_hybrid(table, gpus, *precision, Channels::PerBoundary, DEFAULT_ITERATIONS)?;
+                let run = simulate(&dag, &topology.instantiate(gpus)?, Options::default())?;
+                let iteration_time_s = steady_state(&dag, &run).iteration_ns * 1e-9;
+                Ok(Simulated {
+                    workload: table.name.clone(),
+                    topology: topology.name.clone(),
+                    gpus,
+                    strategy: strategy.clone(),
+                    throughput_samples_per_s: (table.batch_per_gpu * gpus) as f64 / iteration_time_s,
+                    iteration_time_s,
+                })
+            }
+        }
+    }
+}
+
+/// Predicts every row of every set. Results are in set order, then row order. An error names the
+/// file, line and row id.
+pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
+    // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
+    let mut setups: BTreeMap<String, Model> = BTreeMap::new();
+    let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
+    let mut row_jobs: Vec<Vec<(String, u32)>> = Vec::new();
+    for set in sets {
+        let mut own_jobs = Vec::new();
+        for row in &set.rows {
+            let key = setup_key(&row.setup);
+            let at = |e: Error| in_row(&set.path, row, e);
+            if !setups.contains_key(&key) {
+                let setup = Model::build(&row.setup).map_err(at)?;
+                setups.insert(key.clone(), setup);
+            }
+            let gpus = gpu_count(row).map_err(at)?;
+            jobs.insert((key.clone(), gpus));
+            if row.metric == Metric::Speedup && row.relative_to.is_none() {
+                jobs.insert((key.clone(), 1));
+            }
+            own_jobs.push((key, gpus));
+        }
+        row_jobs.push(own_jobs);
+    }
+    let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
+    let results: Vec<Result<Simulated>> = jobs.par_iter().map(|(key, gpus)| setups[key].simulate(*gpus)).collect();
+    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.into_iter().zip(results).collect();
+
+    let mut out = Vec::new();
+    for (set, own_jobs) in sets.iter().zip(row_jobs) {
+        let job_of: BTreeMap<&str, &(String, u32)> =
+            set.rows.iter().map(|r| r.id.as_str()).zip(own_jobs.iter()).collect();
+        let mut predicted = Vec::new();
+        for (row, job) in set.rows.iter().zip(&own_jobs) {
+            // A failed simulation is reported against the first row that needs it.
+            let get = |job: &(String, u32)| -> Result<&Simulated> {
+                done[job].as_ref().map_err(|e| {
+                    in_row(&set.path, row, Error::invalid(format!("simulation on {} GPU(s)", job.1), e.to_string()))
+                })
+            };
+            let own = get(job)?;
+            let value = match (row.metric, &row.relative_to) {
+                (Metric::Throughput, _) => own.throughput_samples_per_s,
+                (Metric::IterationTime, _) => own.iteration_time_s,
+                (Metric::Speedup, None) => {
+                    own.throughput_samples_per_s / get(&(job.0.clone(), 1))?.throughput_samples_per_s
+                }
+                (Metric::Speedup, Some(base)) => {
+                    own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
+                }
+            };
+            predicted.push(Predicted { value, simulated: own.clone() });
+        }
+        out.push(predicted);
+    }
+    Ok(out)
+}
+
+/// Two rows with the same key share one simulated setup.
+fn setup_key(s: &RowSetup) -> String {
+    format!("{:?}", RowSetup { gpus: None, ..s.clone() })
+}
+
+fn gpu_count(row: &Row) -> Result<u32> {
+    if let Some(g) = row.setup.gpus {
+        return Ok(g);
+    }
+    let from_scenario = match &row.setup.scenario {
+        Some(p) => Scenario::load(p)?.gpus,
+        None => None,
+    };
+    match from_scenario.as_deref() {
+        Some([one]) => Ok(*one),
+        Some(_) => Err(Error::invalid("gpus", "the scenario lists several GPU counts: give the `gpus` column")),
+        None => Err(Error::invalid("gpus", "no GPU count: give the `gpus` column")),
+    }
+}
+
+/// The row's scenario file (or an empty one) with the row's columns laid over it.
+pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
+    let mut s = match &row.scenario {
+        Some(p) => Scenario::load(p)?,
+        None => Scenario::default(),
+    };
+    // Row paths are relative to the CSV file (already resolved); make them absolute so the
+    // scenario does not resolve them again against its own directory.
+    if let Some(t) = &row.trace {
+        s.workload.trace = Some(std::path::absolute(t).unwrap_or_else(|_| t.clone()));
+    }
+    if let Some(t) = &row.topology {
+        s.machine.topology = Some(match Path::new(t).is_file() {
+            true => std::path::absolute(t).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| t.clone()),
+            false => t.clone(),
+        });
+    }
+    if let Some(b) = row.batch {
+        s.workload.batch_per_gpu = Some(b);
+    }
+    if let Some(b) = row.sample_bytes {
+        (s.workload.sample_bytes, s.workload.device_sample_bytes) = (Some(b), Some(b));
+    }
+    if row.strategy.is_some() {
+        s.strategy = row.strategy.clone();
+    }
+    let w = &mut s.workload;
+    if row.trace.is_some() {
+        // A row's trace replaces a scenario's zoo model, as `predict --trace` does.
+        (w.model, w.gpu, w.precision, w.calibrate_throughput) = (None, None, None, None);
+    }
+    if let Some(m) = &row.model {
+        (w.model, w.trace) = (Some(m.clone()), None);
+    }
+    if row.gpu.is_some() {
+        w.gpu = row.gpu.clone();
+    }
+    if let Some(p) = &row.precision {
+        w.precision = Some(p.parse().map_err(|e: String| Error::invalid("column `precision`", e))?);
+    }
+    if row.calibrate_throughput.is_some() {
+        w.calibrate_throughput = row.calibrate_throughput;
+    }
+    Ok(s)
+}
+
+fn in_row(path: &Path, row: &Row, e: Error) -> Error {
+    Error::parse(Location::line(path, row.line), format!("row `{}`: {e}", row.id))
+}
