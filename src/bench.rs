@@ -50,6 +50,7 @@ pub fn synthetic(layers: usize) -> Workload {
         update: Stat::exact(1_000_000),
         data_load: None,
         trace_iterations: 1,
+        fp16: false,
     }
 }
 

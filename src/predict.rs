@@ -35,6 +35,16 @@ pub struct Simulated {
 impl Setup {
     /// Checks what the builder cannot: a batch size is known.
     pub fn check(&self) -> Result<()> {
+        if self.workload.fp16 && self.strategy.mixed {
+            return Err(Error::invalid(
+                "strategy",
+                format!(
+                    "`{}` is already mixed precision (FP16 layer times and gradients); the `mixed` strategy \
+                     converts an FP32 trace, so use one or the other",
+                    self.workload.name
+                ),
+            ));
+        }
         if self.workload.batch_per_gpu == 0 {
             return Err(Error::invalid(
                 "workload",

@@ -121,6 +121,22 @@ fn bad_inputs_exit_2_with_a_clear_message() {
     fails_with(&["predict", "--trace", "traces/alexnet_k80.csv", "--topology", p.to_str().unwrap()], &["topo.json:1"]);
     let (_d, p) = temp_file("s.toml", "gpus = [4]\nstrategy = 'io'\n[workload]\ntrace = 'missing.csv'\n");
     fails_with(&["predict", "--scenario", p.to_str().unwrap()], &["missing.csv"]);
+    fails_with(
+        &[
+            "predict",
+            "--model",
+            "resnet50",
+            "--gpu",
+            "v100",
+            "--batch",
+            "32",
+            "--precision",
+            "fp16",
+            "--strategy",
+            "io+mixed",
+        ],
+        &["already mixed precision", "use one or the other"],
+    );
     let (_d, p) = temp_file("s.toml", "gpus = [4]\nbogus = 1\n");
     fails_with(&["predict", "--scenario", p.to_str().unwrap()], &["s.toml:2", "bogus"]);
 }

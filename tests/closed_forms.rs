@@ -42,6 +42,7 @@ fn workload(layers: &[(u64, u64, u64)], sample_bytes: u64, device_sample_bytes: 
         update: Stat::exact(update_ns),
         data_load: None,
         trace_iterations: 1,
+        fp16: false,
     }
 }
 

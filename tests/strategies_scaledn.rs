@@ -141,6 +141,7 @@ fn small_model() -> Workload {
         update: Stat::exact(0),
         data_load: None,
         trace_iterations: 1,
+        fp16: false,
     }
 }
 

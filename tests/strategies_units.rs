@@ -42,6 +42,7 @@ fn workload(grads: [u64; 2], device_sample_bytes: u64) -> Workload {
         update: Stat::exact(0),
         data_load: None,
         trace_iterations: 1,
+        fp16: false,
     }
 }
 

@@ -81,6 +81,9 @@ pub struct Workload {
     pub data_load: Option<Stat>,
     /// How many iterations the trace held (summarised into the stats above).
     pub trace_iterations: u32,
+    /// Layer times and gradient bytes are already those of mixed-precision (FP16) training, as
+    /// synthesised with `--precision fp16` or read from a trace marked `# precision: fp16`.
+    pub fp16: bool,
 }
 
 impl Workload {

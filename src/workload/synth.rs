@@ -132,6 +132,7 @@ impl Synthetic {
             update: ns(self.update_ns),
             data_load: None,
             trace_iterations: 1,
+            fp16: self.precision == Precision::Fp16,
         }
     }
 }

@@ -45,6 +45,7 @@ struct Meta {
     sample_bytes: Option<u64>,
     device_sample_bytes: Option<u64>,
     update_us: Option<f64>,
+    fp16: bool,
 }
 
 /// Reads a trace file into a [`Workload`]. A field the file does not give (batch size, sample
@@ -98,6 +99,13 @@ fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
             "sample_bytes" => meta.sample_bytes = Some(int(value)?),
             "device_sample_bytes" => meta.device_sample_bytes = Some(int(value)?),
             "update_us" => meta.update_us = Some(parse_time(value).map_err(|m| Error::parse(at(), m))?),
+            "precision" => {
+                meta.fp16 = match value {
+                    "fp16" => true,
+                    "fp32" => false,
+                    other => return Err(Error::parse(at(), format!("precision must be fp32 or fp16, not `{other}`"))),
+                }
+            }
             _ => {} // other comment lines (source, units, notes) are for people
         }
     }
@@ -314,6 +322,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
         update: Stat::exact(us_to_ns(meta.update_us.unwrap_or(0.0))),
         data_load,
         trace_iterations: iterations.len() as u32,
+        fp16: meta.fp16,
     })
 }
 

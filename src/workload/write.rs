@@ -19,6 +19,9 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
     let _ = writeln!(s, "# sample_bytes: {}", w.sample_bytes);
     let _ = writeln!(s, "# device_sample_bytes: {}", w.device_sample_bytes);
     let _ = writeln!(s, "# update_us: {}", us(w.update.mean_ns));
+    if w.fp16 {
+        let _ = writeln!(s, "# precision: fp16");
+    }
     s.push_str("layer,name,forward_us,backward_us,comm_us,grad_bytes\n");
     let mut id = 0;
     if let Some(d) = w.data_load {

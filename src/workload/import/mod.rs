@@ -105,6 +105,7 @@ impl Profile {
             update: Stat::exact(0),
             data_load: self.input_us.map(t),
             trace_iterations: self.iterations,
+            fp16: false,
         }
     }
 }
