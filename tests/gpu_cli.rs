@@ -1,6 +1,6 @@
 //! The GPU commands (feature `cuda`) from the outside: without a CUDA driver they fail with a
 //! clear message and exit code 2, never a panic; the parts that need no GPU (`replay --dry-run`,
-//! `calibrate-gpu --from`) work anywhere and feed `predict`.
+//! `calibrate --gpu --from`) work anywhere and feed `predict`.
 #![cfg(feature = "cuda")]
 
 use assert_cmd::Command;
@@ -30,7 +30,7 @@ fn calibrate_without_a_driver_exits_2_with_a_message_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cal.json");
     dagsim()
-        .args(["calibrate-gpu", "-o"])
+        .args(["calibrate", "--gpu", "-o"])
         .arg(&out)
         .assert()
         .code(2)
@@ -103,7 +103,7 @@ fn a_calibration_file_becomes_a_topology_that_predict_reads() {
     std::fs::write(&cal, text).unwrap();
     let topo = dir.path().join("node.json");
     dagsim()
-        .args(["calibrate-gpu", "--from"])
+        .args(["calibrate", "--gpu", "--from"])
         .arg(&cal)
         .arg("--topology-out")
         .arg(&topo)
@@ -112,14 +112,14 @@ fn a_calibration_file_becomes_a_topology_that_predict_reads() {
         .success()
         .stderr(predicate::str::contains("Synthetic GPU"));
     let links = dir.path().join("links.cal.json");
-    dagsim().args(["calibrate-gpu", "--from"]).arg(&cal).arg("--calibration-out").arg(&links).assert().success();
+    dagsim().args(["calibrate", "--gpu", "--from"]).arg(&cal).arg("--calibration-out").arg(&links).assert().success();
     let l: serde_json::Value = serde_json::from_slice(&std::fs::read(&links).unwrap()).unwrap();
     assert_eq!(l["format"], "dagsim-calibration/1");
     assert_eq!(l["links"][0]["kind"], "pcie");
     assert!((l["links"][0]["latency_us"].as_f64().unwrap() - 8.0).abs() < 0.1, "{l}");
     // One GPU: no all-reduce to write as an nccl-tests table, and the command says so.
     dagsim()
-        .args(["calibrate-gpu", "--from"])
+        .args(["calibrate", "--gpu", "--from"])
         .arg(&cal)
         .arg("--nccl-table")
         .arg(dir.path().join("ar.nccl"))
@@ -144,7 +144,7 @@ fn a_broken_calibration_file_is_named_with_its_line() {
     let cal = dir.path().join("broken.json");
     std::fs::write(&cal, "{\n  \"format\": \"dagsim-gpu-calibration/1\",\n  \"measurements\": 7\n}\n").unwrap();
     dagsim()
-        .args(["calibrate-gpu", "--from"])
+        .args(["calibrate", "--gpu", "--from"])
         .arg(&cal)
         .args(["--topology-out", "-"])
         .assert()

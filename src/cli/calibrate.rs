@@ -27,17 +27,42 @@ the rest are predictions. The summary gives median and worst |error| for 1 KiB..
 
 GPU-to-GPU matrices (CUDA p2pBandwidthLatencyTest output, or Tartan's per-size blocks) calibrate
 the links of --kind (default nvlink) between directly joined GPU pairs: per pair from the plain
-form, one curve per kind from the per-size form, checked by simulating each pair and size.";
+form, one curve per kind from the per-size form, checked by simulating each pair and size.
+
+With --gpu (a build with `--features cuda`), measures this machine instead:
+  dagsim calibrate --gpu -o cal.json
+  dagsim calibrate --gpu --devices 0,1 --repetitions 50 -o cal.json \\
+      --topology-out my-node.json --base-topology v100-cluster
+  dagsim calibrate --gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
+  dagsim calibrate --gpu --from cal.json --calibration-out links.cal.json --nccl-table ar.nccl
+  dagsim predict --trace traces/alexnet_k80.csv --topology my-node.json --gpus 1,2,4
+
+Measures with CUDA events (warm-up runs, then repetitions summarised by median and IQR):
+GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable,
+peer copies for every ordered GPU pair, NCCL all-reduce over all chosen GPUs. The file also
+holds the fits: TFLOP/s, and latency, bandwidth and bandwidth curve per link.
+
+Outputs for predict: --topology-out takes the GPU-host link from the pinned host-to-device
+fit, a direct GPU-GPU link from the peer fit when peers beat the host link by 1.5x, and
+network and storage from --base-topology (not measured). --calibration-out writes the link
+fits with their curves in the shared calibration format (predict --calibration), and
+--nccl-table the all-reduce as an nccl-tests table for `dagsim calibrate`.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Fit link latency and bandwidth curves to benchmark outputs", after_help = EXAMPLES)]
 pub struct Args {
     /// Benchmark output (nccl-tests or OSU all-reduce table, or a GPU-to-GPU matrix).
-    #[arg(value_name = "FILE")]
-    input: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "gpu")]
+    input: Option<PathBuf>,
     /// Topology preset or file the benchmark ran on.
-    #[arg(long, value_name = "NAME|FILE")]
-    topology: String,
+    #[arg(long, value_name = "NAME|FILE", required_unless_present = "gpu")]
+    topology: Option<String>,
+    /// Measure this machine's GPUs instead of reading a file (needs a build with `--features cuda`).
+    #[arg(long, conflicts_with_all = ["input", "kind", "hold_out", "ranks", "hosts"])]
+    gpu: bool,
+    #[cfg(feature = "cuda")]
+    #[command(flatten, next_help_heading = "With --gpu")]
+    gpu_args: super::calibrate_gpu::Args,
     /// Link kind to fit (pcie, nvlink, nvswitch, qpi, ethernet, infiniband).
     #[arg(long, value_name = "KIND")]
     kind: Option<String>,
@@ -62,17 +87,29 @@ pub struct Args {
 const SUMMARY_RANGE: (u64, u64) = (1 << 10, 32 << 20);
 
 pub fn run(args: Args) -> Result<u8> {
+    if args.gpu {
+        #[cfg(feature = "cuda")]
+        return super::calibrate_gpu::run(args.gpu_args, args.output.as_deref());
+        #[cfg(not(feature = "cuda"))]
+        return Err(Error::invalid(
+            "--gpu",
+            "this dagsim was built without GPU support; build it with `cargo build --release --features cuda`",
+        ));
+    }
+    let (Some(input), Some(topology)) = (args.input.clone(), args.topology.clone()) else {
+        return Err(Error::invalid("calibrate", "give a benchmark output FILE and --topology (or --gpu)"));
+    };
     let kind = match &args.kind {
         Some(k) => {
             Some(LinkKind::parse(k).ok_or_else(|| Error::invalid("--kind", format!("unknown link kind `{k}`")))?)
         }
         None => None,
     };
-    let topology = load_topology(&args.topology)?;
-    if is_p2p_matrix(&args.input)? {
-        return run_p2p(&args, &topology, kind.unwrap_or(LinkKind::Nvlink));
+    let topology = load_topology(&topology)?;
+    if is_p2p_matrix(&input)? {
+        return run_p2p(&args, &input, &topology, kind.unwrap_or(LinkKind::Nvlink));
     }
-    let measurement = read_measurement(&args.input, None)?;
+    let measurement = read_measurement(&input, None)?;
     let opts = FitOptions { kind, hold_out: args.hold_out, ranks: args.ranks, hosts: args.hosts };
     let fit = fit_allreduce(&topology, &measurement, &opts)?;
     emit(None, |w| match args.format {
@@ -95,8 +132,8 @@ fn is_p2p_matrix(path: &std::path::Path) -> Result<bool> {
     Ok(text.contains("P2P=Enabled") || text.lines().any(|l| l.starts_with("===== ")))
 }
 
-fn run_p2p(args: &Args, topology: &dagsim::hw::Topology, kind: LinkKind) -> Result<u8> {
-    let table = read_p2p(&args.input, kind)?;
+fn run_p2p(args: &Args, input: &std::path::Path, topology: &dagsim::hw::Topology, kind: LinkKind) -> Result<u8> {
+    let table = read_p2p(input, kind)?;
     let (calibration, checks) = fit_p2p(topology, &table, kind)?;
     emit(None, |w| {
         if args.format == Format::Json {

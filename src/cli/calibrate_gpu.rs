@@ -1,4 +1,4 @@
-//! The `--gpu` path of `dagsim calibrate` (registered as `dagsim calibrate-gpu` until merged):
+//! The `--gpu` path of `dagsim calibrate`:
 //! measures this machine's GPUs, writes the calibration file, and optionally a topology file for
 //! `dagsim predict --topology`. With `--from FILE` it re-derives from an earlier calibration file
 //! without touching a GPU.
@@ -12,26 +12,6 @@ use dagsim::gpu::measure::{geometric_sizes, measure, MeasureOptions};
 use dagsim::hw::load_topology;
 use std::path::{Path, PathBuf};
 
-const EXAMPLES: &str = "\
-Examples:
-  dagsim calibrate-gpu -o cal.json
-  dagsim calibrate-gpu --devices 0,1 --repetitions 50 -o cal.json \\
-      --topology-out my-node.json --base-topology v100-cluster
-  dagsim calibrate-gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
-  dagsim calibrate-gpu --from cal.json --calibration-out links.cal.json --nccl-table ar.nccl
-  dagsim predict --trace traces/alexnet_k80.csv --topology my-node.json --gpus 1,2,4
-
-Measures with CUDA events (warm-up runs, then repetitions summarised by median and IQR):
-GEMM time per dtype and square size (cuBLAS), host<->device copies pinned and pageable,
-peer copies for every ordered GPU pair, NCCL all-reduce over all chosen GPUs. The file also
-holds the fits: TFLOP/s, and latency, bandwidth and bandwidth curve per link.
-
-Outputs for predict: --topology-out takes the GPU-host link from the pinned host-to-device
-fit, a direct GPU-GPU link from the peer fit when peers beat the host link by 1.5x, and
-network and storage from --base-topology (not measured). --calibration-out writes the link
-fits with their curves in the shared calibration format (predict --calibration), and
---nccl-table the all-reduce as an nccl-tests table for `dagsim calibrate`.";
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum DtypeArg {
     F32,
@@ -39,20 +19,9 @@ enum DtypeArg {
     Bf16,
 }
 
-/// The temporary `dagsim calibrate-gpu` subcommand: [`Args`] plus `-o`. Merged into
-/// `dagsim calibrate`, the flags of [`Args`] are flattened in and its own `-o` is passed to [`run`].
-#[derive(Debug, clap::Args)]
-#[command(about = "Measure this machine's GPUs and write a calibration file (needs --features cuda)", after_help = EXAMPLES)]
-pub struct Command {
-    #[command(flatten)]
-    pub args: Args,
-    /// Write the calibration file here (atomically; default stdout, `-` for stdout).
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-}
-
 /// The flags of `dagsim calibrate --gpu`.
 #[derive(Debug, clap::Args)]
+#[group(id = "gpu_measurement")]
 pub struct Args {
     /// CUDA device ordinals to measure (default: all).
     #[arg(long, value_delimiter = ',', value_name = "N,...")]

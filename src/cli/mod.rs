@@ -64,8 +64,6 @@ enum Command {
     Validate(validate::Args),
     Trace(trace::Args),
     #[cfg(feature = "cuda")]
-    CalibrateGpu(calibrate_gpu::Command),
-    #[cfg(feature = "cuda")]
     Replay(replay::Args),
     Timeline(timeline::Args),
     Sweep(sweep::Args),
@@ -83,8 +81,6 @@ pub fn run() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Trace(args) => trace::run(args),
-        #[cfg(feature = "cuda")]
-        Command::CalibrateGpu(c) => calibrate_gpu::run(c.args, c.output.as_deref()),
         #[cfg(feature = "cuda")]
         Command::Replay(args) => replay::run(args),
         Command::Timeline(args) => timeline::run(args),

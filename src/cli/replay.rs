@@ -21,7 +21,7 @@ calibrated at start); host-to-device transfers as pinned memcpys; GPU-GPU transf
 copies; collectives as NCCL calls; storage reads and transfers between hosts wait their
 simulated time (not measured). One stream per GPU and DAG queue, DAG edges as CUDA events.
 For a fair comparison use a trace measured on this GPU and a topology of this machine
-(dagsim calibrate-gpu --topology-out).";
+(dagsim calibrate --gpu --topology-out).";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Run a simulated DAG on real GPUs and compare with the prediction (needs --features cuda)", after_help = EXAMPLES)]
