@@ -2,9 +2,9 @@
 
 use super::exit;
 use super::output::{emit, Format};
+use super::setup_args::SetupArgs;
 use dagsim::compare::{best_fusion_threshold, compare, fusion_candidates, Row, CATEGORIES};
 use dagsim::error::{Error, Result};
-use dagsim::scenario::Scenario;
 use dagsim::strategy::Strategy;
 use std::io::Write;
 use std::path::PathBuf;
@@ -29,27 +29,11 @@ pub struct Args {
     /// Strategies, comma-separated; the first is the reference for `saving`.
     #[arg(long, value_delimiter = ',', value_name = "SPEC,...", required = true)]
     strategies: Vec<String>,
-    /// Layer-wise trace (native CSV or the DAG paper's table format).
-    #[arg(long, value_name = "FILE")]
-    trace: Option<PathBuf>,
-    /// Scenario file (TOML); flags given here override its fields.
-    #[arg(long, value_name = "FILE")]
-    scenario: Option<PathBuf>,
+    #[command(flatten)]
+    setup: SetupArgs,
     /// GPU count (default 4, or the scenario's largest).
     #[arg(long, value_name = "N")]
     gpus: Option<u32>,
-    /// Topology preset or file.
-    #[arg(long, value_name = "NAME|FILE")]
-    topology: Option<String>,
-    /// Samples per GPU per iteration (overrides the trace).
-    #[arg(long, value_name = "N")]
-    batch: Option<u32>,
-    /// Bytes of one input sample as stored and as copied to the GPU (overrides the trace).
-    #[arg(long, value_name = "BYTES")]
-    sample_bytes: Option<u64>,
-    /// Iterations to simulate (the first is warm-up).
-    #[arg(long, value_name = "N")]
-    iterations: Option<u32>,
     /// Give each all-reduce strategy the lazy all-reduce threshold θ that makes it fastest
     /// (searched over none, 64 KiB..256 MiB in powers of 4, and inf).
     #[arg(long)]
@@ -62,30 +46,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<u8> {
-    let mut scenario = match &args.scenario {
-        Some(p) => Scenario::load(p)?,
-        None => Scenario::default(),
-    };
-    if let Some(t) = args.trace {
-        scenario.workload.trace = Some(std::path::absolute(&t).unwrap_or(t));
-    }
-    if let Some(t) = args.topology {
-        let path = std::path::Path::new(&t);
-        scenario.machine.topology = Some(if path.exists() {
-            std::path::absolute(path).map_or(t.clone(), |p| p.to_string_lossy().into())
-        } else {
-            t
-        });
-    }
-    scenario.workload.batch_per_gpu = args.batch.or(scenario.workload.batch_per_gpu);
-    scenario.workload.sample_bytes = args.sample_bytes.or(scenario.workload.sample_bytes);
-    scenario.iterations = args.iterations.or(scenario.iterations);
+    let scenario = args.setup.scenario(None)?;
     let gpus = args.gpus.or(scenario.gpus.as_ref().and_then(|g| g.iter().copied().max())).unwrap_or(4);
     if gpus == 0 {
         return Err(Error::invalid("--gpus", "must be at least 1"));
     }
     let mut strategies = args.strategies.iter().map(|s| Strategy::parse(s)).collect::<Result<Vec<_>>>()?;
-    let setup = scenario.setup()?;
+    let setup = args.setup.setup_of(&scenario)?;
     if args.best_fusion {
         for s in strategies.iter_mut().filter(|s| !s.master && s.mps.is_none() && s.priority_partition.is_none()) {
             let with = dagsim::predict::Setup { strategy: s.clone(), ..setup.clone() };

@@ -2,10 +2,9 @@
 
 use super::exit;
 use super::output::{emit, Format};
+use super::setup_args::SetupArgs;
 use dagsim::error::{Error, Result};
-use dagsim::hw::builder::{build_parametric, Parametric};
 use dagsim::report::{write_csv, write_json, write_text, Prediction};
-use dagsim::scenario::Scenario;
 use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
@@ -29,63 +28,14 @@ measured communication and data-layer times instead of the link model.";
 #[derive(Debug, clap::Args)]
 #[command(about = "Predict iteration time, throughput and speedup", after_help = EXAMPLES)]
 pub struct Args {
-    /// Layer-wise trace (native CSV or the DAG paper's table format).
-    #[arg(long, value_name = "FILE")]
-    trace: Option<PathBuf>,
-    /// Scenario file (TOML); flags given here override its fields.
-    #[arg(long, value_name = "FILE")]
-    scenario: Option<PathBuf>,
+    #[command(flatten)]
+    setup: SetupArgs,
     /// GPU counts, comma-separated (default 1,2,4,8,16).
     #[arg(long, value_delimiter = ',', value_name = "N,...")]
     gpus: Option<Vec<u32>>,
-    /// Topology preset (k80-cluster, v100-cluster) or file.
-    #[arg(long, value_name = "NAME|FILE")]
-    topology: Option<String>,
-    /// Build the machine from parameters instead of --topology: nodes (default 1).
-    #[arg(long, value_name = "N", conflicts_with = "topology")]
-    nodes: Option<u32>,
-    /// GPUs per node for the built machine (default 4).
-    #[arg(long, value_name = "N", conflicts_with = "topology")]
-    gpus_per_node: Option<u32>,
-    /// Interconnect inside a node: pcie3, pcie4, nvlink, nvswitch (default pcie3).
-    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
-    intra: Option<String>,
-    /// Network between nodes: 10gbe, 25gbe, 100gbe, 100gbe-rdma, ib56, ib100, ib200 (default 10gbe).
-    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
-    inter: Option<String>,
-    /// Calibration file (from `dagsim calibrate`) applied to the topology's links.
-    #[arg(long, value_name = "FILE")]
-    calibration: Option<PathBuf>,
     /// Strategy: features joined by `+` (none, io, wfbp, master, mixed, allreduce=..., ...; see docs/strategies.md).
     #[arg(long, value_name = "SPEC")]
     strategy: Option<String>,
-    /// Read --trace with an importer (pipedream, caffe, bcaffe, kineto) instead of the native reader.
-    #[arg(long, value_name = "FORMAT")]
-    profile_format: Option<dagsim::workload::import::ProfileFormat>,
-    /// Synthesise the workload from the model zoo (see `dagsim trace gen --help`); needs --gpu, --batch.
-    #[arg(long, value_name = "NAME", conflicts_with = "trace")]
-    model: Option<String>,
-    /// GPU for --model (v100-sxm2, v100-pcie, k80, a100, ...).
-    #[arg(long, value_name = "NAME", requires = "model")]
-    gpu: Option<String>,
-    /// Training precision for --model: fp32 or fp16 (mixed precision).
-    #[arg(long, value_name = "P", requires = "model")]
-    precision: Option<dagsim::workload::Precision>,
-    /// Measured single-GPU samples/s at --batch: scales --model's layer times to match it.
-    #[arg(long, value_name = "SAMPLES_PER_S", requires = "model")]
-    calibrate_throughput: Option<f64>,
-    /// Samples per GPU per iteration (overrides the trace).
-    #[arg(long, value_name = "N")]
-    batch: Option<u32>,
-    /// Bytes of one input sample as stored (overrides the trace).
-    #[arg(long, value_name = "BYTES")]
-    sample_bytes: Option<u64>,
-    /// Bytes of one input sample as copied to the GPU (overrides the trace).
-    #[arg(long, value_name = "BYTES")]
-    device_sample_bytes: Option<u64>,
-    /// Iterations to simulate (the first is warm-up).
-    #[arg(long, value_name = "N")]
-    iterations: Option<u32>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -95,74 +45,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<u8> {
-    let mut scenario = match &args.scenario {
-        Some(p) => Scenario::load(p)?,
-        None => Scenario::default(),
-    };
-    // Flags override the scenario; paths given on the command line are relative to the cwd.
-    if args.trace.is_some() {
-        // A trace on the command line replaces a scenario's model and its synthesis settings.
-        let w = &mut scenario.workload;
-        (w.model, w.gpu, w.precision, w.optimizer, w.seq_len, w.calibrate_throughput) =
-            (None, None, None, None, None, None);
-    }
-    if let Some(t) = args.trace {
-        scenario.workload.trace = Some(std::path::absolute(&t).unwrap_or(t));
-    }
-    if let Some(t) = args.topology {
-        scenario.machine.topology = Some(match std::path::Path::new(&t).exists() {
-            true => std::path::absolute(&t).map(|p| p.to_string_lossy().into_owned()).unwrap_or(t),
-            false => t,
-        });
-    }
-    if args.strategy.is_some() {
-        scenario.strategy = args.strategy;
-    }
-    if args.batch.is_some() {
-        scenario.workload.batch_per_gpu = args.batch;
-    }
-    if args.profile_format.is_some() {
-        scenario.workload.profile_format = args.profile_format;
-    }
-    if args.model.is_some() {
-        (scenario.workload.model, scenario.workload.trace) = (args.model, None);
-    }
-    if args.gpu.is_some() {
-        scenario.workload.gpu = args.gpu;
-    }
-    if args.precision.is_some() {
-        scenario.workload.precision = args.precision;
-    }
-    if args.calibrate_throughput.is_some() {
-        scenario.workload.calibrate_throughput = args.calibrate_throughput;
-    }
-    if args.sample_bytes.is_some() {
-        scenario.workload.sample_bytes = args.sample_bytes;
-    }
-    if args.device_sample_bytes.is_some() {
-        scenario.workload.device_sample_bytes = args.device_sample_bytes;
-    }
-    if args.iterations.is_some() {
-        scenario.iterations = args.iterations;
-    }
+    let scenario = args.setup.scenario(args.strategy.as_deref())?;
     let gpus = args.gpus.or(scenario.gpus.clone()).unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     if gpus.is_empty() || gpus.contains(&0) {
         return Err(Error::invalid("--gpus", "GPU counts must be at least 1"));
     }
-    let mut setup = scenario.setup()?;
-    if args.nodes.is_some() || args.gpus_per_node.is_some() || args.intra.is_some() || args.inter.is_some() {
-        let d = Parametric::default();
-        setup.topology = build_parametric(&Parametric {
-            nodes: args.nodes.unwrap_or(d.nodes),
-            gpus_per_node: args.gpus_per_node.unwrap_or(d.gpus_per_node),
-            intra: args.intra.unwrap_or(d.intra),
-            inter: args.inter.unwrap_or(d.inter),
-            gpu: d.gpu,
-        })?;
-    }
-    if let Some(c) = &args.calibration {
-        setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
-    }
+    let setup = args.setup.setup_of(&scenario)?;
     if let Some(f) = scenario.workload_source().footprint(0)? {
         if let Some(w) = f.oom_warning(&setup.workload.name) {
             eprintln!("warning: {w}");

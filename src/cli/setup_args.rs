@@ -1,8 +1,10 @@
-//! The flags that describe one setup (trace, scenario, topology, strategy, batch, ...), shared by
-//! subcommands that simulate a single configuration (`timeline`). Flags override scenario fields;
-//! paths given on the command line are relative to the working directory.
+//! The flags that describe one setup (workload, machine, overrides), shared by every subcommand that
+//! simulates (`predict`, `compare`, `timeline`, `replay`). Flags override scenario fields; paths
+//! given on the command line are relative to the working directory. The strategy flag stays with
+//! each subcommand (`compare` takes a list).
 
 use dagsim::error::Result;
+use dagsim::hw::builder::{build_parametric, Parametric};
 use dagsim::predict::Setup;
 use dagsim::scenario::Scenario;
 use std::path::{Path, PathBuf};
@@ -15,52 +17,114 @@ pub struct SetupArgs {
     /// Scenario file (TOML); flags given here override its fields.
     #[arg(long, value_name = "FILE")]
     pub scenario: Option<PathBuf>,
-    /// Topology preset (k80-cluster, v100-cluster) or file.
+    /// Topology preset (`dagsim`'s topologies/README.md lists them) or file.
     #[arg(long, value_name = "NAME|FILE")]
     pub topology: Option<String>,
-    /// Strategy: features joined by `+` (none, io, wfbp; settings allreduce=ring, comm=model|trace).
-    #[arg(long, value_name = "SPEC")]
-    pub strategy: Option<String>,
+    /// Build the machine from parameters instead of --topology: nodes (default 1).
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    pub nodes: Option<u32>,
+    /// GPUs per node for the built machine (default 4).
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    pub gpus_per_node: Option<u32>,
+    /// Interconnect inside a node: pcie3, pcie4, nvlink, nvswitch (default pcie3).
+    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
+    pub intra: Option<String>,
+    /// Network between nodes: 10gbe, 25gbe, 100gbe, 100gbe-rdma, ib56, ib100, ib200 (default 10gbe).
+    #[arg(long, value_name = "NAME", conflicts_with = "topology")]
+    pub inter: Option<String>,
+    /// Calibration file (from `dagsim calibrate`) applied to the topology's links.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
+    /// Read --trace with an importer (pipedream, caffe, bcaffe, kineto) instead of the native reader.
+    #[arg(long, value_name = "FORMAT")]
+    pub profile_format: Option<dagsim::workload::import::ProfileFormat>,
+    /// Synthesise the workload from the model zoo (see `dagsim trace gen --help`); needs --gpu, --batch.
+    #[arg(long, value_name = "NAME", conflicts_with = "trace")]
+    pub model: Option<String>,
+    /// GPU for --model (v100-sxm2, v100-pcie, k80, a100, ...).
+    #[arg(long, value_name = "NAME", requires = "model")]
+    pub gpu: Option<String>,
+    /// Training precision for --model: fp32 or fp16 (mixed precision).
+    #[arg(long, value_name = "P", requires = "model")]
+    pub precision: Option<dagsim::workload::Precision>,
+    /// Measured single-GPU samples/s at --batch: scales --model's layer times to match it.
+    #[arg(long, value_name = "SAMPLES_PER_S", requires = "model")]
+    pub calibrate_throughput: Option<f64>,
     /// Samples per GPU per iteration (overrides the trace).
     #[arg(long, value_name = "N")]
     pub batch: Option<u32>,
     /// Bytes of one input sample as stored (overrides the trace).
     #[arg(long, value_name = "BYTES")]
     pub sample_bytes: Option<u64>,
+    /// Bytes of one input sample as copied to the GPU (overrides the trace).
+    #[arg(long, value_name = "BYTES")]
+    pub device_sample_bytes: Option<u64>,
     /// Iterations to simulate (the first is warm-up).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
 }
 
 impl SetupArgs {
-    /// The scenario after applying the flags, and the setup it describes.
-    pub fn setup(&self) -> Result<(Scenario, Setup)> {
+    /// The scenario after applying the flags (and `strategy`, when given).
+    pub fn scenario(&self, strategy: Option<&str>) -> Result<Scenario> {
         let mut scenario = match &self.scenario {
             Some(p) => Scenario::load(p)?,
             None => Scenario::default(),
         };
+        let w = &mut scenario.workload;
         if let Some(t) = &self.trace {
-            scenario.workload.trace = Some(std::path::absolute(t).unwrap_or(t.clone()));
+            // A trace on the command line replaces a scenario's model and its synthesis settings.
+            (w.model, w.gpu, w.precision, w.optimizer, w.seq_len, w.calibrate_throughput) =
+                (None, None, None, None, None, None);
+            w.trace = Some(std::path::absolute(t).unwrap_or(t.clone()));
         }
+        if self.model.is_some() {
+            (w.model, w.trace) = (self.model.clone(), None);
+        }
+        w.gpu = self.gpu.clone().or(w.gpu.take());
+        w.precision = self.precision.or(w.precision);
+        w.calibrate_throughput = self.calibrate_throughput.or(w.calibrate_throughput);
+        w.profile_format = self.profile_format.or(w.profile_format);
+        w.batch_per_gpu = self.batch.or(w.batch_per_gpu);
+        w.sample_bytes = self.sample_bytes.or(w.sample_bytes);
+        w.device_sample_bytes = self.device_sample_bytes.or(w.device_sample_bytes);
         if let Some(t) = &self.topology {
             scenario.machine.topology = Some(match Path::new(t).exists() {
                 true => std::path::absolute(t).map(|p| p.to_string_lossy().into_owned()).unwrap_or(t.clone()),
                 false => t.clone(),
             });
         }
-        if self.strategy.is_some() {
-            scenario.strategy = self.strategy.clone();
+        if let Some(s) = strategy {
+            scenario.strategy = Some(s.to_string());
         }
-        if self.batch.is_some() {
-            scenario.workload.batch_per_gpu = self.batch;
+        scenario.iterations = self.iterations.or(scenario.iterations);
+        Ok(scenario)
+    }
+
+    /// The setup a scenario (from [`SetupArgs::scenario`]) describes, with the machine built from
+    /// parameters and the calibration applied when the flags ask for them.
+    pub fn setup_of(&self, scenario: &Scenario) -> Result<Setup> {
+        let mut setup = scenario.setup()?;
+        if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
+            let d = Parametric::default();
+            setup.topology = build_parametric(&Parametric {
+                nodes: self.nodes.unwrap_or(d.nodes),
+                gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
+                intra: self.intra.clone().unwrap_or(d.intra),
+                inter: self.inter.clone().unwrap_or(d.inter),
+                gpu: d.gpu,
+            })?;
         }
-        if self.sample_bytes.is_some() {
-            scenario.workload.sample_bytes = self.sample_bytes;
+        if let Some(c) = &self.calibration {
+            setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
-        if self.iterations.is_some() {
-            scenario.iterations = self.iterations;
-        }
-        let setup = scenario.setup()?;
+        Ok(setup)
+    }
+
+    /// The scenario and setup in one step.
+    pub fn setup(&self, strategy: Option<&str>) -> Result<(Scenario, Setup)> {
+        let scenario = self.scenario(strategy)?;
+        let setup = self.setup_of(&scenario)?;
         Ok((scenario, setup))
     }
 }

@@ -37,6 +37,9 @@ enum ArrowChoice {
 pub struct Args {
     #[command(flatten)]
     setup: SetupArgs,
+    /// Strategy: features joined by `+` (as for `predict`).
+    #[arg(long, value_name = "SPEC")]
+    strategy: Option<String>,
     /// GPU count to simulate.
     #[arg(long, value_name = "N", default_value_t = 4)]
     gpus: u32,
@@ -61,7 +64,7 @@ pub fn run(args: Args) -> Result<u8> {
     if args.gpus == 0 {
         return Err(Error::invalid("--gpus", "the GPU count must be at least 1"));
     }
-    let (_, setup) = args.setup.setup()?;
+    let (_, setup) = args.setup.setup(args.strategy.as_deref())?;
     if args.iteration >= setup.iterations {
         return Err(Error::invalid(
             "--iteration",
