@@ -10,7 +10,7 @@ fn engine(c: &mut Criterion) {
     group.sample_size(10);
     for name in ["alexnet-k80-16gpu", "resnet50-v100-128gpu-ring"] {
         let case = case(name, 2).expect("bench case builds");
-        group.bench_function(name, |b| b.iter(|| measure(&case).expect("case runs")));
+        group.bench_function(name, |b| b.iter(|| measure(&case, true).expect("case runs")));
     }
     group.finish();
 }

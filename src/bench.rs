@@ -109,7 +109,8 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
     Ok(Case { name, work })
 }
 
-/// 1,000 scenarios: ResNet-50 at 4 batch sizes, 10 strategies, 25 GPU counts from 16 to 1,024.
+/// 1,000 scenarios: ResNet-50 at 4 batch sizes, 10 strategies, 25 GPU counts from 16 to 1,024
+/// (whole 4-GPU nodes, evenly spread).
 fn sweep_1000(iterations: u32) -> Result<Vec<(Setup, u32)>> {
     let topology = load_topology("v100-cluster")?;
     let strategies = [
@@ -124,7 +125,7 @@ fn sweep_1000(iterations: u32) -> Result<Vec<(Setup, u32)>> {
         "io+wfbp+mixed+fp16_speedup=2",
         "io+wfbp+grads=fp16",
     ];
-    let counts: Vec<u32> = (0..25).map(|i| 16 + i * 42).collect(); // 16, 58, ..., 1024
+    let counts: Vec<u32> = (0..25).map(|i| (16 + i * 42) / 4 * 4).collect(); // 16, 56, 100, ..., 1024
     let mut out = Vec::with_capacity(1000);
     for batch in [32, 64, 128, 256] {
         let workload = resnet50_v100(batch)?;
@@ -152,15 +153,16 @@ pub struct Measurement {
 }
 
 /// Times one case: DAG build, engine run (and, for sweeps, the summary) of everything in it.
-pub fn measure(case: &Case) -> Result<Measurement> {
+/// With `symmetric`, setups where one node stands for all are simulated that way (same results).
+pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
     let t0 = Instant::now();
     let (events, flows, tasks, runs) = match &case.work {
         Work::Single { setup, gpus } => {
-            let sim = setup.simulate(*gpus, Options::default())?;
+            let sim = setup.simulate_represented(*gpus, Options::default(), symmetric)?;
             (sim.run.events, sim.run.flows, sim.dag.len() as u64, 1)
         }
         Work::Sweep(points) => {
-            let preds: Vec<_> = points.par_iter().map(|(s, g)| s.predict(*g)).collect::<Result<_>>()?;
+            let preds: Vec<_> = points.par_iter().map(|(s, g)| s.predict_with(*g, symmetric)).collect::<Result<_>>()?;
             (preds.iter().map(|p| p.events).sum(), 0, 0, preds.len() as u64)
         }
     };

@@ -2,6 +2,7 @@
 //! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
 //! calls; it holds no state of its own.
 
+use crate::collective::Algorithm;
 use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
@@ -57,27 +58,57 @@ impl Setup {
         Ok(())
     }
 
-    /// Builds and runs the DAG for `gpus` GPUs.
+    /// Builds and runs the full DAG for `gpus` GPUs.
     pub fn simulate(&self, gpus: u32, options: Options) -> Result<Simulated> {
+        self.simulate_represented(gpus, options, false)
+    }
+
+    /// Builds and runs the DAG for `gpus` GPUs; with `symmetric`, only one node's GPUs get tasks
+    /// when [`Setup::representatives`] says that is exact (collectives still span every rank).
+    pub fn simulate_represented(&self, gpus: u32, options: Options, symmetric: bool) -> Result<Simulated> {
         self.check()?;
         if gpus == 0 {
             return Err(Error::invalid("GPU count", "must be at least 1"));
         }
         let machine = self.topology.instantiate(gpus)?;
+        let represented = if symmetric { self.representatives(&machine, gpus).unwrap_or(gpus) } else { gpus };
         let dag = build_dag(&BuildInput {
             workload: &self.workload,
             machine: &machine,
             gpus,
             strategy: &self.strategy,
             iterations: self.iterations,
+            represented,
         })?;
         let run = simulate(&dag, &machine, options)?;
         Ok(Simulated { machine, dag, run })
     }
 
+    /// How many GPUs (one node's) stand for all `gpus` when every node behaves alike: plain
+    /// all-reduce data parallelism (no master GPU, no MPS) with an all-reduce whose transfers are
+    /// the same from every node's point of view (ring, hierarchical) on whole identical nodes with
+    /// local storage ([`Machine::uniform_nodes`]). Then each node sees the same traffic at the
+    /// same instants, and a collective step, which ends with its slowest transfer, ends at the
+    /// same time whether one node's or every node's batch copies contend with it (tested against
+    /// the full simulation in `tests/symmetry.rs`).
+    pub fn representatives(&self, machine: &Machine, gpus: u32) -> Option<u32> {
+        let s = &self.strategy;
+        let symmetric_allreduce = matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical);
+        if s.master || s.mps.is_some() || !symmetric_allreduce {
+            return None;
+        }
+        machine.uniform_nodes(gpus)
+    }
+
     /// Simulates `gpus` GPUs and summarises; speedup fields are left at 0 (see [`Setup::predict_scaling`]).
+    /// Symmetric setups are simulated with one node's GPUs standing for all (same results).
     pub fn predict(&self, gpus: u32) -> Result<Prediction> {
-        let sim = self.simulate(gpus, Options::default())?;
+        self.predict_with(gpus, true)
+    }
+
+    /// [`Setup::predict`], choosing whether symmetric setups may be reduced to one node.
+    pub fn predict_with(&self, gpus: u32, symmetric: bool) -> Result<Prediction> {
+        let sim = self.simulate_represented(gpus, Options::default(), symmetric)?;
         let steady = steady_state(&sim.dag, &sim.run);
         let iteration_time_s = ns_to_s(steady.iteration_ns);
         // Under MPS every client on a GPU trains its own mini-batch.
@@ -103,7 +134,7 @@ impl Setup {
             speedup: 0.0,
             scaling_efficiency: 0.0,
             breakdown: breakdown_seconds(&steady),
-            utilisation: utilisation(&sim.machine, &sim.run, &steady),
+            utilisation: utilisation(&sim.machine, &sim.run, &steady, sim.dag.meta.gpus),
             events: sim.run.events,
         })
     }

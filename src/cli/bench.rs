@@ -14,7 +14,9 @@ Examples:
 Cases: AlexNet on 16 K80s (the shipped trace); ResNet-50 (model zoo, V100, batch 64) on 128,
 1,024 and 8,192 GPUs of the v100-cluster topology with ring or hierarchical all-reduce at
 transfer-step fidelity; a sweep of 1,000 ResNet-50 scenarios (16-1,024 GPUs, 10 strategies,
-4 batch sizes) on all cores. Wall time includes building the DAG.";
+4 batch sizes) on all cores. Wall time includes building the DAG. Symmetric setups (whole
+identical nodes, ring or hierarchical all-reduce, local storage) simulate one node's GPUs
+standing for all, with the same results; --no-symmetry simulates every GPU.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
@@ -31,6 +33,9 @@ pub struct Args {
     /// List the cases and exit.
     #[arg(long)]
     list: bool,
+    /// Simulate every GPU even where one node could stand for all (the reference path).
+    #[arg(long)]
+    no_symmetry: bool,
     /// Run exactly this case in this process and print one result line (used internally).
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -53,6 +58,7 @@ pub fn run(args: Args) -> Result<u8> {
         let out = std::process::Command::new(&exe)
             .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
             .args(["--repeat", &args.repeat.to_string()])
+            .args(args.no_symmetry.then_some("--no-symmetry"))
             .output()
             .map_err(|e| Error::io("<dagsim bench child>", e))?;
         if !out.status.success() {
@@ -70,7 +76,7 @@ fn run_child(name: &str, args: &Args) -> Result<u8> {
     let c = case(name, args.iterations)?;
     let mut runs = Vec::new();
     for _ in 0..args.repeat.max(1) {
-        runs.push(measure(&c)?);
+        runs.push(measure(&c, !args.no_symmetry)?);
     }
     runs.sort_by(|a, b| a.wall_s.total_cmp(&b.wall_s));
     let m = &runs[runs.len() / 2];

@@ -26,6 +26,10 @@ pub struct BuildInput<'a> {
     pub gpus: u32,
     pub strategy: &'a Strategy,
     pub iterations: u32,
+    /// GPUs whose own tasks are built: the first `represented` ranks stand for all `gpus` when
+    /// the setup is symmetric (see `predict::symmetric_representatives`); collectives still span
+    /// every rank. Equal to `gpus` for a full graph; only the all-reduce builder uses fewer.
+    pub represented: u32,
 }
 
 /// Builds the DAG the strategy asks for: master-GPU data parallelism ([`super::master`]) or the
@@ -121,9 +125,12 @@ fn chunk_norm_bytes(w: &Workload) -> u64 {
 
 /// Builds the S-SGD DAG.
 pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
-    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    let BuildInput { workload: w, machine: m, gpus: ranks, strategy: s, iterations, represented: n } = *input;
     check_input(input)?;
-    if s.comm_source == CommSource::Trace && n > 1 {
+    if n == 0 || n > ranks {
+        return Err(Error::invalid("represented GPUs", format!("{n} is not between 1 and {ranks}")));
+    }
+    if s.comm_source == CommSource::Trace && ranks > 1 {
         if let Some(l) = w.layers.iter().find(|l| l.is_learnable() && l.comm.is_none()) {
             return Err(Error::invalid(
                 "strategy",
@@ -138,7 +145,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
     let discipline = if s.priority_partition.is_some() { Discipline::Priority } else { Discipline::Fifo };
     let comm_q = b.add_queue("comm", discipline, None);
-    let group = b.add_group((0..n).collect());
+    let group = b.add_group((0..ranks).collect());
     let learnable: Vec<usize> = (0..nl).rev().filter(|&l| layers[l].is_learnable()).collect();
 
     let task = |work, queue, phase, gpu, iteration, layer: Option<usize>| Task {
@@ -157,7 +164,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; n as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; n as usize];
     // Priority scheduling: per GPU and layer, what the next forward of that layer waits for.
-    let per_layer_sync = s.priority_partition.is_some() && n > 1;
+    let per_layer_sync = s.priority_partition.is_some() && ranks > 1;
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let bucket_plan = buckets(w, s, &learnable);
     let codec = s.grad_codec();
@@ -243,7 +250,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
 
         // Gradient aggregation: one all-reduce per bucket for all GPUs together, with codec tasks
         // on every GPU around it when gradients are compressed.
-        if n > 1 {
+        if ranks > 1 {
             let mut prev_comm: Option<TaskId> = None;
             let coded = !codec.is_free();
             for bucket in &bucket_plan {

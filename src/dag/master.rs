@@ -23,7 +23,7 @@ use crate::strategy::compress::Codec;
 
 /// Builds the master-GPU DAG for `input.iterations` iterations.
 pub fn build_master(input: &BuildInput) -> Result<Dag> {
-    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations, .. } = *input;
     super::build::check_input(input)?;
     if s.wfbp {
         return Err(Error::invalid(

@@ -18,7 +18,7 @@ use crate::units::Nanos;
 
 /// Builds the MPS DAG (the strategy's `mps` clients per GPU).
 pub fn build_mps(input: &BuildInput) -> Result<Dag> {
-    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations } = *input;
+    let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations, .. } = *input;
     super::build::check_input(input)?;
     if s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() {
         return Err(Error::invalid("strategy", "`mps` does not combine with grads=, fusion= or sparse= yet"));

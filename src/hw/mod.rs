@@ -329,3 +329,52 @@ fn find_gateway(devices: &[Device], links: &[Link]) -> Option<DeviceId> {
     }
     Some(gateway)
 }
+
+impl Machine {
+    /// GPUs per node if the first `gpus` GPUs fill whole nodes that are identical (same devices
+    /// and links, up to renaming), meet only at the network switch, and read data and feed GPUs
+    /// from inside themselves (local storage): then a rotation of the nodes maps the machine onto
+    /// itself, and one node's GPUs behave like every node's. `None` otherwise.
+    pub fn uniform_nodes(&self, gpus: u32) -> Option<u32> {
+        self.gateway?;
+        let used = &self.gpus[..(gpus as usize).min(self.gpus.len())];
+        let nodes = used.last()?.node + 1;
+        let per_node = used.iter().filter(|g| g.node == 0).count() as u32;
+        if nodes < 2 || per_node == 0 || per_node * nodes != gpus {
+            return None;
+        }
+        for (r, g) in used.iter().enumerate() {
+            let node = Some(g.node);
+            if g.node != r as u32 / per_node
+                || self.devices[g.device as usize].node != node
+                || self.devices[g.host as usize].node != node
+                || self.devices[g.storage as usize].node != node
+            {
+                return None;
+            }
+        }
+        let first = self.node_signature(0);
+        (1..nodes).all(|n| self.node_signature(n) == first).then_some(per_node)
+    }
+
+    /// A node's devices (kinds, in order) and the links touching it, with devices renamed to their
+    /// position in the node (shared devices keep their id): equal signatures mean identical nodes.
+    fn node_signature(&self, node: u32) -> Vec<u64> {
+        let mut local = std::collections::HashMap::new();
+        let mut sig = Vec::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            if d.node == Some(node) {
+                local.insert(i as DeviceId, local.len() as u64);
+                sig.push(d.kind as u64);
+            }
+        }
+        let name = |d: DeviceId| local.get(&d).copied().unwrap_or(u64::MAX / 2 + d as u64);
+        for l in &self.links {
+            if local.contains_key(&l.from) || local.contains_key(&l.to) {
+                sig.extend([name(l.from), name(l.to), l.kind as u64, l.latency_ns]);
+                sig.extend(l.bandwidth.points().iter().flat_map(|&(b, r)| [b, r.to_bits()]));
+            }
+        }
+        sig
+    }
+}

@@ -106,7 +106,8 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
             }
             if member[g].is_empty() {
                 member[g] = vec![false; n];
-                for &r in dag.group(g as u32) {
+                // Ranks beyond `n` have no tasks of their own (one node standing for all).
+                for &r in dag.group(g as u32).iter().filter(|&&r| (r as usize) < n) {
                     member[g][r as usize] = true;
                 }
             }
@@ -143,16 +144,26 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
 
 /// Utilisation per resource kind over the run: GPU compute over the steady window; links as bytes
 /// moved over (capacity x run length), by link kind.
-pub fn utilisation(machine: &Machine, run: &Run, steady: &Steady) -> BTreeMap<String, f64> {
+///
+/// Links count if they touch a node of the first `gpus` GPUs (the GPUs simulated) or join shared
+/// devices only, so idle nodes a topology adds do not dilute the figure, and a run where one node
+/// stands for all (symmetric setups) reports what the full run would.
+pub fn utilisation(machine: &Machine, run: &Run, steady: &Steady, gpus: u32) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     if steady.iteration_ns > 0.0 {
         out.insert("gpu_compute".to_string(), steady.breakdown_ns[0] / steady.iteration_ns);
     }
+    let used: std::collections::BTreeSet<u32> = machine.gpus.iter().take(gpus as usize).map(|g| g.node).collect();
+    let node = |d: u32| machine.devices[d as usize].node;
+    let counts = |from: u32, to: u32| match (node(from), node(to)) {
+        (None, None) => true,
+        (a, b) => a.is_some_and(|n| used.contains(&n)) || b.is_some_and(|n| used.contains(&n)),
+    };
     let span = run.makespan.max(1) as f64;
     for kind in machine.link_kinds() {
         let (mut bytes, mut cap) = (0.0, 0.0);
         for (l, link) in machine.links.iter().enumerate() {
-            if link.kind == kind {
+            if link.kind == kind && counts(link.from, link.to) {
                 bytes += run.link_bytes[l];
                 cap += link.capacity() * span;
             }
