@@ -149,3 +149,13 @@ fn scenario_files_resolve_paths_against_their_directory() {
         .success()
         .stdout(predicate::str::contains("alexnet"));
 }
+
+#[test]
+fn bench_runs_a_case_and_rejects_unknown_ones() {
+    dagsim()
+        .args(["bench", "--case", "alexnet", "--repeat", "1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("alexnet-k80-16gpu").and(predicate::str::contains("peak_MiB")));
+    fails_with(&["bench", "--case", "nosuch"], &["no case matches", "sweep-1000-scenarios"]);
+}

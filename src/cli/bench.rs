@@ -49,12 +49,17 @@ pub fn run(args: Args) -> Result<u8> {
     if let Some(name) = &args.child {
         return run_child(name, &args);
     }
+    let chosen: Vec<&str> =
+        CASES.iter().copied().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))).collect();
+    if chosen.is_empty() {
+        return Err(Error::invalid("--case", format!("no case matches (cases: {})", CASES.join(", "))));
+    }
     println!(
         "{:<36} {:>6} {:>10} {:>12} {:>13} {:>10} {:>13} {:>9}",
         "case", "runs", "tasks", "events", "flows", "wall_s", "events/s", "peak_MiB"
     );
     let exe = std::env::current_exe().map_err(|e| Error::io("<dagsim executable>", e))?;
-    for name in CASES.iter().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))) {
+    for name in chosen {
         let out = std::process::Command::new(&exe)
             .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
             .args(["--repeat", &args.repeat.to_string()])
