@@ -127,7 +127,8 @@ fn contention_inside_shared_steps_is_handled_exactly() {
     let m = load_topology("v100-pcie-10gbe").unwrap().instantiate(8).unwrap();
     let task =
         |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
-    let reference = {
+    // The all-reduce, and optionally a copy (src, dst, bytes) that starts after `delay`.
+    let dag = |copy: Option<(u64, u32, u32, u64)>| {
         let mut b = DagBuilder::new();
         let group = b.add_group((0..8).collect());
         let ar = Work::Collective {
@@ -137,9 +138,14 @@ fn contention_inside_shared_steps_is_handled_exactly() {
             bytes: 64_000_000,
         };
         b.add_task(task(ar));
-        let dag = b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap();
-        simulate(&dag, &m, Options::default()).unwrap().makespan
+        if let Some((delay, src, dst, bytes)) = copy {
+            let wait = b.add_task(task(Work::Fixed { ns: delay }));
+            let copy = b.add_task(task(Work::Transfer { src, dst, bytes }));
+            b.add_edge(wait, copy);
+        }
+        b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap()
     };
+    let reference = simulate(&dag(None), &m, Options::default()).unwrap().makespan;
     let mut materialized = 0;
     for k in 0..60u64 {
         let delay = reference * k / 50 + k % 7;
@@ -147,19 +153,7 @@ fn contention_inside_shared_steps_is_handled_exactly() {
             (m.gpus[1].host, m.gpus[5].device, 5_000_000u64), // crosses the network
             (m.gpus[2].device, m.gpus[2].host, 20_000_000),   // a GPU's PCIe uplink
         ] {
-            let mut b = DagBuilder::new();
-            let group = b.add_group((0..8).collect());
-            let ar = Work::Collective {
-                group,
-                op: CollectiveOp::AllReduce,
-                algorithm: Algorithm::Hierarchical,
-                bytes: 64_000_000,
-            };
-            b.add_task(task(ar));
-            let wait = b.add_task(task(Work::Fixed { ns: delay }));
-            let copy = b.add_task(task(Work::Transfer { src, dst, bytes }));
-            b.add_edge(wait, copy);
-            let dag = b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap();
+            let dag = dag(Some((delay, src, dst, bytes)));
             let fast = simulate(&dag, &m, Options::default()).unwrap();
             let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
             assert_eq!(fast.start, slow.start, "delay {delay}");

@@ -131,15 +131,6 @@ impl FluidNet {
         id
     }
 
-    /// Inserts a flow that has been moving alone on its links since `last` at `rate` (its state as
-    /// a full simulation would hold it), without marking its links for re-solving. Returns the id
-    /// and the version its already-known completion event must carry. Used when a collective that
-    /// ran on reserved links is turned back into individual flows.
-    pub fn insert_moving(&mut self, links: &[u32], bytes: f64, cap: f64, rate: f64, last: Nanos) -> (FlowId, u32) {
-        let state = FlowState { remaining: bytes, rate, cap, last, due: Some(0) };
-        self.insert_state(links, state)
-    }
-
     /// Inserts a copy of a flow in `state` without marking its links for re-solving. Returns the id
     /// and the version its completion event (at `state.due`, if any) must carry.
     pub fn insert_state(&mut self, links: &[u32], state: FlowState) -> (FlowId, u32) {
