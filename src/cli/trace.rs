@@ -192,7 +192,7 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
     writeln!(w, "Synthetic vs measured per-layer times (median |error| over matched layers; iteration = forward+backward total)")?;
     writeln!(
         w,
-        "{:32} {:12} {:16} {:>5} {:>8} | {:>9} {:>7} | {:>6} {:>9} {:>7} | {:>9} {:>7}",
+        "{:32} {:12} {:16} {:>5} {:>8} | {:>9} {:>7} | {:>6} {:>8} {:>9} {:>7} | {:>9} {:>7}",
         "profile",
         "model",
         "gpu",
@@ -201,6 +201,7 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
         "raw layer",
         "iter",
         "factor",
+        "floor us",
         "cal layer",
         "iter",
         "xfer layer",
@@ -210,7 +211,7 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
         let c = &r.comparison;
         writeln!(
             w,
-            "{:32} {:12} {:16} {:>5} {:>4}/{:<3} | {:>8.1}% {:>6.1}% | {:>6.2} {:>8.1}% {:>6.1}% | {:>8.1}% {:>6.1}%",
+            "{:32} {:12} {:16} {:>5} {:>4}/{:<3} | {:>8.1}% {:>6.1}% | {:>6.2} {:>8.0} {:>8.1}% {:>6.1}% | {:>8.1}% {:>6.1}%",
             r.file,
             c.model,
             c.gpu,
@@ -220,22 +221,28 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
             100.0 * c.median_layer_error,
             100.0 * c.iteration_error,
             c.calibration_factor,
+            c.layer_overhead_us,
             100.0 * c.median_layer_error_calibrated,
             100.0 * c.iteration_error_calibrated,
             100.0 * r.median_layer_error_transfer,
             100.0 * r.iteration_error_transfer
         )?;
     }
-    writeln!(w, "cal = scaled to this profile's measured total; xfer = scaled by the factor of the first profile on the same GPU")
+    writeln!(
+        w,
+        "cal = factor x synthetic + floor per layer, matching this profile's measured total; floor = per-layer overhead of a \
+         host-timed profiler (PipeDream), learned from the other profiles of that profiler; xfer = the factor of the first \
+         profile on the same GPU"
+    )
 }
 
 fn write_compare_csv(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Result<()> {
-    writeln!(w, "profile,model,gpu,batch,matched,measured_layers,median_layer_error,iteration_error,calibration_factor,median_layer_error_calibrated,iteration_error_calibrated,transfer_from,median_layer_error_transfer,iteration_error_transfer")?;
+    writeln!(w, "profile,model,gpu,batch,matched,measured_layers,median_layer_error,iteration_error,calibration_factor,layer_overhead_us,median_layer_error_calibrated,iteration_error_calibrated,transfer_from,median_layer_error_transfer,iteration_error_transfer")?;
     for r in rows {
         let c = &r.comparison;
         writeln!(
             w,
-            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{:.4},{:.4}",
+            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.1},{:.4},{:.4},{},{:.4},{:.4}",
             r.file,
             c.model,
             c.gpu,
@@ -245,6 +252,7 @@ fn write_compare_csv(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Resu
             c.median_layer_error,
             c.iteration_error,
             c.calibration_factor,
+            c.layer_overhead_us,
             c.median_layer_error_calibrated,
             c.iteration_error_calibrated,
             r.transfer_from,

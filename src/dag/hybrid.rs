@@ -19,6 +19,10 @@ pub enum Channels {
     /// One channel per layer boundary and direction: exchanges of different layers overlap, as in
     /// Dettmers' per-layer penalty accounting.
     PerBoundary,
+    /// One serial channel per direction, since PCIe links are full duplex: forward (activation)
+    /// exchanges queue behind each other, and so do backward (error) exchanges, but the two kinds
+    /// overlap. Between the other two in concurrency.
+    PerDirection,
 }
 
 /// Builds `iterations` iterations of the hybrid scheme on `gpus` GPUs (= sub-batches K). One GPU
@@ -49,6 +53,11 @@ pub fn build_hybrid(
     let boundaries = fcs.len() + 1;
     let channel: Vec<QueueId> = match channels {
         Channels::Shared => vec![b.add_queue("pcie", Discipline::Fifo, None); 2 * boundaries],
+        Channels::PerDirection => {
+            let (f, bk) =
+                (b.add_queue("pcie.fwd", Discipline::Fifo, None), b.add_queue("pcie.bwd", Discipline::Fifo, None));
+            (0..2 * boundaries).map(|k| if k % 2 == 0 { f } else { bk }).collect()
+        }
         Channels::PerBoundary => {
             (0..2 * boundaries).map(|k| b.add_queue(format!("pcie.{k}"), Discipline::Fifo, None)).collect()
         }

@@ -2,7 +2,10 @@
 //! same network (longest common subsequence of layer kinds, so a layer one side lacks, such as
 //! Caffe's missing dropout, is skipped rather than shifting everything after it), and reports
 //! per-layer and whole-iteration relative errors before and after calibrating the synthetic times
-//! to the measured total. Also holds the shipped validation suite (`traces/profiles/`). It reads
+//! to the measured total. Calibration is `measured ~ factor x synthetic + overhead` per layer: the
+//! factor makes the whole iteration match; the overhead is the fixed floor a host-timed profiler
+//! (PipeDream) adds to every layer, learned from other profiles of the same profiler, never from
+//! the one being checked. Also holds the shipped validation suite (`traces/profiles/`). It reads
 //! profiles and synthetic workloads; it never simulates.
 
 use super::gpu::{GpuSpec, Precision};
@@ -38,10 +41,16 @@ pub struct Comparison {
     /// Measured and synthetic forward+backward totals over all layers, microseconds.
     pub measured_total_us: f64,
     pub synthetic_total_us: f64,
-    /// Measured total / synthetic total: the factor calibration applies.
+    /// Measured layers with a positive time: each carries `layer_overhead_us` once.
+    pub timed_layers: usize,
+    /// Fixed time per measured layer assumed when calibrating (the profiler's floor), microseconds;
+    /// 0 for profilers that time layers on the device.
+    pub layer_overhead_us: f64,
+    /// The factor calibration applies to the synthetic times: (measured total - timed layers x
+    /// overhead) / synthetic total, so the calibrated iteration equals the measured one.
     pub calibration_factor: f64,
-    /// Median over matched layers of |synthetic - measured| / measured, before and after scaling
-    /// the synthetic times by `calibration_factor`.
+    /// Median over matched layers of |synthetic - measured| / measured, before and after
+    /// calibration (synthetic x `calibration_factor` + `layer_overhead_us`).
     pub median_layer_error: f64,
     pub median_layer_error_calibrated: f64,
     /// |synthetic total - measured total| / measured total, before and after calibration.
@@ -51,12 +60,64 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Median per-layer error and iteration error when the synthetic times are scaled by `factor`
-    /// (e.g. a factor calibrated on another model on the same GPU).
-    pub fn errors_with_factor(&self, factor: f64) -> (f64, f64) {
-        let layer = median(self.layers.iter().map(|l| rel(l.synthetic_us * factor, l.measured_us)).collect());
-        (layer, rel(self.synthetic_total_us * factor, self.measured_total_us))
+    /// Median per-layer error and iteration error when each synthetic layer time becomes
+    /// `factor` x synthetic + `overhead_us` (e.g. a factor calibrated on another model on the same
+    /// GPU).
+    pub fn errors_with(&self, factor: f64, overhead_us: f64) -> (f64, f64) {
+        let layer =
+            median(self.layers.iter().map(|l| rel(l.synthetic_us * factor + overhead_us, l.measured_us)).collect());
+        let total = self.synthetic_total_us * factor + self.timed_layers as f64 * overhead_us;
+        (layer, rel(total, self.measured_total_us))
     }
+
+    /// The factor that makes the calibrated iteration equal the measured one when every timed
+    /// layer carries `overhead_us`; `None` if the overhead alone reaches the measured total.
+    pub fn factor_for(&self, overhead_us: f64) -> Option<f64> {
+        let rest = self.measured_total_us - self.timed_layers as f64 * overhead_us;
+        (rest > 0.0 && self.synthetic_total_us > 0.0).then(|| rest / self.synthetic_total_us)
+    }
+
+    /// Recalibrates with `overhead_us` per timed layer (falls back to none if it is too large).
+    pub fn calibrate_with_overhead(&mut self, overhead_us: f64) {
+        let (overhead_us, factor) = match self.factor_for(overhead_us) {
+            Some(f) => (overhead_us, f),
+            None => (0.0, self.measured_total_us / self.synthetic_total_us),
+        };
+        self.layer_overhead_us = overhead_us;
+        self.calibration_factor = factor;
+        (self.median_layer_error_calibrated, self.iteration_error_calibrated) = self.errors_with(factor, overhead_us);
+    }
+}
+
+/// The per-layer overhead (whole microseconds) that minimises the mean relative per-layer error
+/// over `comparisons`, each calibrated to its own measured iteration: the floor a host-timed
+/// profiler adds, estimated from profiles other than the one it is then applied to. 0 if none
+/// helps.
+pub fn fit_layer_overhead(comparisons: &[&Comparison]) -> f64 {
+    let mean_error = |c_us: f64| -> Option<f64> {
+        let (mut sum, mut n) = (0.0, 0usize);
+        for c in comparisons {
+            let k = c.factor_for(c_us)?;
+            for l in &c.layers {
+                sum += rel(l.synthetic_us * k + c_us, l.measured_us);
+                n += 1;
+            }
+        }
+        (n > 0).then(|| sum / n as f64)
+    };
+    // No layer can take less than the floor, so the smallest measured layer bounds the search.
+    let ceiling = comparisons.iter().flat_map(|c| c.layers.iter().map(|l| l.measured_us)).fold(f64::INFINITY, f64::min);
+    let mut best = (0.0, mean_error(0.0).unwrap_or(f64::INFINITY));
+    let mut c_us = 1.0;
+    while c_us < ceiling {
+        if let Some(e) = mean_error(c_us) {
+            if e < best.1 {
+                best = (c_us, e);
+            }
+        }
+        c_us += 1.0;
+    }
+    best.0
 }
 
 fn rel(model: f64, measured: f64) -> f64 {
@@ -98,7 +159,6 @@ pub fn compare(profile: &Profile, synth: &Synthetic) -> Comparison {
         .collect();
     let measured_total_us = profile.compute_us();
     let synthetic_total_us = synth.compute_ns() / 1e3;
-    let factor = measured_total_us / synthetic_total_us;
     let mut c = Comparison {
         model: synth.model.clone(),
         gpu: synth.gpu.clone(),
@@ -108,15 +168,17 @@ pub fn compare(profile: &Profile, synth: &Synthetic) -> Comparison {
         matched: layers.len(),
         measured_total_us,
         synthetic_total_us,
-        calibration_factor: factor,
+        timed_layers: profile.layers.iter().filter(|l| l.forward_us + l.backward_us > 0.0).count(),
+        layer_overhead_us: 0.0,
+        calibration_factor: 1.0,
         median_layer_error: 0.0,
         median_layer_error_calibrated: 0.0,
         iteration_error: 0.0,
         iteration_error_calibrated: 0.0,
         layers,
     };
-    (c.median_layer_error, c.iteration_error) = c.errors_with_factor(1.0);
-    (c.median_layer_error_calibrated, c.iteration_error_calibrated) = c.errors_with_factor(factor);
+    (c.median_layer_error, c.iteration_error) = c.errors_with(1.0, 0.0);
+    c.calibrate_with_overhead(0.0);
     c
 }
 
@@ -214,15 +276,19 @@ pub const VALIDATION_CASES: &[ValidationCase] = &[
 pub struct ValidationRow {
     pub file: String,
     pub comparison: Comparison,
+    /// Profiles the per-layer overhead was learned from (the other host-timed profiles of the
+    /// same profiler); empty when the profiler times layers on the device.
+    pub overhead_from: Vec<String>,
     pub transfer_from: String,
     pub median_layer_error_transfer: f64,
     pub iteration_error_transfer: f64,
 }
 
-/// Runs every case in `VALIDATION_CASES` against the profiles under `dir`.
+/// Runs every case in `VALIDATION_CASES` against the profiles under `dir`. A host-timed profile's
+/// per-layer overhead is learned from the other cases of its profiler (leave one out), then its
+/// factor from its own measured iteration.
 pub fn run_validation(dir: &Path) -> Result<Vec<ValidationRow>> {
-    let mut rows: Vec<ValidationRow> = Vec::new();
-    let mut anchor: Option<(&str, String, f64)> = None; // (gpu, file, factor)
+    let mut raw = Vec::with_capacity(VALIDATION_CASES.len());
     for case in VALIDATION_CASES {
         let profile = read_profile(&dir.join(case.file), case.format)?;
         if let Some(b) = profile.batch.filter(|b| *b != case.batch) {
@@ -232,20 +298,30 @@ pub fn run_validation(dir: &Path) -> Result<Vec<ValidationRow>> {
         let gpu = GpuSpec::by_name(case.gpu)?;
         let opts =
             SynthOptions { batch: case.batch, precision: Precision::Fp32, optimizer: Optimizer::default_for(&model) };
-        let synth = synthesize(&model, gpu, opts)?;
-        let c = compare(&profile, &synth);
-        let (from, factor) = match &anchor {
-            Some((g, f, k)) if *g == case.gpu => (f.clone(), *k),
-            _ => {
-                anchor = Some((case.gpu, case.file.to_string(), c.calibration_factor));
-                (case.file.to_string(), c.calibration_factor)
-            }
+        raw.push(compare(&profile, &synthesize(&model, gpu, opts)?));
+    }
+    let mut rows: Vec<ValidationRow> = Vec::with_capacity(raw.len());
+    for (i, case) in VALIDATION_CASES.iter().enumerate() {
+        let peers: Vec<usize> = (0..raw.len())
+            .filter(|&j| j != i && case.format.host_timed() && VALIDATION_CASES[j].format == case.format)
+            .collect();
+        let overhead = if peers.is_empty() {
+            0.0
+        } else {
+            fit_layer_overhead(&peers.iter().map(|&j| &raw[j]).collect::<Vec<_>>())
         };
-        let (ml, it) = c.errors_with_factor(factor);
+        let mut c = raw[i].clone();
+        c.calibrate_with_overhead(overhead);
+        // The first case on this GPU lends its factor, recomputed with this case's overhead.
+        let a = VALIDATION_CASES.iter().position(|x| x.gpu == case.gpu).expect("the case itself matches");
+        let factor =
+            raw[a].factor_for(c.layer_overhead_us).unwrap_or(raw[a].measured_total_us / raw[a].synthetic_total_us);
+        let (ml, it) = c.errors_with(factor, c.layer_overhead_us);
         rows.push(ValidationRow {
             file: case.file.to_string(),
             comparison: c,
-            transfer_from: from,
+            overhead_from: peers.iter().map(|&j| VALIDATION_CASES[j].file.to_string()).collect(),
+            transfer_from: VALIDATION_CASES[a].file.to_string(),
             median_layer_error_transfer: ml,
             iteration_error_transfer: it,
         });
@@ -263,6 +339,55 @@ mod tests {
         let measured = [Conv, Activation, Pool, Linear, Linear];
         let synthetic = [Conv, Activation, Pool, Dropout, Linear, Activation, Linear];
         assert_eq!(lcs(&measured, &synthetic), [(0, 0), (1, 1), (2, 2), (3, 4), (4, 6)]);
+    }
+
+    fn comparison(layers: &[(f64, f64)], timed_layers: usize) -> Comparison {
+        let layers: Vec<LayerError> = layers
+            .iter()
+            .map(|&(measured_us, synthetic_us)| LayerError {
+                measured_name: String::new(),
+                synthetic_name: String::new(),
+                kind: LayerKind::Conv,
+                measured_us,
+                synthetic_us,
+            })
+            .collect();
+        let mut c = Comparison {
+            model: String::new(),
+            gpu: String::new(),
+            batch: 1,
+            measured_layers: layers.len(),
+            synthetic_layers: layers.len(),
+            matched: layers.len(),
+            measured_total_us: layers.iter().map(|l| l.measured_us).sum(),
+            synthetic_total_us: layers.iter().map(|l| l.synthetic_us).sum(),
+            timed_layers,
+            layer_overhead_us: 0.0,
+            calibration_factor: 1.0,
+            median_layer_error: 0.0,
+            median_layer_error_calibrated: 0.0,
+            iteration_error: 0.0,
+            iteration_error_calibrated: 0.0,
+            layers,
+        };
+        c.calibrate_with_overhead(0.0);
+        c
+    }
+
+    #[test]
+    fn recovers_a_profilers_floor_from_other_profiles() {
+        // Two "profiles" measured as 1.5 x synthetic + 300 us per layer.
+        let a = comparison(&[(1500.0 + 300.0, 1000.0), (15.0 + 300.0, 10.0), (150.0 + 300.0, 100.0)], 3);
+        let b = comparison(&[(30.0 + 300.0, 20.0), (3000.0 + 300.0, 2000.0)], 2);
+        assert_eq!(fit_layer_overhead(&[&a, &b]), 300.0);
+        let mut c = comparison(&[(60.0 + 300.0, 40.0), (600.0 + 300.0, 400.0), (6.0 + 300.0, 4.0)], 3);
+        assert!(c.median_layer_error_calibrated > 0.3, "without the floor, small layers are far off");
+        c.calibrate_with_overhead(300.0);
+        assert!((c.calibration_factor - 1.5).abs() < 1e-12);
+        assert!(c.median_layer_error_calibrated < 1e-12 && c.iteration_error_calibrated < 1e-12);
+        // A floor larger than the measured iteration allows is refused (falls back to none).
+        c.calibrate_with_overhead(1e6);
+        assert_eq!(c.layer_overhead_us, 0.0);
     }
 
     #[test]
