@@ -11,6 +11,7 @@
 //! so every rate stays positive; each fitted size then gives one curve point
 //! rate(chunk) = chunk / (s - L_o - h a). Between points the curve is interpolated in log(size).
 
+pub mod collective_fit;
 pub mod formats;
 pub mod p2p;
 
@@ -82,21 +83,23 @@ impl Fit {
     /// Median and worst absolute relative error over the points with sizes in `lo..=hi`, split into
     /// (fitted, held out). `None` where there are no such points.
     pub fn summary(&self, lo: u64, hi: u64) -> [Option<(f64, f64)>; 2] {
-        [false, true].map(|held| {
-            let mut e: Vec<f64> = self
-                .points
-                .iter()
-                .filter(|p| p.held_out == held && (lo..=hi).contains(&p.bytes))
-                .map(|p| p.error.abs())
-                .collect();
-            if e.is_empty() {
-                return None;
-            }
-            e.sort_by(f64::total_cmp);
-            let median = if e.len() % 2 == 1 { e[e.len() / 2] } else { (e[e.len() / 2 - 1] + e[e.len() / 2]) / 2.0 };
-            Some((median, e[e.len() - 1]))
-        })
+        summarize(&self.points, lo, hi)
     }
+}
+
+/// Median and worst absolute relative error over the points with sizes in `lo..=hi`, split into
+/// (fitted, held out). `None` where there are no such points.
+pub fn summarize(points: &[FitPoint], lo: u64, hi: u64) -> [Option<(f64, f64)>; 2] {
+    [false, true].map(|held| {
+        let mut e: Vec<f64> =
+            points.iter().filter(|p| p.held_out == held && (lo..=hi).contains(&p.bytes)).map(|p| p.error.abs()).collect();
+        if e.is_empty() {
+            return None;
+        }
+        e.sort_by(f64::total_cmp);
+        let median = if e.len() % 2 == 1 { e[e.len() / 2] } else { (e[e.len() / 2 - 1] + e[e.len() / 2]) / 2.0 };
+        Some((median, e[e.len() - 1]))
+    })
 }
 
 /// Fits the links of one kind to a measured ring all-reduce and checks the fit with the engine.
@@ -115,19 +118,7 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
     let mut bare = topology.clone();
     bare.calibrated = None;
     let machine = bare.instantiate(ranks)?;
-    let nodes = machine.gpus[..ranks as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1);
-    if nodes != hosts {
-        return Err(Error::invalid(
-            "topology",
-            format!(
-                "{} ran {ranks} ranks on {hosts} host(s), but topology `{}` puts them on {nodes} node(s); \
-                 pick a topology with {} GPUs per node",
-                m.input,
-                topology.name,
-                ranks / hosts.max(1)
-            ),
-        ));
-    }
+    check_hosts(topology, &machine, m, ranks, hosts)?;
     let route = CriticalRoute::find(&machine, ranks, opts.kind)?;
     let n = ranks as u64;
     let steps = 2.0 * (ranks - 1) as f64;
@@ -216,6 +207,24 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
     }
     calibration.fit = points.clone();
     Ok(Fit { calibration, kind: route.kind, points })
+}
+
+/// The measurement's ranks must sit on as many nodes of the machine as it ran on hosts.
+fn check_hosts(topology: &Topology, machine: &Machine, m: &Measurement, ranks: u32, hosts: u32) -> Result<()> {
+    let nodes = machine.gpus[..ranks as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1);
+    if nodes != hosts {
+        return Err(Error::invalid(
+            "topology",
+            format!(
+                "{} ran {ranks} ranks on {hosts} host(s), but topology `{}` puts them on {nodes} node(s); \
+                 pick a topology with {} GPUs per node",
+                m.input,
+                topology.name,
+                ranks / hosts.max(1)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The links of every transfer of a ring's step, in rank order.

@@ -5,9 +5,12 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
-use dagsim::calibrate::{fit_allreduce, read_measurement, Fit, FitOptions};
+use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, op_name, CollectiveFitOptions, ModelFit};
+use dagsim::calibrate::{fit_allreduce, read_measurement, summarize, Fit, FitOptions, Measurement};
+use dagsim::collective::{Algorithm, CollectiveOp};
 use dagsim::error::{Error, Result};
-use dagsim::hw::{load_topology, LinkKind};
+use dagsim::hw::calibration::{Calibration, FitPoint};
+use dagsim::hw::{load_topology, LinkKind, Topology};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -19,11 +22,27 @@ Examples:
   dagsim calibrate dgx-1_packet.txt --topology dgx1-p100 --kind nvlink -o dgx1.cal.json
   dagsim predict --trace t.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
+On top of an earlier calibration (--calibration), with the engine in the loop:
+  dagsim calibrate bcast_intra_vnode_4gpu.nccl --topology abci-v --calibration abci-v.cal.json -o bcast.cal.json
+  dagsim calibrate allreduce_inter_vnode_2node.nccl --topology abci-v --calibration abci-v.cal.json \
+      --algorithm hierarchical -o abci-v-2node.cal.json
+  dagsim calibrate allreduce_inter_vnode_8node.nccl --topology abci-v --calibration abci-v-2node.cal.json \
+      --algorithm hierarchical --check
+
 Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables
 (give --ranks and --hosts). Fits the links of one kind (default: the slowest kind on the ring's
 routes) to the measured ring all-reduce, then simulates every measured size on the calibrated
 machine and prints measured vs model time. With --hold-out, only every other size is fitted and
 the rest are predictions. The summary gives median and worst |error| for 1 KiB..32 MiB.
+
+Other collectives (broadcast, reduce; or an all-reduce with --efficiency) get an efficiency e:
+the operation, run with --algorithm (default auto, the NCCL-like choice) on the links as
+--calibration gives them, moves bytes/e; e minimises the squared relative error over the sizes
+from --fit-from (default 1 MiB, bandwidth-bound) up. An all-reduce over several hosts fits one
+latency and one flat rate to the links between nodes (--kind, default the network's kind) over
+sizes from --fit-from (default 1 KiB), keeping the links inside nodes from --calibration.
+--check fits nothing: it simulates the measurement on the calibrated machine (a prediction).
+The written calibration keeps --calibration's entries and adds or replaces the fitted one.
 
 GPU-to-GPU matrices (CUDA p2pBandwidthLatencyTest output, or Tartan's per-size blocks) calibrate
 the links of --kind (default nvlink) between directly joined GPU pairs: per pair from the plain
@@ -58,7 +77,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME|FILE", required_unless_present = "gpu")]
     topology: Option<String>,
     /// Measure this machine's GPUs instead of reading a file (needs a build with `--features cuda`).
-    #[arg(long, conflicts_with_all = ["input", "kind", "hold_out", "ranks", "hosts"])]
+    #[arg(long, conflicts_with_all = ["input", "kind", "hold_out", "ranks", "hosts", "calibration", "check"])]
     gpu: bool,
     #[cfg(feature = "cuda")]
     #[command(flatten, next_help_heading = "With --gpu")]
@@ -75,6 +94,22 @@ pub struct Args {
     /// Hosts the ranks ran on, when the file does not say (OSU).
     #[arg(long, value_name = "N")]
     hosts: Option<u32>,
+    /// Calibration to start from (links inside nodes, other efficiencies); kept in the output.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
+    /// Algorithm the model runs the measured collective with (efficiency and multi-node fits).
+    #[arg(long, value_name = "NAME", default_value = "auto")]
+    algorithm: String,
+    /// Fit an all-reduce efficiency instead of links.
+    #[arg(long, conflicts_with = "check")]
+    efficiency: bool,
+    /// Smallest size (bytes) the efficiency or multi-node fit uses [default: 1 MiB for an
+    /// efficiency, 1 KiB for links between nodes].
+    #[arg(long, value_name = "BYTES")]
+    fit_from: Option<u64>,
+    /// Fit nothing: simulate the measurement on the calibrated machine and print the errors.
+    #[arg(long)]
+    check: bool,
     /// Format of the per-point report on stdout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -110,11 +145,24 @@ pub fn run(args: Args) -> Result<u8> {
         return run_p2p(&args, &input, &topology, kind.unwrap_or(LinkKind::Nvlink));
     }
     let measurement = read_measurement(&input, None)?;
+    if args.calibration.is_some() || args.check || args.efficiency || measurement.op != CollectiveOp::AllReduce {
+        return run_on_top(&args, measurement, &topology, kind);
+    }
+    if measurement.hosts > 1 || args.hosts.is_some_and(|h| h > 1) {
+        return Err(Error::invalid(
+            "calibrate",
+            format!(
+                "{}: an all-reduce over several hosts fits the links between nodes on top of the links inside \
+                 them: give --calibration with a single-node fit",
+                input.display()
+            ),
+        ));
+    }
     let opts = FitOptions { kind, hold_out: args.hold_out, ranks: args.ranks, hosts: args.hosts };
     let fit = fit_allreduce(&topology, &measurement, &opts)?;
     emit(None, |w| match args.format {
         Format::Text => write_text(w, &fit),
-        Format::Csv => write_csv(w, &fit),
+        Format::Csv => write_csv(w, &fit.points),
         Format::Json => {
             serde_json::to_writer_pretty(&mut *w, &fit.points)?;
             writeln!(w)
@@ -124,6 +172,78 @@ pub fn run(args: Args) -> Result<u8> {
         emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
     }
     Ok(exit::OK)
+}
+
+/// Efficiency, multi-node and check runs: all on top of `--calibration` (or the topology alone).
+fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option<LinkKind>) -> Result<u8> {
+    let algorithm = Algorithm::parse(&args.algorithm)
+        .ok_or_else(|| Error::invalid("--algorithm", format!("unknown algorithm `{}`", args.algorithm)))?;
+    m.ranks = args.ranks.unwrap_or(m.ranks);
+    m.hosts = args.hosts.unwrap_or(m.hosts.max(1));
+    if m.ranks < 2 {
+        return Err(Error::invalid(
+            "--ranks",
+            format!("{}: the file does not say how many ranks ran; give --ranks (at least 2)", m.input),
+        ));
+    }
+    let base = args.calibration.as_deref().map(Calibration::load).transpose()?;
+    let efficiency = args.efficiency || m.op != CollectiveOp::AllReduce;
+    let from = args.fit_from.unwrap_or(if efficiency { 1 << 20 } else { 1 << 10 });
+    let opts = CollectiveFitOptions { algorithm, fit_range: (from, u64::MAX), kind };
+    let fit = if args.check {
+        check(topology, base.as_ref(), &m, algorithm)?
+    } else if efficiency {
+        fit_efficiency(topology, base.as_ref(), &m, &opts)?
+    } else if m.hosts > 1 {
+        fit_network(topology, base.as_ref(), &m, &opts)?
+    } else {
+        return Err(Error::invalid(
+            "--calibration",
+            format!(
+                "{}: a single-node all-reduce fits links from scratch; drop --calibration, or give --efficiency \
+                 or --check",
+                m.input
+            ),
+        ));
+    };
+    emit(None, |w| match args.format {
+        Format::Text => write_model_text(w, &fit),
+        Format::Csv => write_csv(w, &fit.points),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *w, &fit.points)?;
+            writeln!(w)
+        }
+    })?;
+    if let Some(path) = &args.output {
+        emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
+    }
+    Ok(exit::OK)
+}
+
+fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
+    writeln!(w, "{}", fit.headline)?;
+    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "model_us", "error")?;
+    let all_held = fit.points.iter().all(|p| p.held_out);
+    let tag = if all_held { "" } else { "not fitted" };
+    for p in &fit.points {
+        let tag = if p.held_out { tag } else { "" };
+        writeln!(w, "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}", p.bytes, p.measured_us, p.model_us, 100.0 * p.error)?;
+    }
+    let (lo, hi) = SUMMARY_RANGE;
+    let [fitted, other] = fit.summary(lo, hi);
+    let all: Vec<FitPoint> = fit.points.iter().map(|p| FitPoint { held_out: false, ..p.clone() }).collect();
+    let [every, _] = summarize(&all, lo, hi);
+    let lines = if all_held {
+        [("predicted sizes", other), ("", None), ("", None)]
+    } else {
+        [("fitted sizes", fitted), ("sizes not fitted", other), ("all sizes", every)]
+    };
+    for (name, s) in lines {
+        if let Some((median, worst)) = s {
+            writeln!(w, "{name} 1 KiB..32 MiB: median |error| {:.1}%, worst {:.1}%", 100.0 * median, 100.0 * worst)?;
+        }
+    }
+    Ok(())
 }
 
 /// GPU-to-GPU matrices: p2pBandwidthLatencyTest output or Tartan's per-size blocks.
@@ -215,13 +335,20 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_csv(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
+fn write_csv(w: &mut dyn Write, points: &[FitPoint]) -> std::io::Result<()> {
     writeln!(w, "input,op,ranks,bytes,measured_us,model_us,error,held_out")?;
-    for p in &fit.points {
+    for p in points {
         writeln!(
             w,
-            "{},all-reduce,{},{},{},{},{},{}",
-            p.input, p.ranks, p.bytes, p.measured_us, p.model_us, p.error, p.held_out
+            "{},{},{},{},{},{},{},{}",
+            p.input,
+            op_name(p.op),
+            p.ranks,
+            p.bytes,
+            p.measured_us,
+            p.model_us,
+            p.error,
+            p.held_out
         )?;
     }
     Ok(())
