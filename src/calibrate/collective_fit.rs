@@ -263,7 +263,12 @@ pub fn fit_network(
 
 /// Simulates the measured operation on the calibrated machine without fitting: every point is a
 /// prediction (marked held out).
-pub fn check(topology: &Topology, base: Option<&Calibration>, m: &Measurement, algorithm: Algorithm) -> Result<ModelFit> {
+pub fn check(
+    topology: &Topology,
+    base: Option<&Calibration>,
+    m: &Measurement,
+    algorithm: Algorithm,
+) -> Result<ModelFit> {
     let machine = calibrated_machine(topology, base, m)?;
     let points = compare(&machine, m, algorithm, (1, 0))?;
     let calibration = base.cloned().unwrap_or_else(|| extend(None, topology, m));

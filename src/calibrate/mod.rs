@@ -91,8 +91,11 @@ impl Fit {
 /// (fitted, held out). `None` where there are no such points.
 pub fn summarize(points: &[FitPoint], lo: u64, hi: u64) -> [Option<(f64, f64)>; 2] {
     [false, true].map(|held| {
-        let mut e: Vec<f64> =
-            points.iter().filter(|p| p.held_out == held && (lo..=hi).contains(&p.bytes)).map(|p| p.error.abs()).collect();
+        let mut e: Vec<f64> = points
+            .iter()
+            .filter(|p| p.held_out == held && (lo..=hi).contains(&p.bytes))
+            .map(|p| p.error.abs())
+            .collect();
         if e.is_empty() {
             return None;
         }

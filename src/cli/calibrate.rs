@@ -4,8 +4,8 @@
 
 use super::exit;
 use super::output::{emit, Format};
-use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
 use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, op_name, CollectiveFitOptions, ModelFit};
+use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
 use dagsim::calibrate::{fit_allreduce, read_measurement, summarize, Fit, FitOptions, Measurement};
 use dagsim::collective::{Algorithm, CollectiveOp};
 use dagsim::error::{Error, Result};
