@@ -107,7 +107,8 @@ fn fit_points(m: &Measurement, range: (u64, u64)) -> Result<Vec<(u64, f64)>> {
 /// Minimises `f` over `lo..=hi`: `grid` points (geometric if `log`), then golden-section search
 /// between the neighbours of the best one.
 fn minimize(lo: f64, hi: f64, log: bool, grid: usize, mut f: impl FnMut(f64) -> Result<f64>) -> Result<f64> {
-    let (to, from): (fn(f64) -> f64, fn(f64) -> f64) = if log { (f64::ln, f64::exp) } else { (|x| x, |x| x) };
+    let to = |x: f64| if log { x.ln() } else { x };
+    let from = |x: f64| if log { x.exp() } else { x };
     let (a, b) = (to(lo), to(hi));
     let at = |i: usize| a + (b - a) * i as f64 / (grid - 1) as f64;
     let mut best = (f64::INFINITY, 0);
