@@ -160,21 +160,17 @@ pub fn fit_efficiency(
     let e = (e * 1e4).round() / 1e4;
     set(&mut machine, e);
     let points = compare(&machine, m, algorithm, opts.fit_range)?;
-    let mut calibration = extend(base, topology, m);
+    let note = format!(
+        "{} {} efficiency {e} fitted to {} ranks on {} host(s), sizes {}",
+        op_name(op),
+        algorithm.name(),
+        m.ranks,
+        m.hosts.max(1),
+        range_text(opts.fit_range)
+    );
+    let mut calibration = extend(base, topology, m, note, &points);
     calibration.collectives.retain(|c| (c.op, c.algorithm) != (op, algorithm));
     calibration.collectives.push(CollectiveEfficiency { op, algorithm, efficiency: e });
-    calibration.provenance.notes = join_notes(
-        &calibration.provenance.notes,
-        format!(
-            "{} {} efficiency {e} fitted to {} ranks on {} host(s), sizes {}",
-            op_name(op),
-            algorithm.name(),
-            m.ranks,
-            m.hosts.max(1),
-            range_text(opts.fit_range)
-        ),
-    );
-    calibration.fit.extend(points.iter().cloned());
     let headline = format!(
         "fitted {} efficiency {e:.4} for algorithm {} (moves bytes/{e:.4}) on sizes {}",
         op_name(op),
@@ -206,15 +202,8 @@ pub fn fit_network(
     let fit = fit_points(m, opts.fit_range)?;
     let algorithm = opts.algorithm;
     let set = |machine: &mut Machine, latency_us: f64, gb_s: f64| {
-        let entry = LinkCalibration {
-            kind: Some(kind.name().to_string()),
-            from: None,
-            to: None,
-            latency_us,
-            bandwidth: vec![CurvePoint { bytes: 0, gb_s }],
-        };
         let mut one = Calibration::new(Default::default());
-        one.links.push(entry);
+        one.links.push(flat_link(kind, latency_us, gb_s));
         machine.apply_calibration(&one)
     };
     // Start from the topology's own figures, then alternate the two one-dimensional searches.
@@ -233,26 +222,16 @@ pub fn fit_network(
     let (latency_us, gb_s) = ((latency_us * 1e3).round() / 1e3, (gb_s * 1e3).round() / 1e3);
     set(&mut machine, latency_us, gb_s)?;
     let points = compare(&machine, m, algorithm, opts.fit_range)?;
-    let mut calibration = extend(base, topology, m);
-    calibration.links.retain(|l| l.kind.as_deref() != Some(kind.name()));
-    calibration.links.push(LinkCalibration {
-        kind: Some(kind.name().to_string()),
-        from: None,
-        to: None,
-        latency_us,
-        bandwidth: vec![CurvePoint { bytes: 0, gb_s }],
-    });
-    calibration.provenance.notes = join_notes(
-        &calibration.provenance.notes,
-        format!(
-            "{} links fitted (one latency, one flat rate) to a {} all-reduce of {} ranks on {} hosts",
-            kind.name(),
-            algorithm.name(),
-            m.ranks,
-            m.hosts
-        ),
+    let note = format!(
+        "{} links fitted (one latency, one flat rate) to a {} all-reduce of {} ranks on {} hosts",
+        kind.name(),
+        algorithm.name(),
+        m.ranks,
+        m.hosts
     );
-    calibration.fit.extend(points.iter().cloned());
+    let mut calibration = extend(base, topology, m, note, &points);
+    calibration.links.retain(|l| l.kind.as_deref() != Some(kind.name()));
+    calibration.links.push(flat_link(kind, latency_us, gb_s));
     let headline = format!(
         "fitted {} links: latency {latency_us:.3} us, rate {gb_s:.3} GB/s (flat), all-reduce as {}, sizes {}",
         kind.name(),
@@ -272,7 +251,7 @@ pub fn check(
 ) -> Result<ModelFit> {
     let machine = calibrated_machine(topology, base, m)?;
     let points = compare(&machine, m, algorithm, (1, 0))?;
-    let calibration = base.cloned().unwrap_or_else(|| extend(None, topology, m));
+    let calibration = base.cloned().unwrap_or_else(|| extend(None, topology, m, String::new(), &[]));
     let headline = format!(
         "predicted {} ({}) on {} ranks, {} host(s), nothing fitted",
         op_name(m.op),
@@ -291,8 +270,26 @@ fn network_kind(machine: &Machine) -> Result<LinkKind> {
     })
 }
 
-/// `base` (or a fresh calibration) with this measurement added to its provenance.
-fn extend(base: Option<&Calibration>, topology: &Topology, m: &Measurement) -> Calibration {
+/// One latency and one flat rate for every link of `kind`.
+fn flat_link(kind: LinkKind, latency_us: f64, gb_s: f64) -> LinkCalibration {
+    LinkCalibration {
+        kind: Some(kind.name().to_string()),
+        from: None,
+        to: None,
+        latency_us,
+        bandwidth: vec![CurvePoint { bytes: 0, gb_s }],
+    }
+}
+
+/// `base` (or a fresh calibration) with this measurement and `note` added to its provenance and
+/// `points` to its fit report.
+fn extend(
+    base: Option<&Calibration>,
+    topology: &Topology,
+    m: &Measurement,
+    note: String,
+    points: &[FitPoint],
+) -> Calibration {
     let mut c = base.cloned().unwrap_or_else(|| {
         Calibration::new(crate::hw::calibration::Provenance {
             tool: format!("dagsim calibrate {}", env!("CARGO_PKG_VERSION")),
@@ -307,6 +304,11 @@ fn extend(base: Option<&Calibration>, topology: &Topology, m: &Measurement) -> C
     if c.provenance.hardware.is_empty() {
         c.provenance.hardware = m.hardware.clone();
     }
+    if !note.is_empty() {
+        c.provenance.notes =
+            if c.provenance.notes.is_empty() { note } else { format!("{}; {note}", c.provenance.notes) };
+    }
+    c.fit.extend(points.iter().cloned());
     c
 }
 
@@ -316,14 +318,6 @@ fn range_text((lo, hi): (u64, u64)) -> String {
         format!(">= {lo} bytes")
     } else {
         format!("{lo}..{hi} bytes")
-    }
-}
-
-fn join_notes(old: &str, new: String) -> String {
-    if old.is_empty() {
-        new
-    } else {
-        format!("{old}; {new}")
     }
 }
 

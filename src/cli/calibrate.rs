@@ -160,16 +160,26 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let opts = FitOptions { kind, hold_out: args.hold_out, ranks: args.ranks, hosts: args.hosts };
     let fit = fit_allreduce(&topology, &measurement, &opts)?;
+    report(&args, &fit.points, &fit.calibration, |w| write_text(w, &fit))
+}
+
+/// Prints the per-point report (`text` writes the text form) and writes the calibration to `-o`.
+fn report(
+    args: &Args,
+    points: &[FitPoint],
+    calibration: &Calibration,
+    text: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<u8> {
     emit(None, |w| match args.format {
-        Format::Text => write_text(w, &fit),
-        Format::Csv => write_csv(w, &fit.points),
+        Format::Text => text(w),
+        Format::Csv => write_csv(w, points),
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *w, &fit.points)?;
+            serde_json::to_writer_pretty(&mut *w, points)?;
             writeln!(w)
         }
     })?;
     if let Some(path) = &args.output {
-        emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
+        emit(Some(path), |w| w.write_all(calibration.to_json().as_bytes()))?;
     }
     Ok(exit::OK)
 }
@@ -206,18 +216,7 @@ fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option
             ),
         ));
     };
-    emit(None, |w| match args.format {
-        Format::Text => write_model_text(w, &fit),
-        Format::Csv => write_csv(w, &fit.points),
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *w, &fit.points)?;
-            writeln!(w)
-        }
-    })?;
-    if let Some(path) = &args.output {
-        emit(Some(path), |w| w.write_all(fit.calibration.to_json().as_bytes()))?;
-    }
-    Ok(exit::OK)
+    report(args, &fit.points, &fit.calibration, |w| write_model_text(w, &fit))
 }
 
 fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
