@@ -215,6 +215,13 @@ fn multi_node_allreduce_needs_a_single_node_calibration_and_check_fits_nothing()
         .assert()
         .code(2)
         .stderr(predicates::str::contains("unknown algorithm `carrier-pigeon`"));
+    dagsim()
+        .arg("calibrate")
+        .arg(abci("bcast_intra_vnode_4gpu.nccl"))
+        .args(["--topology", "abci-v", "--hold-out"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--hold-out"));
     // --check on the uncalibrated preset: every point a prediction, the file's calibration unchanged.
     dagsim()
         .arg("calibrate")

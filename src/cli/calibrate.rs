@@ -23,11 +23,12 @@ Examples:
   dagsim predict --trace t.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
 On top of an earlier calibration (--calibration), with the engine in the loop:
-  dagsim calibrate bcast_intra_vnode_4gpu.nccl --topology abci-v --calibration abci-v.cal.json -o bcast.cal.json
-  dagsim calibrate allreduce_inter_vnode_2node.nccl --topology abci-v --calibration abci-v.cal.json \
-      --algorithm hierarchical -o abci-v-2node.cal.json
-  dagsim calibrate allreduce_inter_vnode_8node.nccl --topology abci-v --calibration abci-v-2node.cal.json \
-      --algorithm hierarchical --check
+  dagsim calibrate bcast_intra_vnode_4gpu.nccl --topology abci-v --calibration abci-v.cal.json \\
+      -o bcast.cal.json
+  dagsim calibrate allreduce_inter_vnode_2node.nccl --topology abci-v \\
+      --calibration abci-v.cal.json --algorithm hierarchical -o abci-v-2node.cal.json
+  dagsim calibrate allreduce_inter_vnode_8node.nccl --topology abci-v \\
+      --calibration abci-v-2node.cal.json --algorithm hierarchical --check
 
 Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables
 (give --ranks and --hosts). Fits the links of one kind (default: the slowest kind on the ring's
@@ -70,7 +71,7 @@ fits with their curves in the shared calibration format (predict --calibration),
 #[derive(Debug, clap::Args)]
 #[command(about = "Fit link latency and bandwidth curves to benchmark outputs", after_help = EXAMPLES)]
 pub struct Args {
-    /// Benchmark output (nccl-tests or OSU all-reduce table, or a GPU-to-GPU matrix).
+    /// Benchmark output (nccl-tests or OSU collective table, or a GPU-to-GPU matrix).
     #[arg(value_name = "FILE", required_unless_present = "gpu")]
     input: Option<PathBuf>,
     /// Topology preset or file the benchmark ran on.
@@ -188,6 +189,9 @@ fn report(
 fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option<LinkKind>) -> Result<u8> {
     let algorithm = Algorithm::parse(&args.algorithm)
         .ok_or_else(|| Error::invalid("--algorithm", format!("unknown algorithm `{}`", args.algorithm)))?;
+    if args.hold_out {
+        return Err(Error::invalid("--hold-out", "applies to the link fit of a single-node all-reduce only"));
+    }
     m.ranks = args.ranks.unwrap_or(m.ranks);
     m.hosts = args.hosts.unwrap_or(m.hosts.max(1));
     if m.ranks < 2 {
