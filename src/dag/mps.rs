@@ -9,20 +9,15 @@
 //! share of the node's cores, so too few workers, or too many processes per node, starve the GPUs.
 //! Builds graphs only.
 
-use super::build::BuildInput;
+use super::build::{add_gradient_exchange, buckets, BuildInput, Exchange};
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
-use crate::collective::CollectiveOp;
-use crate::error::{Error, Result};
-use crate::strategy::compress::Codec;
+use crate::error::Result;
 use crate::units::Nanos;
 
 /// Builds the MPS DAG (the strategy's `mps` clients per GPU).
 pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations, .. } = *input;
     super::build::check_input(input)?;
-    if s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() {
-        return Err(Error::invalid("strategy", "`mps` does not combine with grads=, fusion= or sparse= yet"));
-    }
     let k = s.clients_per_gpu();
     let ranks = n * k;
     let nl = w.layers.len();
@@ -62,6 +57,9 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let mut prev_update: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; ranks as usize];
+    let learnable: Vec<usize> = (0..nl).rev().filter(|&l| w.layers[l].is_learnable()).collect();
+    let bucket_plan = buckets(w, s, &learnable);
+    let mut prev_picks: Option<TaskId> = None;
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(ranks as usize);
         let mut updates = Vec::with_capacity(ranks as usize);
@@ -117,21 +115,14 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             bwd.push(bwd_r);
         }
         if ranks > 1 {
-            let mut prev_comm: Option<TaskId> = None;
-            for l in (0..nl).rev().filter(|&l| w.layers[l].is_learnable()) {
-                let bytes = s.grad_codec().codec.wire_bytes(w.layers[l].grad_bytes);
-                let work = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
-                let mut t = task(work, Some(comm), Phase::GradientAggregation, 0, it, Some(l));
-                t.gpu = None;
-                let after: Vec<TaskId> = match (s.wfbp, prev_comm) {
-                    (true, _) => bwd.iter().map(|x| x[l]).collect(),
-                    (false, Some(p)) => vec![p],
-                    (false, None) => bwd.iter().map(|x| x[0]).collect(),
-                };
-                let c = add(&mut b, t, &after);
-                updates.iter().for_each(|&u| b.add_edge(c, u));
-                prev_comm = Some(c);
-            }
+            // Each client encodes and decodes its own gradients on its stream, as GPU work shared
+            // with the other clients' kernels.
+            let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm, iteration: it };
+            let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
+                let g = r as u32 / k;
+                b.add_task(task(shared(g, ns), Some(stream[r]), Phase::Codec, g, it, Some(l)))
+            };
+            add_gradient_exchange(&mut b, &exchange, &bwd, &updates, &mut prev_picks, &mut codec_task, &mut |_, _, _| {});
         }
         // A GPU's iteration ends when all its clients have updated.
         for g in 0..n {
