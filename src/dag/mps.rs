@@ -11,7 +11,8 @@
 
 use super::build::{add_gradient_exchange, buckets, BuildInput, Exchange};
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::strategy::Util;
 use crate::units::Nanos;
 
 /// Builds the MPS DAG (the strategy's `mps` clients per GPU).
@@ -32,7 +33,27 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let comm = b.add_queue("comm", Discipline::Fifo, None);
     // Rank r is client r % k of GPU r / k: consecutive ranks share a GPU, as MPI places them.
     let group = b.add_group((0..ranks).map(|r| r / k).collect());
-    let cap = s.util.min(s.threads);
+    if s.util == Util::Auto && w.layers.iter().all(|l| l.util.is_none()) {
+        return Err(Error::invalid(
+            "strategy",
+            format!(
+                "util=auto needs per-layer utilisation, which `{}` does not carry (only a zoo model synthesised \
+                 with --model/--gpu/--batch does); give util=U instead",
+                w.name
+            ),
+        ));
+    }
+    // Utilisation alone of a layer's forward or backward kernels, and of the other kernels
+    // (update, codecs: streaming kernels, which the roofline times at full memory bandwidth).
+    let fixed = match s.util {
+        Util::Fixed(u) => Some(u),
+        Util::Default | Util::Auto => None,
+    };
+    let layer_util = |l: usize, backward: bool| {
+        let derived = w.layers[l].util.map(|u| if backward { u.backward } else { u.forward });
+        fixed.or(derived).unwrap_or(1.0)
+    };
+    let other_util = fixed.unwrap_or(1.0);
     let task = |work, queue, phase, gpu: u32, it, layer: Option<usize>| Task {
         work,
         queue,
@@ -42,10 +63,11 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
         layer: layer.map(|l| l as u32),
         priority: 0,
     };
-    let shared = |g: u32, ns: Nanos| Work::Shared {
+    // A kernel of `ns` alone at utilisation `u` needs `u x ns` of the GPU, at most `u` of it at once.
+    let shared = |g: u32, ns: Nanos, u: f64| Work::Shared {
         resource: gpu_res[g as usize],
-        work_ns: (s.util * s.compute_ns(ns) as f64).round() as Nanos,
-        cap,
+        work_ns: (u * ns as f64).round() as Nanos,
+        cap: u.min(s.threads),
     };
     let add = |b: &mut DagBuilder, t: Task, after: &[TaskId]| {
         let id = b.add_task(t);
@@ -94,7 +116,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 let after: Vec<TaskId> = std::iter::once(last).chain(prev_update[r].filter(|_| l == 0)).collect();
                 last = add(
                     &mut b,
-                    task(shared(g, layer.forward.mean_ns), Some(stream[r]), Phase::Forward, g, it, Some(l)),
+                    task(shared(g, s.compute_ns(layer.forward.mean_ns), layer_util(l, false)), Some(stream[r]), Phase::Forward, g, it, Some(l)),
                     &after,
                 );
                 if l == 0 {
@@ -103,13 +125,14 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             }
             let mut bwd_r = vec![0; nl];
             for l in (0..nl).rev() {
-                let t = task(shared(g, w.layers[l].backward.mean_ns), Some(stream[r]), Phase::Backward, g, it, Some(l));
+                let work = shared(g, s.compute_ns(w.layers[l].backward.mean_ns), layer_util(l, true));
+                let t = task(work, Some(stream[r]), Phase::Backward, g, it, Some(l));
                 last = add(&mut b, t, &[last]);
                 bwd_r[l] = last;
             }
             updates.push(add(
                 &mut b,
-                task(shared(g, w.update.mean_ns), Some(stream[r]), Phase::Update, g, it, None),
+                task(shared(g, w.update.mean_ns, other_util), Some(stream[r]), Phase::Update, g, it, None),
                 &[last],
             ));
             bwd.push(bwd_r);
@@ -120,7 +143,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm, iteration: it };
             let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
                 let g = r as u32 / k;
-                b.add_task(task(shared(g, ns), Some(stream[r]), Phase::Codec, g, it, Some(l)))
+                b.add_task(task(shared(g, ns, other_util), Some(stream[r]), Phase::Codec, g, it, Some(l)))
             };
             add_gradient_exchange(&mut b, &exchange, &bwd, &updates, &mut prev_picks, &mut codec_task, &mut |_, _, _| {});
         }

@@ -297,6 +297,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             backward: Stat::from_samples(&samples(&|r| r.backward_us)),
             comm: (comm.mean_ns > 0).then_some(comm),
             grad_bytes: bytes,
+            util: None,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
