@@ -251,7 +251,8 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
         // Gradient aggregation: one all-reduce per bucket for all GPUs together, with codec tasks
         // on every GPU around it when gradients are compressed.
         if ranks > 1 {
-            let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm: comm_q, iteration: it };
+            let exchange =
+                Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm: comm_q, iteration: it };
             let mut codec_task = |b: &mut DagBuilder, g: usize, ns, l| {
                 b.add_task(task(Work::Fixed { ns }, Some(compute_q[g]), Phase::Codec, Some(g as u32), it, Some(l)))
             };

@@ -4,10 +4,14 @@
 //! clients/GPU). A kernel that reaches utilisation `u` alone needs `u x t` of the GPU (t its traced
 //! time) and runs no faster than `min(u, active-thread share)`: alone it takes `t`; next to other
 //! clients it gets a max-min fair share. So a small model (low `u`) gains from more clients and a
-//! large one (`u` near 1) does not. Data-loading workers (AccDP Sec. V), when modelled, are CPU
-//! work on a processor-shared resource per node: each process's loader gets at most its workers'
-//! share of the node's cores, so too few workers, or too many processes per node, starve the GPUs.
-//! Builds graphs only.
+//! large one (`u` near 1) does not. `u` is the strategy's `util=U`, else each layer's forward and
+//! backward utilisation as the workload carries it (synthesis derives it from the layer sizes).
+//! Gradients go through the S-SGD builder's exchange ([`super::build::add_gradient_exchange`]):
+//! buckets, codecs and sparse chunks as for one process per GPU, with each client's codec kernels
+//! on its own stream as shared GPU work. Data-loading workers (AccDP Sec. V), when modelled, are
+//! CPU work on a processor-shared resource per node: each process's loader gets at most its
+//! workers' share of the node's cores, so too few workers, or too many processes per node, starve
+//! the GPUs. Builds graphs only.
 
 use super::build::{add_gradient_exchange, buckets, BuildInput, Exchange};
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
@@ -116,7 +120,14 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 let after: Vec<TaskId> = std::iter::once(last).chain(prev_update[r].filter(|_| l == 0)).collect();
                 last = add(
                     &mut b,
-                    task(shared(g, s.compute_ns(layer.forward.mean_ns), layer_util(l, false)), Some(stream[r]), Phase::Forward, g, it, Some(l)),
+                    task(
+                        shared(g, s.compute_ns(layer.forward.mean_ns), layer_util(l, false)),
+                        Some(stream[r]),
+                        Phase::Forward,
+                        g,
+                        it,
+                        Some(l),
+                    ),
                     &after,
                 );
                 if l == 0 {
@@ -145,7 +156,15 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 let g = r as u32 / k;
                 b.add_task(task(shared(g, ns, other_util), Some(stream[r]), Phase::Codec, g, it, Some(l)))
             };
-            add_gradient_exchange(&mut b, &exchange, &bwd, &updates, &mut prev_picks, &mut codec_task, &mut |_, _, _| {});
+            add_gradient_exchange(
+                &mut b,
+                &exchange,
+                &bwd,
+                &updates,
+                &mut prev_picks,
+                &mut codec_task,
+                &mut |_, _, _| {},
+            );
         }
         // A GPU's iteration ends when all its clients have updated.
         for g in 0..n {

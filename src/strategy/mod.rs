@@ -217,7 +217,10 @@ impl Strategy {
                 Some((k @ ("util" | "threads"), v)) => {
                     let f = positive(k, v)?;
                     if f > 1.0 {
-                        return Err(bad(format!("`{k}` is a fraction of the GPU in (0, 1]{}, not `{v}`", if k == "util" { " or auto" } else { "" })));
+                        return Err(bad(format!(
+                            "`{k}` is a fraction of the GPU in (0, 1]{}, not `{v}`",
+                            if k == "util" { " or auto" } else { "" }
+                        )));
                     }
                     if k == "util" {
                         s.util = Util::Fixed(f)

@@ -66,7 +66,13 @@ impl Model {
         let topology = load_topology(row.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
         // Per-boundary channels: Dettmers' own accounting of the exchanges.
         let channels = Channels::PerBoundary;
-        Ok(Model::Hybrid(Box::new(HybridSetup { table, topology, precision, channels, iterations: DEFAULT_ITERATIONS })))
+        Ok(Model::Hybrid(Box::new(HybridSetup {
+            table,
+            topology,
+            precision,
+            channels,
+            iterations: DEFAULT_ITERATIONS,
+        })))
     }
 
     fn simulate(&self, gpus: u32) -> Result<Simulated> {
