@@ -42,6 +42,10 @@ fn text_shows_each_gpu_count_with_its_speedup() {
         text.lines().skip(2).map(|l| l.split_whitespace().nth(4).expect("a speedup column")).collect();
     let expected = format!("{:.3}", library_speedup(Precision::Bits32, Channels::PerBoundary));
     assert_eq!(speedups, ["1.000", expected.as_str()], "{text}");
+    // Without --gpus: 1, 2 and 4, the GPUs the default machine has.
+    let text = stdout(&["predict", "--hybrid", TABLE]);
+    let gpus: Vec<&str> = text.lines().skip(2).map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(gpus, ["1", "2", "4"], "{text}");
 }
 
 #[test]

@@ -41,7 +41,7 @@ table instead of a trace or model, on the `dettmers-4gpu` machine unless --topol
 pub struct Args {
     #[command(flatten)]
     setup: SetupArgs,
-    /// GPU counts, comma-separated (default 1,2,4,8,16).
+    /// GPU counts, comma-separated (default 1,2,4,8,16; with --hybrid 1,2,4).
     #[arg(long, value_delimiter = ',', value_name = "N,...")]
     gpus: Option<Vec<u32>>,
     /// Strategy: features joined by `+` (none, io, wfbp, master, mixed, allreduce=..., ...; see docs/strategies.md).
@@ -121,7 +121,8 @@ impl HybridArgs {
 pub fn run(args: Args) -> Result<u8> {
     if let Some(path) = &args.hybrid.hybrid {
         let setup = args.hybrid.setup(path, args.setup.topology.as_deref(), args.setup.iterations)?;
-        let gpus = gpu_counts(args.gpus.clone(), None)?;
+        // Dettmers' table is measured on 4 GPUs behind one PCIe switch.
+        let gpus = gpu_counts(args.gpus.clone(), Some(vec![1, 2, 4]))?;
         let preds = setup.predict_scaling(&gpus)?;
         return write_predictions(&args, &preds);
     }
@@ -143,9 +144,9 @@ pub fn run(args: Args) -> Result<u8> {
     write_predictions(&args, &preds)
 }
 
-/// `--gpus`, else the scenario's, else 1,2,4,8,16.
-fn gpu_counts(flag: Option<Vec<u32>>, scenario: Option<Vec<u32>>) -> Result<Vec<u32>> {
-    let gpus = flag.or(scenario).unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+/// `--gpus`, else `fallback` (the scenario's), else 1,2,4,8,16.
+fn gpu_counts(flag: Option<Vec<u32>>, fallback: Option<Vec<u32>>) -> Result<Vec<u32>> {
+    let gpus = flag.or(fallback).unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     if gpus.is_empty() || gpus.contains(&0) {
         return Err(Error::invalid("--gpus", "GPU counts must be at least 1"));
     }
