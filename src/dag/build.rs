@@ -72,12 +72,13 @@ pub(super) struct Bucket {
     last: usize,
 }
 
-/// Groups gradients into all-reduces: one per layer; fused until θ bytes (lazy all-reduce); or
-/// each layer cut into pieces (priority scheduling).
-pub(super) fn buckets(w: &Workload, s: &Strategy, learnable: &[usize]) -> Vec<Bucket> {
+/// Groups gradients, in the order backward produces them, into all-reduces: one per layer; fused
+/// until θ bytes (lazy all-reduce); or each layer cut into pieces (priority scheduling).
+pub(super) fn buckets(w: &Workload, s: &Strategy) -> Vec<Bucket> {
+    let learnable: Vec<usize> = (0..w.layers.len()).rev().filter(|&l| w.layers[l].is_learnable()).collect();
     let mut out = Vec::new();
     if let Some(piece) = s.priority_partition {
-        for &l in learnable {
+        for &l in &learnable {
             let mut left = w.layers[l].grad_bytes;
             while left > 0 {
                 let bytes = left.min(piece);
@@ -89,7 +90,7 @@ pub(super) fn buckets(w: &Workload, s: &Strategy, learnable: &[usize]) -> Vec<Bu
     }
     let theta = s.fusion.unwrap_or(0);
     let mut open = Bucket { layers: Vec::new(), fp32_bytes: 0, last: 0 };
-    for &l in learnable {
+    for &l in &learnable {
         open.layers.push(l);
         open.fp32_bytes += w.layers[l].grad_bytes;
         open.last = l;
@@ -147,7 +148,6 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     let discipline = if s.priority_partition.is_some() { Discipline::Priority } else { Discipline::Fifo };
     let comm_q = b.add_queue("comm", discipline, None);
     let group = b.add_group((0..ranks).collect());
-    let learnable: Vec<usize> = (0..nl).rev().filter(|&l| layers[l].is_learnable()).collect();
 
     let task = |work, queue, phase, gpu, iteration, layer: Option<usize>| Task {
         work,
@@ -167,7 +167,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
     // Priority scheduling: per GPU and layer, what the next forward of that layer waits for.
     let per_layer_sync = s.priority_partition.is_some() && ranks > 1;
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
-    let bucket_plan = buckets(w, s, &learnable);
+    let bucket_plan = buckets(w, s);
     let mut prev_picks: Option<TaskId> = None;
 
     for it in 0..iterations {

@@ -83,8 +83,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let mut prev_update: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; ranks as usize];
-    let learnable: Vec<usize> = (0..nl).rev().filter(|&l| w.layers[l].is_learnable()).collect();
-    let bucket_plan = buckets(w, s, &learnable);
+    let bucket_plan = buckets(w, s);
     let mut prev_picks: Option<TaskId> = None;
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(ranks as usize);
