@@ -475,6 +475,20 @@ mod tests {
     }
 
     #[test]
+    fn utilisation_is_derived_auto_or_fixed() {
+        assert_eq!(Strategy::parse("mps=4").unwrap().util, Util::Default);
+        for spec in ["wfbp+mps=4+util=auto", "wfbp+mps=4+util=1", "wfbp+grads=fp16+fusion=4M+mps=2+util=0.5"] {
+            let s = Strategy::parse(spec).unwrap();
+            assert_eq!(Strategy::parse(&s.name()).unwrap(), s, "{spec} prints as {}", s.name());
+        }
+        assert_eq!(Strategy::parse("mps=2+util=auto").unwrap().name(), "none+mps=2+util=auto");
+        assert_eq!(Strategy::parse("mps=2+util=1").unwrap().util, Util::Fixed(1.0));
+        assert!(Strategy::parse("util=auto").is_err(), "util= needs mps");
+        let e = Strategy::parse("mps=2+util=2").unwrap_err().to_string();
+        assert!(e.contains("(0, 1] or auto"), "{e}");
+    }
+
+    #[test]
     fn rejects_unknown_names() {
         let e = Strategy::parse("io+magic").unwrap_err().to_string();
         assert!(e.contains("unknown feature `magic`"), "{e}");
