@@ -16,6 +16,7 @@ pub mod error;
 pub mod gpu;
 pub mod hw;
 pub mod predict;
+pub mod predict_hybrid;
 pub mod report;
 pub mod scenario;
 pub mod sim;

@@ -143,17 +143,26 @@ impl Setup {
     /// setup. Results come back in the order asked for.
     pub fn predict_scaling(&self, gpu_counts: &[u32]) -> Result<Vec<Prediction>> {
         self.check()?;
-        let mut counts: Vec<u32> = gpu_counts.to_vec();
-        if !counts.contains(&1) {
-            counts.push(1);
-        }
-        let results: Vec<Result<Prediction>> = counts.par_iter().map(|&g| self.predict(g)).collect();
-        let mut preds = results.into_iter().collect::<Result<Vec<_>>>()?;
-        let base = preds[counts.iter().position(|&g| g == 1).expect("1 was added")].throughput_samples_per_s;
-        for p in &mut preds {
-            p.set_baseline(base);
-        }
-        preds.truncate(gpu_counts.len()); // drops the appended baseline, if any
-        Ok(preds)
+        scale_from_one_gpu(gpu_counts, |g| self.predict(g))
     }
+}
+
+/// Runs `predict` for every GPU count (in parallel) and for one GPU, and fills each prediction's
+/// speedup against the one-GPU throughput. Results come back in the order asked for.
+pub fn scale_from_one_gpu(
+    gpu_counts: &[u32],
+    predict: impl Fn(u32) -> Result<Prediction> + Sync,
+) -> Result<Vec<Prediction>> {
+    let mut counts: Vec<u32> = gpu_counts.to_vec();
+    if !counts.contains(&1) {
+        counts.push(1);
+    }
+    let results: Vec<Result<Prediction>> = counts.par_iter().map(|&g| predict(g)).collect();
+    let mut preds = results.into_iter().collect::<Result<Vec<_>>>()?;
+    let base = preds[counts.iter().position(|&g| g == 1).expect("1 was added")].throughput_samples_per_s;
+    for p in &mut preds {
+        p.set_baseline(base);
+    }
+    preds.truncate(gpu_counts.len()); // drops the appended baseline, if any
+    Ok(preds)
 }

@@ -32,6 +32,7 @@ fn workload(grads: [u64; 2], device_sample_bytes: u64) -> Workload {
         backward: Stat::exact(b),
         comm: None,
         grad_bytes: g,
+        util: None,
     };
     Workload {
         name: "tiny".into(),
@@ -270,4 +271,33 @@ fn data_loading_workers_can_starve_the_gpu() {
     assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=4"), 7_000);
     // ...two cores shared by both loaders do not.
     assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=2"), 14_000);
+}
+
+#[test]
+fn mps_clients_compress_their_own_gradients() {
+    // Two GPUs x two clients at 50% utilisation: compute 7000 ns, both clients side by side.
+    // Each client then encodes on its own stream, as shared GPU work at 50%: l1 (2000 elements x
+    // 1 ns) 7000..9000, l0 9000..10000. All-reduces among 4 ranks cost 1.5 ns per byte (see
+    // above): l1's 2000 bytes 9000..12000, l0's 1000 bytes 12000..13500. Decodes (0.5 ns per
+    // element): l1 12000..13000, l0 13500..14000.
+    let s = "none+mps=2+util=0.5+grads=8bit+encode_ns=1+decode_ns=0.5+launch_us=0";
+    let (dag, _) = sim(&tiny(), s);
+    assert_eq!(aggregation_bytes(&dag, 1), vec![2000, 1000]);
+    let codecs = dag.tasks().iter().filter(|t| t.phase == Phase::Codec && t.iteration == 1).count();
+    assert_eq!(codecs, 2 * 2 * 4, "an encode and a decode of each bucket on each of the 4 clients");
+    assert_eq!(iteration_ns(&tiny(), s), 14_000.0);
+}
+
+#[test]
+fn mps_clients_fuse_and_sparsify_like_single_processes() {
+    // WFBP: l1's all-reduce (1.5 x 8000) runs 5000..17000, l0's (1.5 x 4000) 17000..23000.
+    assert_eq!(iteration_ns(&tiny(), "wfbp+mps=2+util=0.5"), 23_000.0);
+    // θ = inf: one all-reduce of 12000 bytes after backward: 7000 + 1.5 x 12000.
+    let (dag, run) = sim(&tiny(), "wfbp+mps=2+util=0.5+fusion=inf");
+    assert_eq!(aggregation_bytes(&dag, 1), vec![12000]);
+    assert_eq!(steady_state(&dag, &run).iteration_ns, 25_000.0);
+    // Sparse chunks as in the single-process case, then the 44-byte chunk-norm all-reduce.
+    let chunk = 32 * 1024 * 4;
+    let (dag, _) = sim(&workload([chunk, 10 * chunk], 0), "wfbp+mps=2+util=0.5+sparse=0.2");
+    assert_eq!(aggregation_bytes(&dag, 1), vec![2 * chunk, chunk, 44]);
 }

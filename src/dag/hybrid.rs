@@ -25,6 +25,26 @@ pub enum Channels {
     PerDirection,
 }
 
+impl Channels {
+    /// Parses `per-boundary`, `per-direction` or `shared`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "per-boundary" => Channels::PerBoundary,
+            "per-direction" => Channels::PerDirection,
+            "shared" => Channels::Shared,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Channels::PerBoundary => "per-boundary",
+            Channels::PerDirection => "per-direction",
+            Channels::Shared => "shared",
+        }
+    }
+}
+
 /// Builds `iterations` iterations of the hybrid scheme on `gpus` GPUs (= sub-batches K). One GPU
 /// runs the baseline: every row's full-layer times in sequence, no exchanges.
 pub fn build_hybrid(

@@ -4,25 +4,25 @@
 //! clients/GPU). A kernel that reaches utilisation `u` alone needs `u x t` of the GPU (t its traced
 //! time) and runs no faster than `min(u, active-thread share)`: alone it takes `t`; next to other
 //! clients it gets a max-min fair share. So a small model (low `u`) gains from more clients and a
-//! large one (`u` near 1) does not. Data-loading workers (AccDP Sec. V), when modelled, are CPU
-//! work on a processor-shared resource per node: each process's loader gets at most its workers'
-//! share of the node's cores, so too few workers, or too many processes per node, starve the GPUs.
-//! Builds graphs only.
+//! large one (`u` near 1) does not. `u` is the strategy's `util=U`, else each layer's forward and
+//! backward utilisation as the workload carries it (synthesis derives it from the layer sizes).
+//! Gradients go through the S-SGD builder's exchange ([`super::build::add_gradient_exchange`]):
+//! buckets, codecs and sparse chunks as for one process per GPU, with each client's codec kernels
+//! on its own stream as shared GPU work. Data-loading workers (AccDP Sec. V), when modelled, are
+//! CPU work on a processor-shared resource per node: each process's loader gets at most its
+//! workers' share of the node's cores, so too few workers, or too many processes per node, starve
+//! the GPUs. Builds graphs only.
 
-use super::build::BuildInput;
+use super::build::{add_gradient_exchange, buckets, BuildInput, Exchange};
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
-use crate::collective::CollectiveOp;
 use crate::error::{Error, Result};
-use crate::strategy::compress::Codec;
+use crate::strategy::Util;
 use crate::units::Nanos;
 
 /// Builds the MPS DAG (the strategy's `mps` clients per GPU).
 pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let BuildInput { workload: w, machine: m, gpus: n, strategy: s, iterations, .. } = *input;
     super::build::check_input(input)?;
-    if s.grads != Codec::None || s.fusion.is_some() || s.sparse.is_some() {
-        return Err(Error::invalid("strategy", "`mps` does not combine with grads=, fusion= or sparse= yet"));
-    }
     let k = s.clients_per_gpu();
     let ranks = n * k;
     let nl = w.layers.len();
@@ -37,7 +37,27 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let comm = b.add_queue("comm", Discipline::Fifo, None);
     // Rank r is client r % k of GPU r / k: consecutive ranks share a GPU, as MPI places them.
     let group = b.add_group((0..ranks).map(|r| r / k).collect());
-    let cap = s.util.min(s.threads);
+    if s.util == Util::Auto && w.layers.iter().all(|l| l.util.is_none()) {
+        return Err(Error::invalid(
+            "strategy",
+            format!(
+                "util=auto needs per-layer utilisation, which `{}` does not carry (only a zoo model synthesised \
+                 with --model/--gpu/--batch does); give util=U instead",
+                w.name
+            ),
+        ));
+    }
+    // Utilisation alone of a layer's forward or backward kernels, and of the other kernels
+    // (update, codecs: streaming kernels, which the roofline times at full memory bandwidth).
+    let fixed = match s.util {
+        Util::Fixed(u) => Some(u),
+        Util::Default | Util::Auto => None,
+    };
+    let layer_util = |l: usize, backward: bool| {
+        let derived = w.layers[l].util.map(|u| if backward { u.backward } else { u.forward });
+        fixed.or(derived).unwrap_or(1.0)
+    };
+    let other_util = fixed.unwrap_or(1.0);
     let task = |work, queue, phase, gpu: u32, it, layer: Option<usize>| Task {
         work,
         queue,
@@ -47,10 +67,11 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
         layer: layer.map(|l| l as u32),
         priority: 0,
     };
-    let shared = |g: u32, ns: Nanos| Work::Shared {
+    // A kernel of `ns` alone at utilisation `u` needs `u x ns` of the GPU, at most `u` of it at once.
+    let shared = |g: u32, ns: Nanos, u: f64| Work::Shared {
         resource: gpu_res[g as usize],
-        work_ns: (s.util * s.compute_ns(ns) as f64).round() as Nanos,
-        cap,
+        work_ns: (u * ns as f64).round() as Nanos,
+        cap: u.min(s.threads),
     };
     let add = |b: &mut DagBuilder, t: Task, after: &[TaskId]| {
         let id = b.add_task(t);
@@ -62,6 +83,8 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let mut prev_update: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; ranks as usize];
+    let bucket_plan = buckets(w, s);
+    let mut prev_picks: Option<TaskId> = None;
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(ranks as usize);
         let mut updates = Vec::with_capacity(ranks as usize);
@@ -96,7 +119,14 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 let after: Vec<TaskId> = std::iter::once(last).chain(prev_update[r].filter(|_| l == 0)).collect();
                 last = add(
                     &mut b,
-                    task(shared(g, layer.forward.mean_ns), Some(stream[r]), Phase::Forward, g, it, Some(l)),
+                    task(
+                        shared(g, s.compute_ns(layer.forward.mean_ns), layer_util(l, false)),
+                        Some(stream[r]),
+                        Phase::Forward,
+                        g,
+                        it,
+                        Some(l),
+                    ),
                     &after,
                 );
                 if l == 0 {
@@ -105,33 +135,35 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             }
             let mut bwd_r = vec![0; nl];
             for l in (0..nl).rev() {
-                let t = task(shared(g, w.layers[l].backward.mean_ns), Some(stream[r]), Phase::Backward, g, it, Some(l));
+                let work = shared(g, s.compute_ns(w.layers[l].backward.mean_ns), layer_util(l, true));
+                let t = task(work, Some(stream[r]), Phase::Backward, g, it, Some(l));
                 last = add(&mut b, t, &[last]);
                 bwd_r[l] = last;
             }
             updates.push(add(
                 &mut b,
-                task(shared(g, w.update.mean_ns), Some(stream[r]), Phase::Update, g, it, None),
+                task(shared(g, w.update.mean_ns, other_util), Some(stream[r]), Phase::Update, g, it, None),
                 &[last],
             ));
             bwd.push(bwd_r);
         }
         if ranks > 1 {
-            let mut prev_comm: Option<TaskId> = None;
-            for l in (0..nl).rev().filter(|&l| w.layers[l].is_learnable()) {
-                let bytes = s.grad_codec().codec.wire_bytes(w.layers[l].grad_bytes);
-                let work = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: s.allreduce, bytes };
-                let mut t = task(work, Some(comm), Phase::GradientAggregation, 0, it, Some(l));
-                t.gpu = None;
-                let after: Vec<TaskId> = match (s.wfbp, prev_comm) {
-                    (true, _) => bwd.iter().map(|x| x[l]).collect(),
-                    (false, Some(p)) => vec![p],
-                    (false, None) => bwd.iter().map(|x| x[0]).collect(),
-                };
-                let c = add(&mut b, t, &after);
-                updates.iter().for_each(|&u| b.add_edge(c, u));
-                prev_comm = Some(c);
-            }
+            // Each client encodes and decodes its own gradients on its stream, as GPU work shared
+            // with the other clients' kernels.
+            let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm, iteration: it };
+            let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
+                let g = r as u32 / k;
+                b.add_task(task(shared(g, ns, other_util), Some(stream[r]), Phase::Codec, g, it, Some(l)))
+            };
+            add_gradient_exchange(
+                &mut b,
+                &exchange,
+                &bwd,
+                &updates,
+                &mut prev_picks,
+                &mut codec_task,
+                &mut |_, _, _| {},
+            );
         }
         // A GPU's iteration ends when all its clients have updated.
         for g in 0..n {

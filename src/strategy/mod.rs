@@ -65,12 +65,25 @@ pub struct Strategy {
     /// mini-batch), the utilisation one process's kernels reach alone, and each client's
     /// active-thread share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE / 100).
     pub mps: Option<u32>,
-    pub util: f64,
+    pub util: Util,
     pub threads: f64,
     /// AccDP V: data-loading workers on the host CPU. CPU time to load and augment one sample
     /// with one worker (`load_us`), workers per process, and CPU cores per node shared by all the
     /// node's processes. `None` = loading is not modelled as CPU work.
     pub loader: Option<Loader>,
+}
+
+/// The fraction of the GPU an MPS client's kernels need when they run alone (AccDP Sec. III).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Util {
+    /// Not given: the workload's per-layer utilisation when it carries one (a zoo model
+    /// synthesised for a GPU and batch), else 1 (the kernels fill the GPU).
+    Default,
+    /// `util=auto`: the workload's per-layer utilisation; a workload without one is an error.
+    Auto,
+    /// `util=U`: every kernel of a process reaches U alone (e.g. a measured average).
+    Fixed(f64),
 }
 
 /// Data-loading workers as a processor-shared CPU resource (AccDP Sec. V).
@@ -135,7 +148,7 @@ impl Strategy {
             priority_partition: None,
             output_bytes_per_sample: 4000,
             mps: None,
-            util: 1.0,
+            util: Util::Default,
             threads: 1.0,
             loader: None,
         };
@@ -200,13 +213,17 @@ impl Strategy {
                         loader.2 = Some(n)
                     }
                 }
+                Some(("util", "auto")) => s.util = Util::Auto,
                 Some((k @ ("util" | "threads"), v)) => {
                     let f = positive(k, v)?;
                     if f > 1.0 {
-                        return Err(bad(format!("`{k}` is a fraction of the GPU in (0, 1], not `{v}`")));
+                        return Err(bad(format!(
+                            "`{k}` is a fraction of the GPU in (0, 1]{}, not `{v}`",
+                            if k == "util" { " or auto" } else { "" }
+                        )));
                     }
                     if k == "util" {
-                        s.util = f
+                        s.util = Util::Fixed(f)
                     } else {
                         s.threads = f
                     }
@@ -261,7 +278,7 @@ impl Strategy {
             (None, 1, None) => {}
             _ => return Err(bad("data loading needs both `load_us` and `cores` (and optionally `workers`)".into())),
         }
-        if s.mps.is_none() && (s.util != 1.0 || s.threads != 1.0 || s.loader.is_some()) {
+        if s.mps.is_none() && (s.util != Util::Default || s.threads != 1.0 || s.loader.is_some()) {
             return Err(bad(
                 "util=, threads= and load_us= describe AccDP processes: add `mps=K` (1 for one process per GPU)".into(),
             ));
@@ -370,8 +387,10 @@ impl Strategy {
         if let Some(k) = self.mps {
             parts.push(format!("mps={k}"));
         }
-        if self.util != 1.0 {
-            parts.push(format!("util={}", num(self.util)));
+        match self.util {
+            Util::Default => {}
+            Util::Auto => parts.push("util=auto".into()),
+            Util::Fixed(u) => parts.push(format!("util={}", num(u))),
         }
         if self.threads != 1.0 {
             parts.push(format!("threads={}", num(self.threads)));
@@ -453,6 +472,20 @@ mod tests {
         assert_eq!(Strategy::parse("cntk").unwrap().name(), "none");
         assert_eq!(Strategy::parse("caffe-mpi").unwrap(), Strategy::default());
         assert_eq!(Strategy::parse("wfbp+io").unwrap().name(), "io+wfbp");
+    }
+
+    #[test]
+    fn utilisation_is_derived_auto_or_fixed() {
+        assert_eq!(Strategy::parse("mps=4").unwrap().util, Util::Default);
+        for spec in ["wfbp+mps=4+util=auto", "wfbp+mps=4+util=1", "wfbp+grads=fp16+fusion=4M+mps=2+util=0.5"] {
+            let s = Strategy::parse(spec).unwrap();
+            assert_eq!(Strategy::parse(&s.name()).unwrap(), s, "{spec} prints as {}", s.name());
+        }
+        assert_eq!(Strategy::parse("mps=2+util=auto").unwrap().name(), "none+mps=2+util=auto");
+        assert_eq!(Strategy::parse("mps=2+util=1").unwrap().util, Util::Fixed(1.0));
+        assert!(Strategy::parse("util=auto").is_err(), "util= needs mps");
+        let e = Strategy::parse("mps=2+util=2").unwrap_err().to_string();
+        assert!(e.contains("(0, 1] or auto"), "{e}");
     }
 
     #[test]

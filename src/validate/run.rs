@@ -2,16 +2,15 @@
 //! with the row's columns laid over it), every distinct (setup, GPU count) is simulated once, in
 //! parallel, and each row gets the predicted value of its metric. Rows whose strategy is `hybrid`
 //! run Dettmers' data/model-parallel DAG from a hybrid table instead. Reads rows, calls the
-//! pipeline in `predict` (or the hybrid builder); computes no statistics.
+//! pipeline in `predict` (or `predict_hybrid`); computes no statistics.
 
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
-use crate::dag::hybrid::{build_hybrid, Channels};
+use crate::dag::hybrid::Channels;
 use crate::error::{Error, Location, Result};
-use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY, Topology};
+use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
 use crate::predict::{Setup, DEFAULT_ITERATIONS};
-use crate::report::steady_state;
+use crate::predict_hybrid::HybridSetup;
 use crate::scenario::Scenario;
-use crate::sim::{simulate, Options};
 use crate::strategy::hybrid::{HybridTable, Precision as HybridPrecision};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,14 +41,7 @@ enum Model {
     /// The normal pipeline (`dagsim predict`).
     Pipeline(Box<Setup>),
     /// Krizhevsky's hybrid scheme as Dettmers models it: fixed-time tasks from a hybrid table.
-    Hybrid(Box<Hybrid>),
-}
-
-struct Hybrid {
-    table: HybridTable,
-    topology: Topology,
-    precision: HybridPrecision,
-    strategy: String,
+    Hybrid(Box<HybridSetup>),
 }
 
 impl Model {
@@ -72,38 +64,30 @@ impl Model {
             table = table.with_total_ns((table.batch_per_gpu as f64 / thr * 1e9).round() as u64)?;
         }
         let topology = load_topology(row.topology.as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
-        Ok(Model::Hybrid(Box::new(Hybrid { table, topology, precision, strategy: spec.to_string() })))
+        // Per-boundary channels: Dettmers' own accounting of the exchanges.
+        let channels = Channels::PerBoundary;
+        Ok(Model::Hybrid(Box::new(HybridSetup {
+            table,
+            topology,
+            precision,
+            channels,
+            iterations: DEFAULT_ITERATIONS,
+        })))
     }
 
     fn simulate(&self, gpus: u32) -> Result<Simulated> {
-        match self {
-            Model::Pipeline(setup) => {
-                let p = setup.predict(gpus)?;
-                Ok(Simulated {
-                    workload: p.workload,
-                    topology: p.topology,
-                    gpus,
-                    strategy: p.strategy,
-                    throughput_samples_per_s: p.throughput_samples_per_s,
-                    iteration_time_s: p.iteration_time_s,
-                })
-            }
-            Model::Hybrid(h) => {
-                let Hybrid { table, topology, precision, strategy } = &**h;
-                // Per-boundary channels: Dettmers' own accounting of the exchanges.
-                let dag = build_hybrid(table, gpus, *precision, Channels::PerBoundary, DEFAULT_ITERATIONS)?;
-                let run = simulate(&dag, &topology.instantiate(gpus)?, Options::default())?;
-                let iteration_time_s = steady_state(&dag, &run).iteration_ns * 1e-9;
-                Ok(Simulated {
-                    workload: table.name.clone(),
-                    topology: topology.name.clone(),
-                    gpus,
-                    strategy: strategy.clone(),
-                    throughput_samples_per_s: (table.batch_per_gpu * gpus) as f64 / iteration_time_s,
-                    iteration_time_s,
-                })
-            }
-        }
+        let p = match self {
+            Model::Pipeline(setup) => setup.predict(gpus)?,
+            Model::Hybrid(h) => h.predict(gpus)?,
+        };
+        Ok(Simulated {
+            workload: p.workload,
+            topology: p.topology,
+            gpus,
+            strategy: p.strategy,
+            throughput_samples_per_s: p.throughput_samples_per_s,
+            iteration_time_s: p.iteration_time_s,
+        })
     }
 }
 

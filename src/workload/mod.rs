@@ -54,6 +54,19 @@ pub struct Layer {
     pub comm: Option<Stat>,
     /// Bytes of gradient this layer exchanges (equal to its parameter bytes; 0 if not learnable).
     pub grad_bytes: u64,
+    /// Fraction of the GPU the layer's kernels keep busy when one process runs them alone.
+    /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub util: Option<KernelUtil>,
+}
+
+/// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels
+/// would take on a GPU they filled completely over the time they take alone (AccDP, Sec. III:
+/// small layers and batches leave most of a big GPU idle). MPS clients share what is left.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KernelUtil {
+    pub forward: f64,
+    pub backward: f64,
 }
 
 impl Layer {

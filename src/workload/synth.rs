@@ -6,7 +6,7 @@
 use super::gpu::{GpuSpec, Precision};
 use super::memory::Optimizer;
 use super::zoo::{LayerKind, Model};
-use super::{Layer, Stat, Workload};
+use super::{KernelUtil, Layer, Stat, Workload};
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -32,6 +32,10 @@ const LAUNCH_NS: f64 = 5_000.0;
 /// the GPU (half efficiency at exactly that many).
 const THREADS_PER_SM: f64 = 2048.0;
 
+/// Floor of a derived utilisation, so that a pass made almost only of launch gaps still needs
+/// some GPU under MPS (a shared task needs a positive rate).
+const MIN_UTIL: f64 = 0.001;
+
 /// Bytes of ImageNet storage per image: ~140 GB of JPEGs for 1.28 M training images.
 pub const IMAGENET_JPEG_BYTES: u64 = 110_000;
 
@@ -51,6 +55,9 @@ pub struct SynthLayer {
     pub params: u64,
     pub forward_ns: f64,
     pub backward_ns: f64,
+    /// Fraction of the GPU the forward and backward kernels keep busy alone (see [`KernelUtil`]).
+    pub forward_util: f64,
+    pub backward_util: f64,
 }
 
 /// A model timed on a GPU: per-layer forward/backward and the update step, in nanoseconds.
@@ -127,6 +134,7 @@ impl Synthetic {
                     backward: ns(l.backward_ns),
                     comm: None,
                     grad_bytes: l.params * grad_bytes_per_param,
+                    util: Some(KernelUtil { forward: l.forward_util, backward: l.backward_util }),
                 })
                 .collect(),
             update: ns(self.update_ns),
@@ -166,8 +174,10 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
     for (i, l) in model.layers.iter().enumerate() {
         let (inp, out) = (l.in_elems as f64 * b, l.out_elems as f64 * b);
         let flops = l.flops * b;
-        let util = out / (out + saturation);
-        let (fwd, bwd) = match l.kind {
+        // A layer with fewer parallel outputs than the GPU has thread slots runs at this fraction
+        // of the kernel efficiency (`parallelism`); on a saturated GPU it would run at 1.
+        let parallelism = out / (out + saturation);
+        let pass_times = |parallelism: f64| match l.kind {
             LayerKind::Conv | LayerKind::Linear | LayerKind::MatMul => {
                 let reduction = l.reduction.max(1) as f64;
                 let mut flops = flops * (reduction + HALF_EFFICIENCY_REDUCTION) / reduction;
@@ -184,30 +194,37 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
                 // Backward computes the input gradient and the weight gradient (twice the math),
                 // except for the first layer, whose input needs no gradient.
                 let bwd_mult = if i == 0 { 1.0 } else { 2.0 };
-                let f = (flops / (dense * util)).max(f_bytes / mem);
-                let bk = (bwd_mult * flops / (dense * util)).max(2.0 * f_bytes / mem);
+                let f = (flops / (dense * parallelism)).max(f_bytes / mem);
+                let bk = (bwd_mult * flops / (dense * parallelism)).max(2.0 * f_bytes / mem);
                 (f, bk)
             }
             LayerKind::DepthwiseConv => {
                 let f_bytes = (inp + out) * elem;
-                let f = (flops / (vector * util)).max(f_bytes / mem);
+                let f = (flops / (vector * parallelism)).max(f_bytes / mem);
                 (f, 2.0 * f)
             }
             kind => {
                 let (f_passes, b_passes) = streaming_passes(kind);
                 let e = inp.max(out) * elem;
-                let f = (f_passes * e / mem).max(flops / (vector * util));
-                let bk = (b_passes * e / mem).max(flops / (vector * util));
+                let f = (f_passes * e / mem).max(flops / (vector * parallelism));
+                let bk = (b_passes * e / mem).max(flops / (vector * parallelism));
                 (f, bk)
             }
         };
+        let (fwd, bwd) = pass_times(parallelism);
         let (fwd, bwd) = if l.kind == LayerKind::Other { (0.0, 0.0) } else { (fwd + LAUNCH_NS, bwd + LAUNCH_NS) };
+        // Utilisation alone: the time the kernels would take on a GPU they filled (full
+        // parallelism, and no launch gap, during which the GPU idles) over their time alone.
+        let (fwd_full, bwd_full) = pass_times(1.0);
+        let busy = |full: f64, alone: f64| if alone > 0.0 { (full / alone).clamp(MIN_UTIL, 1.0) } else { 1.0 };
         layers.push(SynthLayer {
             name: l.name.clone(),
             kind: l.kind,
             params: l.params,
             forward_ns: fwd,
             backward_ns: bwd,
+            forward_util: busy(fwd_full, fwd),
+            backward_util: busy(bwd_full, bwd),
         });
     }
     // The update streams weights, gradients and optimizer state once (FP32 master copies).

@@ -4,14 +4,15 @@
 //!
 //! * **Native CSV** (documented in `traces/README.md`): `# key: value` metadata lines, then a header
 //!   row naming at least `name,forward_us,backward_us,grad_bytes` (optional `layer`, `comm_us`,
-//!   `iteration`), then one row per layer per iteration.
+//!   `iteration`, and `forward_util,backward_util`: the fraction of the GPU the layer's kernels
+//!   keep busy alone, as synthesis derives it), then one row per layer per iteration.
 //! * **Shi et al. table** (the DAG paper's Table VI and its published trace files): whitespace-,
 //!   tab- or comma-separated `id name forward backward comm size`, times in microseconds, sizes in
 //!   bytes, optional header line; a file may hold many iterations, each restarting at the first id.
 //!
 //! Both are summarised per layer as mean and spread over the iterations in the file.
 
-use super::{Layer, Stat, Workload};
+use super::{KernelUtil, Layer, Stat, Workload};
 use crate::error::{Error, Location, Result};
 use crate::units::us_to_ns;
 use std::path::Path;
@@ -35,6 +36,8 @@ struct Row {
     backward_us: f64,
     comm_us: f64,
     grad_bytes: u64,
+    /// Forward and backward utilisation alone, when the trace has those columns.
+    util: Option<(f64, f64)>,
 }
 
 /// Values from `# key: value` lines of a native trace.
@@ -137,6 +140,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
     let (c_name, c_fwd, c_bwd, c_bytes) =
         (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
     let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
+    let c_util = col("forward_util").zip(col("backward_util"));
 
     let mut rows = Vec::new();
     for record in reader.records() {
@@ -184,6 +188,17 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         let (bytes, at) = field(c_bytes, "grad_bytes");
         let grad_bytes = parse_count(&bytes)
             .ok_or_else(|| Error::parse(at, format!("expected a non-negative byte count, found `{bytes}`")))?;
+        let fraction = |c: usize, name: &str| -> Result<f64> {
+            let (v, at) = field(c, name);
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0 && *x <= 1.0)
+                .ok_or_else(|| Error::parse(at, format!("expected a utilisation in (0, 1], found `{v}`")))
+        };
+        let util = match c_util {
+            Some((f, b)) => Some((fraction(f, "forward_util")?, fraction(b, "backward_util")?)),
+            None => None,
+        };
         rows.push(Row {
             line,
             id,
@@ -196,6 +211,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
                 _ => 0.0,
             },
             grad_bytes,
+            util,
         });
     }
     Ok((meta, rows))
@@ -238,6 +254,7 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
             backward_us: time(3)?,
             comm_us: time(4)?,
             grad_bytes,
+            util: None,
         });
     }
     Ok(rows)
@@ -291,12 +308,17 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             ));
         }
         let comm = Stat::from_samples(&samples(&|r| r.comm_us));
+        let mean = |f: &dyn Fn((f64, f64)) -> f64| {
+            iterations.iter().filter_map(|it| it[k].util).map(f).sum::<f64>() / iterations.len() as f64
+        };
+        let util = first[k].util.map(|_| KernelUtil { forward: mean(&|u| u.0), backward: mean(&|u| u.1) });
         layers.push(Layer {
             name: first[k].name.clone(),
             forward: Stat::from_samples(&samples(&|r| r.forward_us)),
             backward: Stat::from_samples(&samples(&|r| r.backward_us)),
             comm: (comm.mean_ns > 0).then_some(comm),
             grad_bytes: bytes,
+            util,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
@@ -384,6 +406,19 @@ mod tests {
         assert_eq!(w.layers[1].grad_bytes, 4000);
         assert_eq!(w.layers[1].comm.unwrap().mean_ns, 1500);
         assert!(w.layers[0].comm.is_none());
+    }
+
+    #[test]
+    fn native_csv_reads_utilisation_columns() {
+        let text = "name,forward_us,backward_us,grad_bytes,forward_util,backward_util\na,1,2,0,0.25,0.5\n\
+                    a,1,2,0,0.75,1\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        let u = w.layers[0].util.unwrap();
+        assert_eq!((u.forward, u.backward), (0.5, 0.75), "averaged over the two iterations");
+        let e = read_trace_str(&text.replace("0.75", "1.5"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:3") && e.contains("forward_util") && e.contains("(0, 1]"), "{e}");
+        let plain = read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\n", p(), TraceFormat::Auto);
+        assert!(plain.unwrap().layers[0].util.is_none());
     }
 
     #[test]

@@ -22,10 +22,14 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
     if w.fp16 {
         let _ = writeln!(s, "# precision: fp16");
     }
-    s.push_str("layer,name,forward_us,backward_us,comm_us,grad_bytes\n");
+    // Utilisation columns only for workloads that carry it (synthesised ones), so that MPS
+    // sharing reads back the same.
+    let util = w.layers.iter().all(|l| l.util.is_some());
+    s.push_str("layer,name,forward_us,backward_us,comm_us,grad_bytes");
+    s.push_str(if util { ",forward_util,backward_util\n" } else { "\n" });
     let mut id = 0;
     if let Some(d) = w.data_load {
-        let _ = writeln!(s, "0,data,{},0,0,0", us(d.mean_ns));
+        let _ = writeln!(s, "0,data,{},0,0,0{}", us(d.mean_ns), if util { ",1,1" } else { "" });
     }
     for l in &w.layers {
         id += 1;
@@ -33,7 +37,11 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
         // Names with commas or quotes are quoted as CSV requires.
         let name =
             if l.name.contains([',', '"']) { format!("\"{}\"", l.name.replace('"', "\"\"")) } else { l.name.clone() };
-        let _ = writeln!(s, "{id},{name},{},{},{comm},{}", us(l.forward.mean_ns), us(l.backward.mean_ns), l.grad_bytes);
+        let _ = write!(s, "{id},{name},{},{},{comm},{}", us(l.forward.mean_ns), us(l.backward.mean_ns), l.grad_bytes);
+        if let Some(u) = l.util.filter(|_| util) {
+            let _ = write!(s, ",{},{}", u.forward, u.backward);
+        }
+        s.push('\n');
     }
     s
 }

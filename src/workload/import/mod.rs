@@ -111,6 +111,7 @@ impl Profile {
                     backward: t(l.backward_us),
                     comm: l.comm_us.filter(|c| *c > 0.0).map(t),
                     grad_bytes: l.param_bytes,
+                    util: None,
                 })
                 .collect(),
             update: Stat::exact(0),
