@@ -3,7 +3,9 @@
 //! measurements (made by the engine with known values) check that the fits recover what made them;
 //! the ABCI nccl-tests tables check the numbers docs/machines.md reports.
 
-use assert_cmd::Command;
+mod common;
+
+use common::dagsim;
 use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, CollectiveFitOptions, ModelFit};
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, FitOptions, Measurement};
 use dagsim::collective::{Algorithm, CollectiveOp};
@@ -143,10 +145,6 @@ fn abci_two_node_fit_predicts_more_nodes_out_of_sample() {
         // Large messages are bandwidth-bound and stay within a factor of two.
         assert!(p.points.iter().filter(|p| p.bytes >= 16 << 20).all(|p| p.error.abs() < 1.0), "{nodes} nodes");
     }
-}
-
-fn dagsim() -> Command {
-    Command::cargo_bin("dagsim").unwrap()
 }
 
 #[test]

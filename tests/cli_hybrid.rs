@@ -2,7 +2,9 @@
 //! in the three output formats, agreeing with the library, and bad input exiting 2 with the file
 //! or flag named.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{dagsim, fails_with};
 use dagsim::dag::hybrid::Channels;
 use dagsim::hw::load_topology;
 use dagsim::predict_hybrid::{HybridSetup, DEFAULT_HYBRID_TOPOLOGY};
@@ -10,12 +12,6 @@ use dagsim::strategy::hybrid::{HybridTable, Precision};
 use std::path::Path;
 
 const TABLE: &str = "traces/dettmers_alexnet_titanx.csv";
-
-fn dagsim() -> Command {
-    let mut c = Command::cargo_bin("dagsim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 fn stdout(args: &[&str]) -> String {
     let out = dagsim().args(args).output().unwrap();
@@ -78,15 +74,6 @@ fn csv_to_a_file_has_one_row_per_gpu_count() {
     let one_gpu_s: f64 = rows[0][col("iteration_time_s")].parse().unwrap();
     assert_eq!((one_gpu_s * 1e9).round(), 177e6);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
-}
-
-fn fails_with(args: &[&str], needles: &[&str]) {
-    let assert = dagsim().args(args).assert().code(2);
-    let stderr = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    for n in needles {
-        assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
-    }
 }
 
 #[test]

@@ -1,15 +1,11 @@
 //! `dagsim predict` as users run it: the default job, the JSON contract, and bad input giving a
 //! clear error with exit code 2 (never a panic).
 
-use assert_cmd::Command;
+mod common;
+
+use common::{dagsim, fails_with};
 use predicates::prelude::*;
 use std::path::PathBuf;
-
-fn dagsim() -> Command {
-    let mut c = Command::cargo_bin("dagsim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -87,15 +83,6 @@ fn output_file_is_written_whole() {
     assert_eq!(v["gpus"], 4);
     // Only the output file is left in the directory (no temporary files).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-}
-
-fn fails_with(args: &[&str], needles: &[&str]) {
-    let assert = dagsim().args(args).assert().code(2);
-    let stderr = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    for n in needles {
-        assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
-    }
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! `calibrate --gpu --from`) work anywhere and feed `predict`.
 #![cfg(feature = "cuda")]
 
-use assert_cmd::Command;
+mod common;
+
+use common::dagsim;
 use dagsim::gpu::calibration::{
     CalibrationFile, DeviceInfo, Direction, GpuMeasurements, HostCopySeries, HostMemory, Settings, SizePoint,
 };
@@ -11,10 +13,6 @@ use dagsim::gpu::stats::Summary;
 use predicates::prelude::*;
 
 const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/alexnet_k80.csv");
-
-fn dagsim() -> Command {
-    Command::cargo_bin("dagsim").unwrap()
-}
 
 fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the driver library.

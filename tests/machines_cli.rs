@@ -1,12 +1,10 @@
 //! `dagsim calibrate` and the machine flags of `dagsim predict`, run as a user would.
 
-use assert_cmd::Command;
+mod common;
+
+use common::dagsim;
 use predicates::prelude::*;
 use std::path::PathBuf;
-
-fn dagsim() -> Command {
-    Command::cargo_bin("dagsim").unwrap()
-}
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)

@@ -1,11 +1,9 @@
 //! `dagsim compare` end to end: columns, saving, exit codes, atomic output.
 
-use assert_cmd::Command;
-use predicates::prelude::*;
+mod common;
 
-fn dagsim() -> Command {
-    Command::cargo_bin("dagsim").unwrap()
-}
+use common::dagsim;
+use predicates::prelude::*;
 
 #[test]
 fn compare_prints_scaledn_categories_and_savings() {

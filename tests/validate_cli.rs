@@ -2,15 +2,11 @@
 //! workload, the gate's exit codes (0 pass, 1 drift, 2 bad input), rank agreement, the output
 //! formats, and the shipped measurement sets at the tolerances validation/README.md states.
 
-use assert_cmd::Command;
+mod common;
+
+use common::dagsim;
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
-
-fn dagsim() -> Command {
-    let mut c = Command::cargo_bin("dagsim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 /// Two layers, 1 ms forward and 1 ms backward in all, batch 10, no input data: with I/O overlap one
 /// GPU runs an iteration in exactly 2 ms, so 5000 samples/s. `grad_bytes` makes multi-GPU runs

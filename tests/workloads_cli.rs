@@ -1,6 +1,8 @@
 //! `dagsim trace ...` and `dagsim predict --model ...` end to end, and the trace round trip.
 
-use assert_cmd::Command;
+mod common;
+
+use common::dagsim;
 use dagsim::workload::gpu::{GpuSpec, Precision};
 use dagsim::workload::memory::Optimizer;
 use dagsim::workload::synth::{synthesize, SynthOptions};
@@ -8,12 +10,6 @@ use dagsim::workload::zoo::Model;
 use dagsim::workload::{native_trace, read_trace_str, TraceFormat};
 use predicates::str::contains;
 use std::path::Path;
-
-fn dagsim() -> Command {
-    let mut c = Command::cargo_bin("dagsim").unwrap();
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    c
-}
 
 #[test]
 fn a_synthetic_trace_reads_back_to_the_same_workload() {

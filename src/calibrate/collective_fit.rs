@@ -64,22 +64,7 @@ fn calibrated_machine(topology: &Topology, base: Option<&Calibration>, m: &Measu
 
 /// Measured vs simulated time at every size; sizes outside `fit_range` are marked held out.
 fn compare(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit_range: (u64, u64)) -> Result<Vec<FitPoint>> {
-    m.points
-        .iter()
-        .map(|&(bytes, us)| {
-            let model_us = simulate_collective(machine, m.op, algorithm, m.ranks, bytes)? as f64 / 1e3;
-            Ok(FitPoint {
-                input: m.input.clone(),
-                op: m.op,
-                ranks: m.ranks,
-                bytes,
-                measured_us: us,
-                model_us,
-                error: (model_us - us) / us,
-                held_out: !(fit_range.0..=fit_range.1).contains(&bytes),
-            })
-        })
-        .collect()
+    super::measured_vs_model(machine, m, algorithm, m.ranks, |_, bytes| !(fit_range.0..=fit_range.1).contains(&bytes))
 }
 
 /// Sum of squared relative errors over the sizes in the fit range.

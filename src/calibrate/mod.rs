@@ -194,22 +194,37 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
             ),
         ));
     }
-    let mut points = Vec::with_capacity(m.points.len());
-    for (i, &(bytes, us)) in m.points.iter().enumerate() {
-        let model_us = simulate_collective(&fitted, m.op, Algorithm::Ring, ranks, bytes)? as f64 / 1e3;
-        points.push(FitPoint {
-            input: m.input.clone(),
-            op: m.op,
-            ranks,
-            bytes,
-            measured_us: us,
-            model_us,
-            error: (model_us - us) / us,
-            held_out: opts.hold_out && i % 2 == 0,
-        });
-    }
+    let points = measured_vs_model(&fitted, m, Algorithm::Ring, ranks, |i, _| opts.hold_out && i % 2 == 0)?;
     calibration.fit = points.clone();
     Ok(Fit { calibration, kind: route.kind, points })
+}
+
+/// Measured against simulated time at every measured size, on `ranks` ranks; `held_out(index,
+/// bytes)` marks the points the fit did not use.
+pub(crate) fn measured_vs_model(
+    machine: &Machine,
+    m: &Measurement,
+    algorithm: Algorithm,
+    ranks: u32,
+    held_out: impl Fn(usize, u64) -> bool,
+) -> Result<Vec<FitPoint>> {
+    m.points
+        .iter()
+        .enumerate()
+        .map(|(i, &(bytes, us))| {
+            let model_us = simulate_collective(machine, m.op, algorithm, ranks, bytes)? as f64 / 1e3;
+            Ok(FitPoint {
+                input: m.input.clone(),
+                op: m.op,
+                ranks,
+                bytes,
+                measured_us: us,
+                model_us,
+                error: (model_us - us) / us,
+                held_out: held_out(i, bytes),
+            })
+        })
+        .collect()
 }
 
 /// The measurement's ranks must sit on as many nodes of the machine as it ran on hosts.

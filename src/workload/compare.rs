@@ -29,7 +29,7 @@ pub struct LayerError {
 }
 
 /// The result of comparing one profile with its synthetic counterpart.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Comparison {
     pub model: String,
     pub gpu: String,
@@ -169,13 +169,8 @@ pub fn compare(profile: &Profile, synth: &Synthetic) -> Comparison {
         measured_total_us,
         synthetic_total_us,
         timed_layers: profile.layers.iter().filter(|l| l.forward_us + l.backward_us > 0.0).count(),
-        layer_overhead_us: 0.0,
-        calibration_factor: 1.0,
-        median_layer_error: 0.0,
-        median_layer_error_calibrated: 0.0,
-        iteration_error: 0.0,
-        iteration_error_calibrated: 0.0,
         layers,
+        ..Default::default()
     };
     (c.median_layer_error, c.iteration_error) = c.errors_with(1.0, 0.0);
     c.calibrate_with_overhead(0.0);
@@ -353,8 +348,6 @@ mod tests {
             })
             .collect();
         let mut c = Comparison {
-            model: String::new(),
-            gpu: String::new(),
             batch: 1,
             measured_layers: layers.len(),
             synthetic_layers: layers.len(),
@@ -362,13 +355,8 @@ mod tests {
             measured_total_us: layers.iter().map(|l| l.measured_us).sum(),
             synthetic_total_us: layers.iter().map(|l| l.synthetic_us).sum(),
             timed_layers,
-            layer_overhead_us: 0.0,
-            calibration_factor: 1.0,
-            median_layer_error: 0.0,
-            median_layer_error_calibrated: 0.0,
-            iteration_error: 0.0,
-            iteration_error_calibrated: 0.0,
             layers,
+            ..Default::default()
         };
         c.calibrate_with_overhead(0.0);
         c

@@ -1,0 +1,23 @@
+//! Helpers shared by the CLI tests: the binary run from the repository root, and the check that
+//! bad input exits 2 with a message instead of a panic.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use assert_cmd::Command;
+
+/// The `dagsim` binary, run from the repository root so shipped paths resolve.
+pub fn dagsim() -> Command {
+    let mut c = Command::cargo_bin("dagsim").unwrap();
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+/// Runs `dagsim args`, expects exit 2 without a panic, and every needle in stderr.
+pub fn fails_with(args: &[&str], needles: &[&str]) {
+    let assert = dagsim().args(args).assert().code(2);
+    let stderr = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
+    }
+}
