@@ -12,7 +12,7 @@
 //! grid keeps the search from settling in a local dip.
 
 use super::{simulate_collective, Measurement};
-use crate::collective::{Algorithm, CollectiveOp};
+use crate::collective::Algorithm;
 use crate::error::{Error, Result};
 use crate::hw::calibration::{Calibration, CollectiveEfficiency, CurvePoint, FitPoint, LinkCalibration};
 use crate::hw::{DeviceKind, LinkKind, Machine, Topology};
@@ -147,7 +147,7 @@ pub fn fit_efficiency(
     let points = compare(&machine, m, algorithm, opts.fit_range)?;
     let note = format!(
         "{} {} efficiency {e} fitted to {} ranks on {} host(s), sizes {}",
-        op_name(op),
+        op.name(),
         algorithm.name(),
         m.ranks,
         m.hosts.max(1),
@@ -158,7 +158,7 @@ pub fn fit_efficiency(
     calibration.collectives.push(CollectiveEfficiency { op, algorithm, efficiency: e });
     let headline = format!(
         "fitted {} efficiency {e:.4} for algorithm {} (moves bytes/{e:.4}) on sizes {}",
-        op_name(op),
+        op.name(),
         algorithm.name(),
         range_text(opts.fit_range)
     );
@@ -239,7 +239,7 @@ pub fn check(
     let calibration = base.cloned().unwrap_or_else(|| extend(None, topology, m, String::new(), &[]));
     let headline = format!(
         "predicted {} ({}) on {} ranks, {} host(s), nothing fitted",
-        op_name(m.op),
+        m.op.name(),
         algorithm.name(),
         m.ranks,
         m.hosts.max(1)
@@ -303,15 +303,5 @@ fn range_text((lo, hi): (u64, u64)) -> String {
         format!(">= {lo} bytes")
     } else {
         format!("{lo}..{hi} bytes")
-    }
-}
-
-pub fn op_name(op: CollectiveOp) -> &'static str {
-    match op {
-        CollectiveOp::AllReduce => "all-reduce",
-        CollectiveOp::Broadcast => "broadcast",
-        CollectiveOp::Reduce => "reduce",
-        CollectiveOp::Gather => "gather",
-        CollectiveOp::Scatter => "scatter",
     }
 }

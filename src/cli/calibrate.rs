@@ -4,7 +4,7 @@
 
 use super::exit;
 use super::output::{emit, Format};
-use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, op_name, CollectiveFitOptions, ModelFit};
+use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, CollectiveFitOptions, ModelFit};
 use dagsim::calibrate::p2p::{fit_p2p, read_p2p};
 use dagsim::calibrate::{fit_allreduce, read_measurement, summarize, Fit, FitOptions, Measurement};
 use dagsim::collective::{Algorithm, CollectiveOp};
@@ -345,7 +345,7 @@ fn write_csv(w: &mut dyn Write, points: &[FitPoint]) -> std::io::Result<()> {
             w,
             "{},{},{},{},{},{},{},{}",
             p.input,
-            op_name(p.op),
+            p.op.name(),
             p.ranks,
             p.bytes,
             p.measured_us,

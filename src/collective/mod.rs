@@ -21,6 +21,38 @@ pub enum CollectiveOp {
     Gather,
     /// The root's buffer split in N shares, share r to rank r.
     Scatter,
+    /// Every rank ends with every rank's 1/N share: `bytes` is the gathered buffer.
+    AllGather,
+    /// Every rank's buffer summed, rank r keeping the r-th 1/N share: `bytes` is the full buffer.
+    ReduceScatter,
+    /// Every rank sends a distinct 1/N of its `bytes` to every other rank.
+    AllToAll,
+}
+
+impl CollectiveOp {
+    pub const ALL: [CollectiveOp; 8] = [
+        CollectiveOp::AllReduce,
+        CollectiveOp::Broadcast,
+        CollectiveOp::Reduce,
+        CollectiveOp::Gather,
+        CollectiveOp::Scatter,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::AllToAll,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce => "all-reduce",
+            CollectiveOp::Broadcast => "broadcast",
+            CollectiveOp::Reduce => "reduce",
+            CollectiveOp::Gather => "gather",
+            CollectiveOp::Scatter => "scatter",
+            CollectiveOp::AllGather => "all-gather",
+            CollectiveOp::ReduceScatter => "reduce-scatter",
+            CollectiveOp::AllToAll => "all-to-all",
+        }
+    }
 }
 
 /// How it is carried out. Algorithms that only define an all-reduce carry the rooted operations
@@ -227,6 +259,11 @@ impl Plan {
             (CollectiveOp::Scatter, _) => Plan::FromRoot { ranks, chunk: share },
             (CollectiveOp::Reduce, _) => Plan::ToRoot { ranks, chunk: bytes },
             (CollectiveOp::Gather, _) => Plan::ToRoot { ranks, chunk: share },
+            // Every algorithm runs these as one half of the ring all-reduce: N-1 steps of K/N.
+            (CollectiveOp::AllGather | CollectiveOp::ReduceScatter, _) => {
+                Plan::Ring { ranks, chunk: share, steps: ranks - 1 }
+            }
+            (CollectiveOp::AllToAll, _) => Plan::AllToAll { ranks, chunk: share, steps: 1 },
         }
     }
 
@@ -478,6 +515,21 @@ mod tests {
     }
 
     #[test]
+    fn gather_scatter_halves_and_all_to_all() {
+        for op in [CollectiveOp::AllGather, CollectiveOp::ReduceScatter] {
+            let p = Plan::lower(op, Algorithm::Ring, 4, 1000);
+            assert_eq!(p, Plan::Ring { ranks: 4, chunk: 250, steps: 3 });
+            assert_eq!(p.bytes_sent_per_rank(), 750); // (N-1)/N of the buffer
+        }
+        let p = Plan::lower(CollectiveOp::AllToAll, Algorithm::Ring, 4, 1000);
+        assert_eq!(steps(&p)[0].len(), 12);
+        assert_eq!(p.bytes_sent_per_rank(), 750);
+        for op in CollectiveOp::ALL {
+            assert!(!op.name().is_empty());
+        }
+    }
+
+    #[test]
     fn ring_broadcast_pipelines_pieces() {
         let p = Plan::lower_on(CollectiveOp::Broadcast, Algorithm::Ring, Layout::flat(3), 600);
         let s = steps(&p);
@@ -498,8 +550,7 @@ mod step_class_tests {
         let layouts = [Layout::flat(6), Layout::from_nodes([0, 0, 0, 1, 1, 1, 2, 2, 2])];
         for layout in layouts {
             for alg in Algorithm::ALL {
-                for op in [CollectiveOp::AllReduce, CollectiveOp::Broadcast, CollectiveOp::Reduce, CollectiveOp::Gather]
-                {
+                for op in CollectiveOp::ALL {
                     let p = Plan::lower_on(op, alg, layout, 1 << 20);
                     let mut first: std::collections::HashMap<u32, Vec<Transfer>> = Default::default();
                     for s in 0..p.step_count() {
