@@ -6,6 +6,7 @@
 //! [`predict`] wires the stages together; [`scenario`] reads the files that bundle a setup.
 //! The library never prints or exits; `src/cli` does.
 
+pub mod atomic_file;
 pub mod bench;
 pub mod calibrate;
 pub mod collective;

@@ -89,6 +89,7 @@ pub fn run() -> ExitCode {
         }
     }
     dagsim::limits::set(limits);
+    output::install_interrupt_cleanup();
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),
