@@ -102,18 +102,18 @@ pub struct Workload {
 impl Workload {
     /// Sum of mean forward times.
     pub fn forward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.forward.mean_ns).sum()
+        self.layers.iter().map(|l| l.forward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Sum of mean backward times.
     pub fn backward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.backward.mean_ns).sum()
+        self.layers.iter().map(|l| l.backward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Total gradient bytes exchanged per iteration.
     pub fn grad_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.grad_bytes).sum()
+        self.layers.iter().map(|l| l.grad_bytes).fold(0, u64::saturating_add)
     }
     /// Sum of the measured communication column (zero where absent).
     pub fn measured_comm_ns(&self) -> Nanos {
-        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).sum()
+        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).fold(0, u64::saturating_add)
     }
 }
