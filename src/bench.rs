@@ -41,6 +41,7 @@ pub fn synthetic(layers: usize) -> Workload {
         comm: None,
         grad_bytes: total_bytes / layers as u64,
         util: None,
+        tp: None,
     };
     Workload {
         name: format!("synthetic{layers}"),

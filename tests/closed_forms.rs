@@ -38,6 +38,7 @@ fn workload(layers: &[(u64, u64, u64)], sample_bytes: u64, device_sample_bytes: 
                 comm: Some(Stat::exact(c)),
                 grad_bytes: 1000,
                 util: None,
+                tp: None,
             })
             .collect(),
         update: Stat::exact(update_ns),

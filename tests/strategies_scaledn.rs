@@ -131,6 +131,7 @@ fn small_model() -> Workload {
             comm: None,
             grad_bytes: 14_000_000 / 158,
             util: None,
+            tp: None,
         })
         .collect();
     Workload {

@@ -33,6 +33,7 @@ fn workload(grads: [u64; 2], device_sample_bytes: u64) -> Workload {
         comm: None,
         grad_bytes: g,
         util: None,
+        tp: None,
     };
     Workload {
         name: "tiny".into(),

@@ -319,6 +319,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             comm: (comm.mean_ns > 0).then_some(comm),
             grad_bytes: bytes,
             util,
+            tp: None,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.

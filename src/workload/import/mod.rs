@@ -112,6 +112,7 @@ impl Profile {
                     comm: l.comm_us.filter(|c| *c > 0.0).map(t),
                     grad_bytes: l.param_bytes,
                     util: None,
+                    tp: None,
                 })
                 .collect(),
             update: Stat::exact(0),
