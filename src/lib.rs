@@ -15,6 +15,7 @@ pub mod error;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hw;
+pub mod parallel;
 pub mod predict;
 pub mod predict_hybrid;
 pub mod report;

@@ -7,6 +7,7 @@ pub mod build;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
+pub mod schedule;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};

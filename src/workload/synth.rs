@@ -159,6 +159,21 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
     if opts.batch == 0 {
         return Err(Error::invalid("--batch", "batch size must be at least 1"));
     }
+    if opts.precision == Precision::Fp8 {
+        return Err(Error::invalid(
+            "--precision",
+            format!(
+                "fp8 applies to transformer models (Transformer Engine), not to `{}`; use fp32, fp16 or bf16",
+                model.name
+            ),
+        ));
+    }
+    if !gpu.supports(opts.precision) {
+        return Err(Error::invalid(
+            "--precision",
+            format!("{} has no {} tensor cores; use fp32 or fp16", gpu.name, opts.precision.name()),
+        ));
+    }
     let b = opts.batch as f64;
     let elem = opts.precision.bytes() as f64;
     let mem = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
