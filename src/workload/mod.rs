@@ -6,10 +6,12 @@
 pub mod compare;
 pub mod gpu;
 pub mod import;
+pub mod llm;
 pub mod memory;
 pub mod source;
 pub mod synth;
 mod trace;
+pub mod transformer;
 mod write;
 pub mod zoo;
 
@@ -63,6 +65,28 @@ pub struct Layer {
     /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub util: Option<KernelUtil>,
+    /// Tensor-parallel collectives the layer runs (transformer workloads split over a TP group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp: Option<TpComm>,
+}
+
+/// A collective among the GPUs of a tensor-parallel group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpCollective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// The tensor-parallel collectives of one layer: those that follow its forward compute and those
+/// that follow its backward compute, in order, each on `bytes` (the full activation of the
+/// micro-batch, as Megatron's all-reduce, all-gather and reduce-scatter move it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TpComm {
+    pub bytes: u64,
+    pub forward: Vec<TpCollective>,
+    pub backward: Vec<TpCollective>,
 }
 
 /// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels

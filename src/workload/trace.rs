@@ -379,6 +379,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             grad_bytes: bytes,
             grad_tensors: first[k].tensors.clone(),
             util,
+            tp: None,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
