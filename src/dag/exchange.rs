@@ -817,6 +817,7 @@ mod tests {
             grad_bytes: tensors.iter().sum(),
             grad_tensors: tensors.to_vec(),
             util: None,
+            tp: None,
         }
     }
 

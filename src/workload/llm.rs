@@ -571,6 +571,7 @@ impl TransformerCost {
             backward: ns(blk.backward_ns()),
             comm: None,
             grad_bytes: blk.params * grad_bytes,
+            grad_tensors: Vec::new(),
             util: None,
             tp: blk.tp.clone(),
         };
