@@ -17,6 +17,7 @@ pub mod error;
 pub mod gpu;
 pub mod hw;
 pub mod limits;
+pub mod parallel;
 pub mod predict;
 pub mod predict_hybrid;
 pub mod report;

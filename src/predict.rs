@@ -92,7 +92,7 @@ impl Setup {
     }
 
     /// How many GPUs (one node's) stand for all `gpus` when every node behaves alike: plain
-    /// all-reduce data parallelism (no master GPU, no MPS) with an all-reduce whose transfers are
+    /// all-reduce data parallelism (no master GPU, no MPS, no parameter servers) with an all-reduce whose transfers are
     /// the same from every node's point of view (ring, hierarchical) on whole identical nodes with
     /// local storage ([`Machine::uniform_nodes`]). Then each node sees the same traffic at the
     /// same instants, and a collective step, which ends with its slowest transfer, ends at the
@@ -101,7 +101,8 @@ impl Setup {
     pub fn representatives(&self, machine: &Machine, gpus: u32) -> Option<u32> {
         let s = &self.strategy;
         let symmetric_allreduce = matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical);
-        if s.master || s.mps.is_some() || !symmetric_allreduce {
+        let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
+        if s.master || s.mps.is_some() || !symmetric_allreduce || servers {
             return None;
         }
         machine.uniform_nodes(gpus)

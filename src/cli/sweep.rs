@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 
 const EXAMPLES: &str = "\
 Examples:
-  dagsim sweep scenarios/sweep_k80_v100.toml -o results.csv --plots plots/
-  dagsim sweep scenarios/sweep_k80_v100.toml --format text
-  dagsim sweep scenarios/sweep_k80_v100.toml --shard 0/4 -o part-0.csv     # one slice of four
-  dagsim sweep merge part-*.csv --sweep scenarios/sweep_k80_v100.toml -o results.csv
+  dagsim sweep sweeps/dag_paper_k80_v100.toml -o results.csv --plots plots/
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --format text
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --shard 0/2 -o part-0.csv     # one slice of two
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --shard 1/2 -o part-1.csv
+  dagsim sweep merge part-*.csv --sweep sweeps/dag_paper_k80_v100.toml -o merged.csv
   dagsim sweep plot results.csv --dir plots/
 
 A sweep file has a [base] scenario and a [grid] of axes; every combination is one point and one
@@ -45,7 +46,9 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Action {
     /// Join shard outputs into one table (each point once, sorted).
-    #[command(after_help = "Example:\n  dagsim sweep merge part-*.csv --sweep sweep.toml -o results.csv")]
+    #[command(
+        after_help = "Example:\n  dagsim sweep merge part-*.csv --sweep sweeps/dag_paper_k80_v100.toml -o results.csv"
+    )]
     Merge(MergeArgs),
     /// Draw speedup and breakdown plots (PNG and SVG) from a sweep table.
     #[command(after_help = "Example:\n  dagsim sweep plot results.csv --dir plots/ --title \"AlexNet\"")]

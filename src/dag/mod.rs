@@ -4,9 +4,11 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
+mod exchange;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
+pub mod schedule;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
@@ -59,6 +61,11 @@ pub enum Phase {
     LossExchange,
     /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
     Codec,
+    /// A framework's control work around communication: launching a collective, a scheduler's
+    /// turn, waiting for Horovod's next cycle and negotiating it.
+    Coordination,
+    /// Parameter servers summing pushed gradients (and applying the optimizer) on their CPUs.
+    ServerReduce,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -72,7 +79,7 @@ pub enum Category {
 
 impl Phase {
     /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 13] = [
         Phase::Io,
         Phase::HostToDevice,
         Phase::Forward,
@@ -84,6 +91,8 @@ impl Phase {
         Phase::ModelParallelExchange,
         Phase::LossExchange,
         Phase::Codec,
+        Phase::Coordination,
+        Phase::ServerReduce,
     ];
 
     pub fn category(self) -> Category {
@@ -91,6 +100,8 @@ impl Phase {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
             Phase::GradientAggregation
+            | Phase::Coordination
+            | Phase::ServerReduce
             | Phase::WeightBroadcast
             | Phase::ModelParallelExchange
             | Phase::LossExchange => Category::Communication,
@@ -112,6 +123,8 @@ impl Phase {
             Phase::ModelParallelExchange => "mp-exchange",
             Phase::LossExchange => "loss",
             Phase::Codec => "codec",
+            Phase::Coordination => "coordination",
+            Phase::ServerReduce => "server-reduce",
         }
     }
 }

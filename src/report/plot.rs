@@ -75,6 +75,8 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::ModelParallelExchange => RGBColor(140, 86, 75),
         Phase::LossExchange => RGBColor(188, 189, 34),
         Phase::Codec => RGBColor(127, 127, 127),
+        Phase::Coordination => RGBColor(255, 152, 150),
+        Phase::ServerReduce => RGBColor(197, 176, 213),
     }
 }
 

@@ -5,7 +5,9 @@
 //! * **Native CSV** (documented in `traces/README.md`): `# key: value` metadata lines, then a header
 //!   row naming at least `name,forward_us,backward_us,grad_bytes` (optional `layer`, `comm_us`,
 //!   `iteration`, and `forward_util,backward_util`: the fraction of the GPU the layer's kernels
-//!   keep busy alone, as synthesis derives it), then one row per layer per iteration.
+//!   keep busy alone, as synthesis derives it; `grad_tensors`: the layer's gradient tensors in bytes
+//!   separated by `;`, summing to `grad_bytes`), then one row per layer per iteration. Without
+//!   `grad_tensors` each learnable layer counts as one tensor.
 //! * **Shi et al. table** (the DAG paper's Table VI and its published trace files): whitespace-,
 //!   tab- or comma-separated `id name forward backward comm size`, times in microseconds, sizes in
 //!   bytes, optional header line; a file may hold many iterations, each restarting at the first id.
@@ -38,6 +40,8 @@ struct Row {
     grad_bytes: u64,
     /// Forward and backward utilisation alone, when the trace has those columns.
     util: Option<(f64, f64)>,
+    /// The layer's gradient tensors in bytes, when the trace lists them.
+    tensors: Vec<u64>,
 }
 
 /// Values from `# key: value` lines of a native trace.
@@ -167,6 +171,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
     let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
     let c_util = col("forward_util").zip(col("backward_util"));
+    let c_tensors = col("grad_tensors");
 
     let mut rows = Vec::new();
     for record in reader.records() {
@@ -224,6 +229,13 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             Some((f, b)) => Some((fraction(f, "forward_util")?, fraction(b, "backward_util")?)),
             None => None,
         };
+        let tensors = match c_tensors {
+            Some(c) => {
+                let (v, at) = field(c, "grad_tensors");
+                parse_tensors(&v, grad_bytes).map_err(|m| Error::parse(at, m))?
+            }
+            None => Vec::new(),
+        };
         rows.push(Row {
             line,
             id,
@@ -237,6 +249,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             },
             grad_bytes,
             util,
+            tensors,
         });
     }
     Ok((meta, rows))
@@ -282,6 +295,7 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
             comm_us: time(4)?,
             grad_bytes,
             util: None,
+            tensors: Vec::new(),
         });
     }
     Ok(rows)
@@ -290,6 +304,27 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
 /// A time in microseconds: finite, non-negative, within the range of `units`.
 fn parse_time(v: &str) -> std::result::Result<f64, String> {
     crate::units::parse_duration_us(v)
+}
+
+/// A `grad_tensors` cell: positive byte counts separated by `;` that sum to the layer's
+/// `grad_bytes` (an empty cell for a layer without parameters).
+fn parse_tensors(v: &str, grad_bytes: u64) -> std::result::Result<Vec<u64>, String> {
+    if v.is_empty() {
+        return match grad_bytes {
+            0 => Ok(Vec::new()),
+            _ => Err(format!("empty, but the layer has {grad_bytes} gradient bytes")),
+        };
+    }
+    let tensors = v
+        .split(';')
+        .map(|t| parse_count(t.trim()).filter(|&b| b > 0))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| format!("expected positive byte counts separated by `;`, found `{v}`"))?;
+    let sum: u64 = tensors.iter().sum();
+    if sum != grad_bytes {
+        return Err(format!("the tensors sum to {sum} bytes, but grad_bytes is {grad_bytes}"));
+    }
+    Ok(tensors)
 }
 
 /// A byte or sample count: a non-negative integer, also written in float notation (`1.5e+07`).
@@ -342,7 +377,9 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             backward: Stat::from_samples(&samples(&|r| r.backward_us)),
             comm: (comm.mean_ns > 0).then_some(comm),
             grad_bytes: bytes,
+            grad_tensors: first[k].tensors.clone(),
             util,
+            tp: None,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
@@ -443,6 +480,24 @@ mod tests {
         assert!(e.contains("t.csv:3") && e.contains("forward_util") && e.contains("(0, 1]"), "{e}");
         let plain = read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\n", p(), TraceFormat::Auto);
         assert!(plain.unwrap().layers[0].util.is_none());
+    }
+
+    #[test]
+    fn native_csv_reads_gradient_tensors() {
+        let text = "name,forward_us,backward_us,grad_bytes,grad_tensors\na,1,2,0,\nb,1,2,1000,996;4\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        assert_eq!(w.layers[1].tensors(), [996, 4]);
+        assert_eq!(w.tensor_source(), crate::workload::TensorSource::Listed);
+        assert_eq!(w.tensor_count(), 2);
+        let e = read_trace_str(&text.replace("996;4", "996;5"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:3") && e.contains("grad_tensors") && e.contains("sum to 1001"), "{e}");
+        let e = read_trace_str(&text.replace("996;4", "996;x"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("grad_tensors") && e.contains("separated by `;`"), "{e}");
+        // Without the column every learnable layer is one tensor, and the workload says so.
+        let plain =
+            read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\nb,1,2,8\n", p(), TraceFormat::Auto);
+        let plain = plain.unwrap();
+        assert_eq!((plain.tensor_count(), plain.tensor_source()), (1, crate::workload::TensorSource::PerLayer));
     }
 
     #[test]
