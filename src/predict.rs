@@ -46,6 +46,8 @@ impl Setup {
                 ),
             ));
         }
+        crate::limits::check("iterations", self.iterations as u64)?;
+        crate::limits::check("layers", self.workload.layers.len() as u64)?;
         if self.workload.batch_per_gpu == 0 {
             return Err(Error::invalid(
                 "workload",
@@ -70,8 +72,13 @@ impl Setup {
         if gpus == 0 {
             return Err(Error::invalid("GPU count", "must be at least 1"));
         }
+        crate::limits::check("gpus", gpus as u64)?;
         let machine = self.topology.instantiate(gpus)?;
         let represented = if symmetric { self.representatives(&machine, gpus).unwrap_or(gpus) } else { gpus };
+        // Refuse a DAG too big to hold before building it: a few tasks per layer, GPU and iteration.
+        let layers = self.workload.layers.len() as u64;
+        let tasks = (represented as u64).saturating_mul(self.iterations as u64).saturating_mul(3 * layers + 8);
+        crate::limits::check("tasks", tasks)?;
         let dag = build_dag(&BuildInput {
             workload: &self.workload,
             machine: &machine,
@@ -109,6 +116,15 @@ impl Setup {
 
     /// [`Setup::predict`], choosing whether symmetric setups may be reduced to one node.
     pub fn predict_with(&self, gpus: u32, symmetric: bool) -> Result<Prediction> {
+        if self.iterations < 2 {
+            return Err(Error::invalid(
+                "iterations",
+                format!(
+                    "{} iterations cannot give a steady state: at least 2 are needed (one warm-up)",
+                    self.iterations
+                ),
+            ));
+        }
         let sim = self.simulate_represented(gpus, Options::default(), symmetric)?;
         let steady = steady_state(&sim.dag, &sim.run);
         let iteration_time_s = ns_to_s(steady.iteration_ns);

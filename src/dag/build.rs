@@ -122,7 +122,7 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             let info = m.gpus[gi];
             let batch = w.batch_per_gpu as u64;
             let io = b.add_task(task(
-                Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes },
+                Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) },
                 None,
                 Phase::Io,
                 Some(g),
@@ -131,7 +131,11 @@ pub fn build_ssgd(input: &BuildInput) -> Result<Dag> {
             ));
             let h2d_work = match (s.comm_source, w.data_load) {
                 (CommSource::Trace, Some(load)) => Work::Fixed { ns: load.mean_ns },
-                _ => Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes },
+                _ => Work::Transfer {
+                    src: info.host,
+                    dst: info.device,
+                    bytes: batch.saturating_mul(w.device_sample_bytes),
+                },
             };
             let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
             b.add_edge(io, h2d);

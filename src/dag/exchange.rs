@@ -825,6 +825,7 @@ mod tests {
             grad_bytes: tensors.iter().sum(),
             grad_tensors: tensors.to_vec(),
             util: None,
+            tp: None,
         }
     }
 

@@ -8,6 +8,7 @@ mod exchange;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
+pub mod schedule;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};

@@ -96,7 +96,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             // As in the S-SGD DAG: with I/O overlap the next read follows the previous copy and the
             // next copy waits for the input buffer to be consumed; without, both wait for the update.
             let io_after = if s.io_overlap { prev_h2d[r] } else { prev_update[r] };
-            let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes };
+            let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) };
             let mut io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
             if let Some(l) = s.loader {
                 // The process's workers decode and augment the batch on the node's shared cores.
@@ -108,7 +108,8 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 };
                 io = add(&mut b, task(work, None, Phase::Io, g, it, None), &[io]);
             }
-            let h2d = Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes };
+            let h2d =
+                Work::Transfer { src: info.host, dst: info.device, bytes: batch.saturating_mul(w.device_sample_bytes) };
             let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &[io]);
             if s.io_overlap {
                 if let Some(f) = prev_first_fwd[r] {

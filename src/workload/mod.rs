@@ -6,10 +6,12 @@
 pub mod compare;
 pub mod gpu;
 pub mod import;
+pub mod llm;
 pub mod memory;
 pub mod source;
 pub mod synth;
 mod trace;
+pub mod transformer;
 mod write;
 pub mod zoo;
 
@@ -63,6 +65,28 @@ pub struct Layer {
     /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub util: Option<KernelUtil>,
+    /// Tensor-parallel collectives the layer runs (transformer workloads split over a TP group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp: Option<TpComm>,
+}
+
+/// A collective among the GPUs of a tensor-parallel group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpCollective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// The tensor-parallel collectives of one layer: those that follow its forward compute and those
+/// that follow its backward compute, in order, each on `bytes` (the full activation of the
+/// micro-batch, as Megatron's all-reduce, all-gather and reduce-scatter move it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TpComm {
+    pub bytes: u64,
+    pub forward: Vec<TpCollective>,
+    pub backward: Vec<TpCollective>,
 }
 
 /// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels
@@ -145,15 +169,15 @@ pub struct Workload {
 impl Workload {
     /// Sum of mean forward times.
     pub fn forward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.forward.mean_ns).sum()
+        self.layers.iter().map(|l| l.forward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Sum of mean backward times.
     pub fn backward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.backward.mean_ns).sum()
+        self.layers.iter().map(|l| l.backward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Total gradient bytes exchanged per iteration.
     pub fn grad_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.grad_bytes).sum()
+        self.layers.iter().map(|l| l.grad_bytes).fold(0, u64::saturating_add)
     }
     /// Number of gradient tensors (see [`Layer::tensors`]).
     pub fn tensor_count(&self) -> usize {
@@ -172,6 +196,6 @@ impl Workload {
 
     /// Sum of the measured communication column (zero where absent).
     pub fn measured_comm_ns(&self) -> Nanos {
-        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).sum()
+        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).fold(0, u64::saturating_add)
     }
 }

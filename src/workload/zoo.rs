@@ -116,6 +116,11 @@ impl Model {
     }
 }
 
+/// True when `name` is one of the zoo's models (any accepted spelling).
+pub fn is_zoo_name(name: &str) -> bool {
+    Model::by_name(name, None).is_ok()
+}
+
 /// Names accepted by [`Model::by_name`] (canonical spellings).
 pub const MODEL_NAMES: &[&str] = &[
     "alexnet",

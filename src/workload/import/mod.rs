@@ -116,6 +116,7 @@ impl Profile {
                     grad_bytes: l.param_bytes,
                     grad_tensors: l.tensors.clone(),
                     util: None,
+                    tp: None,
                 })
                 .collect(),
             update: Stat::exact(0),
