@@ -12,7 +12,7 @@ Examples:
   dagsim validate validation/*.csv
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
   dagsim validate validation/*.csv --format json -o validation-report.json
-  dagsim validate validation/*.csv --baseline alpha-beta
+  dagsim validate validation/scaledn.csv --baseline alpha-beta
 
 Each CSV row is one measurement: its setup (scenario file and/or trace, topology, GPU count,
 strategy) and the measured throughput, iteration time or speedup. The format is in
