@@ -152,6 +152,9 @@ impl Setup {
                 CommSource::Trace => "trace",
             }
             .to_string(),
+            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
+            grad_tensors: self.workload.tensor_count(),
+            grad_tensors_source: self.workload.tensor_source(),
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: samples / iteration_time_s,

@@ -126,6 +126,14 @@ pub enum TensorSource {
 }
 
 impl TensorSource {
+    /// The value in CSV and JSON output.
+    pub fn key(self) -> &'static str {
+        match self {
+            TensorSource::Listed => "listed",
+            TensorSource::PerLayer => "per_layer",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TensorSource::Listed => "listed",
