@@ -79,6 +79,7 @@ impl Setup {
             strategy: &self.strategy,
             iterations: self.iterations,
             represented,
+            plan: None,
         })?;
         let run = simulate(&dag, &machine, options)?;
         Ok(Simulated { machine, dag, run })

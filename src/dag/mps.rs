@@ -150,7 +150,15 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
         if ranks > 1 {
             // Each client encodes and decodes its own gradients on its stream, as GPU work shared
             // with the other clients' kernels.
-            let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm, iteration: it };
+            let exchange = Exchange {
+                workload: w,
+                strategy: s,
+                buckets: &bucket_plan,
+                group,
+                comm,
+                iteration: it,
+                op: crate::collective::CollectiveOp::AllReduce,
+            };
             let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
                 let g = r as u32 / k;
                 b.add_task(task(shared(g, ns, other_util), Some(stream[r]), Phase::Codec, g, it, Some(l)))

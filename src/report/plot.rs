@@ -75,6 +75,9 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::ModelParallelExchange => RGBColor(140, 86, 75),
         Phase::LossExchange => RGBColor(188, 189, 34),
         Phase::Codec => RGBColor(127, 127, 127),
+        Phase::TensorParallel => RGBColor(255, 152, 150),
+        Phase::PipelineTransfer => RGBColor(196, 156, 148),
+        Phase::ParamGather => RGBColor(247, 182, 210),
     }
 }
 
