@@ -40,6 +40,7 @@ pub fn synthetic(layers: usize) -> Workload {
         backward: Stat::exact(600_000),
         comm: None,
         grad_bytes: total_bytes / layers as u64,
+        grad_tensors: Vec::new(),
         util: None,
         tp: None,
     };

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 const EXAMPLES: &str = "\
 Examples:
   dagsim validate validation/*.csv
-  dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 10% --max-error 25%
+  dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
   dagsim validate validation/*.csv --format json -o validation-report.json
 
 Each CSV row is one measurement: its setup (scenario file and/or trace, topology, GPU count,

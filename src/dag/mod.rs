@@ -4,6 +4,7 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
+mod exchange;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
@@ -61,6 +62,11 @@ pub enum Phase {
     LossExchange,
     /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
     Codec,
+    /// A framework's control work around communication: launching a collective, a scheduler's
+    /// turn, waiting for Horovod's next cycle and negotiating it.
+    Coordination,
+    /// Parameter servers summing pushed gradients (and applying the optimizer) on their CPUs.
+    ServerReduce,
     /// A tensor-parallel collective (all-reduce, or all-gather / reduce-scatter with sequence
     /// parallelism) inside a layer.
     TensorParallel,
@@ -82,7 +88,7 @@ pub enum Category {
 
 impl Phase {
     /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
-    pub const ALL: [Phase; 14] = [
+    pub const ALL: [Phase; 16] = [
         Phase::Io,
         Phase::HostToDevice,
         Phase::Forward,
@@ -94,6 +100,8 @@ impl Phase {
         Phase::ModelParallelExchange,
         Phase::LossExchange,
         Phase::Codec,
+        Phase::Coordination,
+        Phase::ServerReduce,
         Phase::TensorParallel,
         Phase::PipelineTransfer,
         Phase::ParamGather,
@@ -104,6 +112,8 @@ impl Phase {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
             Phase::GradientAggregation
+            | Phase::Coordination
+            | Phase::ServerReduce
             | Phase::WeightBroadcast
             | Phase::ModelParallelExchange
             | Phase::LossExchange
@@ -128,6 +138,8 @@ impl Phase {
             Phase::ModelParallelExchange => "mp-exchange",
             Phase::LossExchange => "loss",
             Phase::Codec => "codec",
+            Phase::Coordination => "coordination",
+            Phase::ServerReduce => "server-reduce",
             Phase::TensorParallel => "tp",
             Phase::PipelineTransfer => "pp",
             Phase::ParamGather => "param-gather",

@@ -10,7 +10,7 @@
 //! tensor-parallel collectives is followed by them, over its TP group. Steps that need another
 //! stage's output wait for a transfer from it (activations forward, their gradients backward).
 //! Gradients of the last micro-batch go through the data-parallel exchange
-//! ([`super::build::add_gradient_exchange`]) per DP group; ZeRO-1/2 reduce-scatter them and
+//! ([`super::exchange`], the strategy's runtime grouping the gradients) per DP group; ZeRO-1/2 reduce-scatter them and
 //! all-gather the updated parameters, which the next iteration's first forward of each layer waits
 //! for; ZeRO-3/FSDP gather each layer's parameters before each use (prefetching one layer ahead)
 //! and reduce-scatter its gradient after every micro-batch. Tied embeddings are all-reduced between
@@ -20,7 +20,8 @@
 //! them by symmetry, and every collective still spans all its ranks, so contention on shared
 //! links is modelled.
 
-use super::build::{add_gradient_exchange, bucket_starts_layer, buckets, check_input, Bucket, BuildInput, Exchange};
+use super::build::{check_input, BuildInput};
+use super::exchange::{self, add_gradient_exchange, add_server_exchange, Bucket, Exchange, Queues, ServerSetup};
 use super::schedule::{stage_order, upstream, Pass, Step};
 use super::{Dag, DagBuilder, DagMeta, Discipline, GroupId, Phase, QueueId, Task, TaskId, Work};
 use crate::collective::CollectiveOp;
@@ -76,7 +77,7 @@ impl PlanLayout {
 struct DpGroup {
     stage: u32,
     group: GroupId,
-    comm: QueueId,
+    queues: Queues,
     gather: Option<QueueId>,
     /// Its represented members' GPU indices, in group order.
     members: Vec<u32>,
@@ -108,17 +109,31 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let nl = layers.len();
     let (tp, pp, dp) = (plan.tp, plan.pp, plan.dp);
     let micro_batches = plan.micro_batches().max(1);
-    let single = tp == 1 && pp == 1 && micro_batches == 1 && plan.sharding == Sharding::None;
 
     let mut b = DagBuilder::new();
     if !identity {
         b.set_ranks(rep.clone());
     }
     let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
-    let discipline = if s.priority_partition.is_some() { Discipline::Priority } else { Discipline::Fifo };
+
+    // Per stage: its layers, a workload of just those, and how the strategy's runtime groups its
+    // gradients for the DP exchange.
+    let shard = layout.shard_group.clamp(1, dp);
+    let stage_layers: Vec<Vec<usize>> = (0..pp).map(|st| layout.stage_layers(st)).collect();
+    let stage_workloads: Vec<Option<Workload>> = stage_layers
+        .iter()
+        .map(|ls| (pp > 1).then(|| Workload { layers: ls.iter().map(|&l| layers[l].clone()).collect(), ..w.clone() }))
+        .collect();
+    let stage_w = |st: u32| stage_workloads[st as usize].as_ref().unwrap_or(w);
+    let dp_width = if plan.sharding == Sharding::FsdpHybrid { shard } else { dp };
+    let exchange_plans: Vec<exchange::Plan> =
+        (0..pp).map(|st| exchange::plan(stage_w(st), s, m, dp_width)).collect::<Result<_>>()?;
+    let servers_wanted = exchange_plans[0].servers;
+    if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None) && dp > 1 {
+        return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
+    }
 
     // Data-parallel communicators, one per (stage, TP rank) (FSDP hybrid: per shard group).
-    let shard = layout.shard_group.clamp(1, dp);
     let hybrid = plan.sharding == Sharding::FsdpHybrid && shard < dp;
     let mut dp_groups: Vec<DpGroup> = Vec::new();
     for stage in 0..pp {
@@ -131,8 +146,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 if members.is_empty() {
                     continue;
                 }
-                let name = if single { "comm".to_string() } else { format!("dp{stage}.{t}.{first}.comm") };
-                let comm = b.add_queue(name, discipline, None);
+                let queues = Queues::new(&mut b, &exchange_plans[stage as usize]);
                 let group = b.add_group(ranks_of);
                 let gather = plan
                     .sharding
@@ -149,10 +163,18 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         b.add_queue(format!("dp{stage}.{t}.{first}.replicas"), Discipline::Fifo, None),
                     )
                 });
-                dp_groups.push(DpGroup { stage, group, comm, gather, members, replicas });
+                dp_groups.push(DpGroup { stage, group, queues, gather, members, replicas });
             }
         }
     }
+    // Parameter servers (plain data parallelism): set up once, as the S-SGD builder does.
+    let servers = match (servers_wanted, ranks > 1) {
+        (Some(srv), true) if n == ranks => Some(ServerSetup::new(&mut b, m, ranks, &srv)),
+        (Some(_), true) => {
+            return Err(Error::invalid("represented GPUs", "parameter-server runtimes need every GPU simulated"))
+        }
+        _ => None,
+    };
     // Each represented GPU's DP group.
     let mut dp_group_of = vec![usize::MAX; n as usize];
     for (i, dpg) in dp_groups.iter().enumerate() {
@@ -203,14 +225,6 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         priority: layer.map(|l| l as i32).unwrap_or(0),
     };
 
-    // Per stage: its layers, a workload of just those (for gradient buckets) and its buckets.
-    let stage_layers: Vec<Vec<usize>> = (0..pp).map(|st| layout.stage_layers(st)).collect();
-    let stage_workloads: Vec<Option<Workload>> = stage_layers
-        .iter()
-        .map(|ls| (pp > 1).then(|| Workload { layers: ls.iter().map(|&l| layers[l].clone()).collect(), ..w.clone() }))
-        .collect();
-    let stage_w = |st: u32| stage_workloads[st as usize].as_ref().unwrap_or(w);
-    let bucket_plans: Vec<Vec<Bucket>> = (0..pp).map(|st| buckets(stage_w(st), s)).collect();
     let total_grad = w.grad_bytes().max(1);
     let update_ns: Vec<Nanos> = (0..pp)
         .map(|st| {
@@ -232,10 +246,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; n as usize];
     // Priority scheduling and ZeRO parameter gathers: per GPU and layer, what the next forward of
     // that layer waits for.
-    let per_layer_sync = s.priority_partition.is_some() && ranks > 1;
+    let per_layer_sync = exchange_plans[0].priority && ranks > 1;
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let mut param_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len()];
+    let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
     let gather_params = plan.sharding.shards_params() && dp > 1;
 
     for it in 0..iterations {
@@ -256,7 +271,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 let info = m.gpus[rep[gi] as usize];
                 let batch = w.batch_per_gpu as u64 * micro_batches as u64;
                 let io = b.add_task(task(
-                    Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes },
+                    Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) },
                     None,
                     Phase::Io,
                     Some(g),
@@ -265,7 +280,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 ));
                 let h2d_work = match (s.comm_source, w.data_load) {
                     (CommSource::Trace, Some(load)) => Work::Fixed { ns: load.mean_ns },
-                    _ => Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes },
+                    _ => Work::Transfer {
+                        src: info.host,
+                        dst: info.device,
+                        bytes: batch.saturating_mul(w.device_sample_bytes),
+                    },
                 };
                 let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
                 b.add_edge(io, h2d);
@@ -352,6 +371,9 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 b.add_edge(p, t);
                             }
                             first_compute[k] = Some(t);
+                        }
+                        if step.pass == Pass::Forward {
+                            last_forward[gi] = Some(t);
                         }
                         if step.pass == Pass::Backward {
                             if bwd[gi][step.micro_batch as usize].is_empty() {
@@ -461,7 +483,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             let st = dpg.stage;
             let sl = &stage_layers[st as usize];
             let to_global = |l: usize| if pp > 1 { sl[l] } else { l };
-            let bucket_plan = &bucket_plans[st as usize];
+            let explan = &exchange_plans[st as usize];
+            let bucket_plan = &explan.buckets;
             let members = &dpg.members;
             let upd: Vec<TaskId> = members.iter().map(|&g| updates[g as usize]).collect();
             let mbs: Vec<u32> = if every_micro_batch { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
@@ -473,12 +496,17 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 let exchange = Exchange {
                     workload: stage_w(st),
                     strategy: s,
-                    buckets: bucket_plan,
+                    plan: explan,
                     group: dpg.group,
-                    comm: dpg.comm,
+                    queues: &dpg.queues,
                     iteration: it,
+                    backward_start: last_forward[members[0] as usize],
                     op,
                 };
+                if let Some(setup) = &servers {
+                    add_server_exchange(&mut b, &exchange, setup, m, &grads, &upd);
+                    continue;
+                }
                 let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l: usize| {
                     let g = members[r];
                     b.add_task(task(
@@ -495,7 +523,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     let g = members[r] as usize;
                     if per_layer_sync {
                         let l = to_global(bucket.last);
-                        if bucket_starts_layer(bucket_plan, bucket) {
+                        if exchange::bucket_starts_layer(bucket_plan, bucket) {
                             layer_ready[g][l].clear();
                         }
                         layer_ready[g][l].push(done);

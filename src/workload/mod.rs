@@ -56,6 +56,11 @@ pub struct Layer {
     pub comm: Option<Stat>,
     /// Bytes of gradient this layer exchanges (equal to its parameter bytes; 0 if not learnable).
     pub grad_bytes: u64,
+    /// The layer's gradient tensors in bytes (weight, bias, ...), summing to `grad_bytes`, when
+    /// the source lists them (the zoo, a trace with a `grad_tensors` column, a per-blob profile).
+    /// Empty: not listed, and the layer counts as one tensor (see [`Layer::tensors`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grad_tensors: Vec<u64>,
     /// Fraction of the GPU the layer's kernels keep busy when one process runs them alone.
     /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -97,6 +102,36 @@ impl Layer {
     pub fn is_learnable(&self) -> bool {
         self.grad_bytes > 0
     }
+
+    /// The layer's gradient tensors in bytes, in registration order: the listed ones, or the
+    /// whole gradient as one tensor when none are listed (none for a layer without parameters).
+    pub fn tensors(&self) -> &[u64] {
+        match (self.grad_tensors.is_empty(), self.grad_bytes) {
+            (false, _) => &self.grad_tensors,
+            (true, 0) => &[],
+            (true, _) => std::slice::from_ref(&self.grad_bytes),
+        }
+    }
+}
+
+/// Where a workload's list of gradient tensors comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorSource {
+    /// Every learnable layer lists its tensors (zoo models, traces and profiles that carry them).
+    Listed,
+    /// The source gives one gradient size per layer; each learnable layer counts as one tensor.
+    /// Per-tensor mechanics (fusion, buckets, negotiation) then see fewer, larger tensors.
+    PerLayer,
+}
+
+impl TensorSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorSource::Listed => "listed",
+            TensorSource::PerLayer => "one per layer (derived: the source lists none)",
+        }
+    }
 }
 
 /// Per-GPU work of one iteration.
@@ -126,18 +161,33 @@ pub struct Workload {
 impl Workload {
     /// Sum of mean forward times.
     pub fn forward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.forward.mean_ns).sum()
+        self.layers.iter().map(|l| l.forward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Sum of mean backward times.
     pub fn backward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.backward.mean_ns).sum()
+        self.layers.iter().map(|l| l.backward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Total gradient bytes exchanged per iteration.
     pub fn grad_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.grad_bytes).sum()
+        self.layers.iter().map(|l| l.grad_bytes).fold(0, u64::saturating_add)
     }
+    /// Number of gradient tensors (see [`Layer::tensors`]).
+    pub fn tensor_count(&self) -> usize {
+        self.layers.iter().map(|l| l.tensors().len()).sum()
+    }
+
+    /// Whether the tensors are listed by the source or derived one per layer.
+    pub fn tensor_source(&self) -> TensorSource {
+        let listed = self.layers.iter().filter(|l| l.is_learnable()).all(|l| !l.grad_tensors.is_empty());
+        if listed && self.layers.iter().any(|l| l.is_learnable()) {
+            TensorSource::Listed
+        } else {
+            TensorSource::PerLayer
+        }
+    }
+
     /// Sum of the measured communication column (zero where absent).
     pub fn measured_comm_ns(&self) -> Nanos {
-        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).sum()
+        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).fold(0, u64::saturating_add)
     }
 }

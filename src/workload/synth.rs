@@ -53,6 +53,8 @@ pub struct SynthLayer {
     pub name: String,
     pub kind: LayerKind,
     pub params: u64,
+    /// Element counts of the layer's parameter tensors (see [`super::zoo::ZooLayer::tensors`]).
+    pub tensors: Vec<u64>,
     pub forward_ns: f64,
     pub backward_ns: f64,
     /// Fraction of the GPU the forward and backward kernels keep busy alone (see [`KernelUtil`]).
@@ -134,6 +136,7 @@ impl Synthetic {
                     backward: ns(l.backward_ns),
                     comm: None,
                     grad_bytes: l.params * grad_bytes_per_param,
+                    grad_tensors: l.tensors.iter().map(|t| t * grad_bytes_per_param).collect(),
                     util: Some(KernelUtil { forward: l.forward_util, backward: l.backward_util }),
                     tp: None,
                 })
@@ -237,6 +240,7 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
             name: l.name.clone(),
             kind: l.kind,
             params: l.params,
+            tensors: l.tensors.clone(),
             forward_ns: fwd,
             backward_ns: bwd,
             forward_util: busy(fwd_full, fwd),

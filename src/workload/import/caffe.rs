@@ -180,6 +180,7 @@ fn parse_net(lines: &[&str], offset: usize, path: &Path) -> Result<Profile> {
             backward_us: bwd * 1e3,
             comm_us: None,
             param_bytes: params * 4,
+            tensors: Vec::new(),
         });
     }
     Ok(profile)

@@ -70,6 +70,9 @@ pub struct ProfiledLayer {
     pub comm_us: Option<f64>,
     /// Bytes of learnable parameters (= gradient bytes in FP32 training).
     pub param_bytes: u64,
+    /// The parameter tensors in bytes (summing to `param_bytes`) when the profile lists them
+    /// (B-Caffe's per-blob logs); empty otherwise.
+    pub tensors: Vec<u64>,
 }
 
 /// A measured per-layer profile of one training iteration on one GPU.
@@ -111,6 +114,7 @@ impl Profile {
                     backward: t(l.backward_us),
                     comm: l.comm_us.filter(|c| *c > 0.0).map(t),
                     grad_bytes: l.param_bytes,
+                    grad_tensors: l.tensors.clone(),
                     util: None,
                     tp: None,
                 })
