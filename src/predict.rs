@@ -94,6 +94,7 @@ impl Setup {
             strategy: &self.strategy,
             iterations: self.iterations,
             represented,
+            plan: None,
         })?;
         Ok((machine, dag))
     }
