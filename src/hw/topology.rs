@@ -169,6 +169,11 @@ pub fn load_topology(name_or_path: &str) -> Result<Topology> {
     Ok(topo)
 }
 
+/// Largest parametric NVLink node (a full mesh of g(g-1) links): 128 GPUs, room above an NVL72
+/// domain. Building and routing a mesh grows faster than g^2 (64 GPUs 0.12 s, 128 GPUs 0.7 s, 576
+/// GPUs 55 s for one 8-GPU prediction), so bigger meshes are refused rather than left to hang.
+const MAX_NVLINK_MESH: u32 = 128;
+
 /// Parses topology text; errors name the file and, for JSON, the line.
 pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
     let topo: Topology = if toml {
@@ -209,6 +214,18 @@ impl Topology {
         c.pcie.rate(t, "cluster.pcie")?;
         if let Some(nv) = &c.nvlink {
             nv.rate(t, "cluster.nvlink")?;
+            // The parametric NVLink node is a full mesh: g(g-1) links per node.
+            if c.gpus_per_node > MAX_NVLINK_MESH {
+                return Err(Error::topology(
+                    t,
+                    format!(
+                        "cluster.gpus_per_node = {} with `nvlink`: a parametric NVLink node is a full mesh of \
+                         g(g-1) links and is limited to {MAX_NVLINK_MESH} GPUs; describe bigger NVLink domains \
+                         with an NVSwitch in the `graph` form",
+                        c.gpus_per_node
+                    ),
+                ));
+            }
         }
         c.network.link.rate(t, "cluster.network")?;
         if !(c.network.efficiency > 0.0 && c.network.efficiency <= 1.0) {
