@@ -477,7 +477,7 @@ fn interrupted_sweep_resumes_without_redoing_points() {
     assert_eq!(resumed, full);
     let ran: Vec<&str> = log.lines().filter(|l| l.starts_with("point ")).collect();
     assert_eq!(ran.len(), 7, "{log}");
-    assert!(log.contains("(5 resumed)"), "{log}");
+    assert!(log.contains("(5 resumed, 0 recomputed"), "{log}");
     assert!(!dagsim::sweep::run::journal_path(&out).exists(), "journal left behind");
     // A finished output is a complete checkpoint: nothing is run again.
     let (again, log) = run_sweep(dir.path(), "resumed.csv", &["-v"]);

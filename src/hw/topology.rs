@@ -139,12 +139,9 @@ impl LinkSpec {
                 ))
             }
         };
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Error::topology(topo, format!("{what}: bandwidth must be positive")));
-        }
-        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
-            return Err(Error::topology(topo, format!("{what}: latency_us must be a non-negative number")));
-        }
+        crate::units::check_rate_gb_s(rate).map_err(|m| Error::topology(topo, format!("{what}: {m}")))?;
+        crate::units::check_duration_us(self.latency_us)
+            .map_err(|m| Error::topology(topo, format!("{what} (field `latency_us`): {m}")))?;
         Ok(rate)
     }
 }
@@ -182,7 +179,14 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
     } else {
         serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?
     };
-    topo.check(path)?;
+    // Errors that name only the topology (a link's rate, a node count) also name the file; the
+    // machine the file describes is built once so nothing in it fails later.
+    let in_file = |e: Error| match e {
+        Error::Topology { msg, .. } | Error::Invalid { msg, .. } => Error::parse(Location::file(path), msg),
+        other => other,
+    };
+    topo.check(path).map_err(in_file)?;
+    topo.instantiate(1).map_err(in_file)?;
     Ok(topo)
 }
 
@@ -232,7 +236,7 @@ impl Topology {
     /// Total GPUs the file describes.
     pub fn gpu_count(&self) -> u32 {
         let (nodes, per_node, _) = self.shape();
-        nodes * per_node
+        nodes.saturating_mul(per_node)
     }
 
     /// (nodes, GPUs per node, may grow) of either form.
@@ -259,6 +263,9 @@ impl Topology {
         } else {
             file_nodes
         };
+        // Refuse a machine too big to build before allocating it (a node count of 1e9 in a file).
+        crate::limits::check("gpus", nodes as u64 * per_node as u64)
+            .map_err(|e| Error::topology(t, format!("{nodes} nodes of {per_node} GPUs: {e}")))?;
         let mut machine = match (&self.cluster, &self.graph) {
             (Some(c), _) => self.build_cluster(c, nodes)?,
             (None, Some(g)) => g.build(t, &g.gpu, nodes)?,

@@ -24,7 +24,7 @@ use crate::collective::{Layout, Plan};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
-use crate::units::Nanos;
+use crate::units::{Nanos, MAX_TIME_NS};
 use fluid::{Completion, FlowId, FluidNet};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
@@ -298,8 +298,11 @@ impl<'a> Engine<'a> {
             if self.events.contains_key(&self.now) {
                 continue;
             }
-            let Some((&next, _)) = self.events.first_key_value() else { break };
+            let Some((&next, bucket)) = self.events.first_key_value() else { break };
             debug_assert!(next > self.now, "time never goes back");
+            if next > MAX_TIME_NS {
+                return Err(self.overflowed(bucket[0]));
+            }
             self.now = next;
         }
         if self.done < self.dag.len() {
@@ -394,7 +397,7 @@ impl<'a> Engine<'a> {
     fn begin(&mut self, t: TaskId) -> Result<()> {
         self.start[t as usize] = self.now;
         match self.dag.task(t).work {
-            Work::Fixed { ns } => self.push(self.now + ns, EventKind::TaskDone(t)),
+            Work::Fixed { ns } => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
             Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
@@ -528,10 +531,12 @@ impl<'a> Engine<'a> {
         for &l in &res.links {
             self.reserved_by[l as usize] = slot + 1;
         }
-        let total: Nanos = (first..plan.step_count()).map(|s| res.class_time[plan.step_class(s) as usize]).sum();
+        let total: Nanos = (first..plan.step_count())
+            .map(|s| res.class_time[plan.step_class(s) as usize])
+            .fold(0, Nanos::saturating_add);
         res.first_step = first;
         res.start = self.now;
-        res.end = self.now + total;
+        res.end = self.now.saturating_add(total);
         let generation = self.collectives[slot as usize].generation;
         self.push(res.end, EventKind::CollectiveDone(slot, generation));
         self.collectives[slot as usize].reservation = Some(res);
@@ -643,10 +648,10 @@ impl<'a> Engine<'a> {
         let mut step_start = start;
         loop {
             let t = class_time[plan.step_class(step) as usize];
-            if now < step_start + t {
+            if now < step_start.saturating_add(t) {
                 break;
             }
-            step_start += t;
+            step_start = step_start.saturating_add(t);
             step += 1;
         }
         for (rep, count) in Self::steps_per_class(plan, first, step) {
@@ -679,16 +684,16 @@ impl<'a> Engine<'a> {
                     self.flows_created += 1;
                     continue;
                 }
-                MemberState::Waiting(offset) => step_start + offset,
-                MemberState::Moving(_) => step_start + self.routes[route as usize].latency_ns,
+                MemberState::Waiting(offset) => step_start.saturating_add(offset),
+                MemberState::Moving(_) => step_start.saturating_add(self.routes[route as usize].latency_ns),
             };
             outstanding += 1;
             let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began };
             let pslot = self.new_pending(p);
             match state {
                 MemberState::Moving(mut fs) => {
-                    fs.last += step_start;
-                    fs.due = fs.due.map(|d| d + step_start);
+                    fs.last = fs.last.saturating_add(step_start);
+                    fs.due = fs.due.map(|d| d.saturating_add(step_start));
                     let links = std::mem::take(&mut self.routes[route as usize].links);
                     let (f, version) = self.net.insert_state(&links, fs);
                     self.routes[route as usize].links = links;
@@ -749,8 +754,9 @@ impl<'a> Engine<'a> {
     fn start_flow(&mut self, owner: Owner, src: DeviceId, dst: DeviceId, bytes: u64, step: u32) -> Result<()> {
         let route = self.route(src, dst)?;
         let latency = self.routes[route as usize].latency_ns;
-        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: self.now + latency });
-        self.push(self.now + latency, EventKind::FlowActivate(slot));
+        let at = self.now.saturating_add(latency);
+        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at });
+        self.push(at, EventKind::FlowActivate(slot));
         Ok(())
     }
 
@@ -857,6 +863,37 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+
+    /// An event past the engine's range: names the task it belongs to. Durations and rates are
+    /// range-checked where they are read, so this takes many long tasks in a row (or a huge
+    /// iteration count); the time is never wrapped into a smaller one.
+    fn overflowed(&self, ev: EventKind) -> Error {
+        let task = match ev {
+            EventKind::TaskDone(t) => Some(t),
+            EventKind::FlowActivate(slot) => Some(self.owner_task(self.pending[slot as usize].owner)),
+            EventKind::FlowDone(f, _) => Some(self.owner_task(self.pending[self.flow_slot[f as usize] as usize].owner)),
+            EventKind::CollectiveDone(c, _) => Some(self.collectives[c as usize].task),
+        };
+        let what = match task {
+            Some(t) => format!("task {t} ({})", self.dag.task(t).label()),
+            None => "an event".to_string(),
+        };
+        Error::overflow(
+            format!("simulated time in {what}"),
+            format!(
+                "it would end after 2^62 ns (146 years of simulated time), at {:.3e} s or later; a duration, size or rate \
+                 in the input is out of scale",
+                self.now as f64 * 1e-9
+            ),
+        )
+    }
+
+    fn owner_task(&self, owner: Owner) -> TaskId {
+        match owner {
+            Owner::Task(t) => t,
+            Owner::Collective(c) => self.collectives[c as usize].task,
+        }
     }
 
     fn stalled(&self) -> Error {
