@@ -194,6 +194,21 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
 }
 
 impl Topology {
+    /// The GPU the file names (`cluster.gpu` or `graph.gpu`).
+    pub fn gpu_name(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.gpu.as_str()).or(self.graph.as_ref().map(|g| g.gpu.as_str()))
+    }
+
+    /// Relabels the machine's GPUs (results name this GPU); links and devices stay as they are.
+    pub fn set_gpu_name(&mut self, gpu: &str) {
+        if let Some(c) = &mut self.cluster {
+            c.gpu = gpu.to_string();
+        }
+        if let Some(g) = &mut self.graph {
+            g.gpu = gpu.to_string();
+        }
+    }
+
     fn check(&self, path: &Path) -> Result<()> {
         let t = &self.name;
         let c = match (&self.cluster, &self.graph) {
