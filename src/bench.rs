@@ -79,6 +79,11 @@ pub const CASES: &[&str] = &[
     "sweep-1000-scenarios",
 ];
 
+/// Cases that scale the default AlexNet run (the shipped trace on the `k80-cluster` preset, whose
+/// shared NFS keeps it off the one-node path) to 256, 1,024 and 4,096 GPUs: the issue-18 scaling
+/// target. Slow, so `dagsim bench` runs them only when asked (`--scaling`).
+pub const SCALING_CASES: &[&str] = &["alexnet-k80-nfs-256gpu", "alexnet-k80-nfs-1024gpu", "alexnet-k80-nfs-4096gpu"];
+
 /// Builds the named case with `iterations` simulated iterations (2 is the minimum: one warm-up).
 pub fn case(name: &str, iterations: u32) -> Result<Case> {
     let v100 = load_topology("v100-cluster")?;
@@ -101,6 +106,19 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
             }),
             gpus: 16,
         },
+        "alexnet-k80-nfs-256gpu" | "alexnet-k80-nfs-1024gpu" | "alexnet-k80-nfs-4096gpu" => Work::Single {
+            setup: Box::new(Setup {
+                workload: alexnet_k80(),
+                topology: load_topology("k80-cluster")?,
+                strategy: Strategy::default(),
+                iterations,
+            }),
+            gpus: name
+                .trim_start_matches("alexnet-k80-nfs-")
+                .trim_end_matches("gpu")
+                .parse()
+                .expect("case names a count"),
+        },
         "resnet50-v100-128gpu-ring" => resnet("ring", 128)?,
         "resnet50-v100-1024gpu-ring" => resnet("ring", 1024)?,
         "resnet50-v100-1024gpu-hierarchical" => resnet("hierarchical", 1024)?,
@@ -108,7 +126,7 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
         "sweep-1000-scenarios" => Work::Sweep(sweep_1000(iterations)?),
         other => return Err(crate::Error::invalid("bench case", format!("unknown case `{other}`"))),
     };
-    let name = CASES.iter().find(|&&n| n == name).expect("matched above");
+    let name = CASES.iter().chain(SCALING_CASES).find(|&&n| n == name).expect("matched above");
     Ok(Case { name, work })
 }
 

@@ -233,3 +233,73 @@ fn bad_topology_files_name_the_device_or_link_at_fault() {
     let e = err(SERVER.replace(r#""graph""#, r#""grph""#));
     assert!(e.contains("test.json"), "{e}");
 }
+
+/// Two-socket servers whose NIC sits next to a fast network, so a search inside one node reaches
+/// the switch before its goal: routes must still be the cheapest of all paths (checked against
+/// Floyd-Warshall on the same costs), even though the search does not follow the switch's links
+/// into other nodes (following them all made building a 65,536-node machine hang in the fuzz).
+#[test]
+fn routes_past_a_nearby_switch_are_the_cheapest_paths() {
+    let text = r#"{"name":"near-switch","graph":{"gpu":"test","nodes":3,"devices":[
+        {"name":"cpu0","kind":"cpu"},{"name":"cpu1","kind":"cpu"},{"name":"nic0","kind":"nic"},
+        {"name":"nic1","kind":"nic"},{"name":"gpu0","kind":"gpu","host":"cpu0"},{"name":"gpu1","kind":"gpu","host":"cpu1"}],
+      "links":[{"from":"cpu0","to":"cpu1","kind":"qpi","bandwidth_gb_s":1,"latency_us":1},
+               {"from":"cpu0","to":"gpu0","kind":"pcie","bandwidth_gb_s":25,"latency_us":1},
+               {"from":"cpu1","to":"gpu1","kind":"pcie","bandwidth_gb_s":25,"latency_us":1},
+               {"from":"cpu0","to":"nic0","kind":"pcie","bandwidth_gb_s":25,"latency_us":1},
+               {"from":"cpu1","to":"nic1","kind":"pcie","bandwidth_gb_s":25,"latency_us":1}],
+      "network":{"kind":"infiniband","attach":["nic0","nic1"],"bandwidth_gbit_s":60000,"latency_us":0.1,"protocol":"rdma"},
+      "storage":{"shared":true,"bandwidth_gb_s":2,"latency_us":50,"attach":"cpu0"}}}"#;
+    let m = topology(text).unwrap().instantiate(6).unwrap();
+    let cost = |l: u32| {
+        let link = &m.links[l as usize];
+        link.latency_ns.saturating_add(((1u64 << 20) as f64 / link.capacity()).ceil() as u64)
+    };
+    let n = m.devices.len();
+    let mut best = vec![vec![u64::MAX; n]; n];
+    for (i, row) in best.iter_mut().enumerate() {
+        row[i] = 0;
+    }
+    for (l, link) in m.links.iter().enumerate() {
+        let c = &mut best[link.from as usize][link.to as usize];
+        *c = (*c).min(cost(l as u32));
+    }
+    for k in 0..n {
+        for i in 0..n {
+            for j in 0..n {
+                let via = best[i][k].saturating_add(best[k][j]);
+                if via < best[i][j] {
+                    best[i][j] = via;
+                }
+            }
+        }
+    }
+    let mut checked = 0;
+    for (src, row) in best.iter().enumerate() {
+        for (dst, &cheapest) in row.iter().enumerate() {
+            let route = m.shortest_path(src as u32, dst as u32);
+            let (a, b) = (&m.devices[src].name, &m.devices[dst].name);
+            match route {
+                None => assert_eq!(cheapest, u64::MAX, "{a} -> {b} has a path"),
+                Some(r) => {
+                    let mut at = src as u32;
+                    for &l in &r.links {
+                        assert_eq!(m.links[l as usize].from, at, "{a} -> {b}: links join up");
+                        at = m.links[l as usize].to;
+                    }
+                    assert_eq!(at, dst as u32, "{a} -> {b} ends at its goal");
+                    let c = r.links.iter().map(|&l| cost(l)).sum::<u64>();
+                    assert_eq!(c, cheapest, "{a} -> {b}: {:?}", r.links);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    // The fast network really is nearer than the other socket's GPU, and the cheapest way between
+    // a node's sockets leaves the node through the switch: the cases the test is for.
+    let id = |name: &str| m.devices.iter().position(|d| d.name == name).unwrap();
+    assert!(best[id("n0.cpu0")][id("switch")] < best[id("n0.cpu0")][id("n0.gpu1")]);
+    let socket_to_socket = m.shortest_path(id("n0.cpu0") as u32, id("n0.cpu1") as u32).unwrap();
+    assert!(socket_to_socket.links.iter().any(|&l| m.links[l as usize].to == id("switch") as u32));
+    assert!(checked > n * 3, "{checked} routes checked");
+}

@@ -2,7 +2,7 @@
 //! peak memory is its own.
 
 use super::exit;
-use dagsim::bench::{case, measure, CASES};
+use dagsim::bench::{case, measure, CASES, SCALING_CASES};
 use dagsim::error::{Error, Result};
 
 const EXAMPLES: &str = "\
@@ -10,13 +10,16 @@ Examples:
   dagsim bench                          # every case, 2 iterations each (one warm-up, one measured)
   dagsim bench --case alexnet --repeat 5    # the cases whose name contains `alexnet`
   dagsim bench --list
+  dagsim bench --scaling --list             # the AlexNet scaling cases (run one with --case 256gpu)
 
 Cases: AlexNet on 16 K80s (the shipped trace); ResNet-50 (model zoo, V100, batch 64) on 128,
 1,024 and 8,192 GPUs of the v100-cluster topology with ring or hierarchical all-reduce at
 transfer-step fidelity; a sweep of 1,000 ResNet-50 scenarios (16-1,024 GPUs, 10 strategies,
 4 batch sizes) on all cores. Wall time includes building the DAG. Symmetric setups (whole
 identical nodes, ring or hierarchical all-reduce, local storage) simulate one node's GPUs
-standing for all, with the same results; --no-symmetry simulates every GPU.";
+standing for all, with the same results; --no-symmetry simulates every GPU. --scaling runs the
+default AlexNet setup (16 K80s' trace, k80-cluster with shared NFS, so every GPU is simulated) on
+256, 1,024 and 4,096 GPUs instead (slow: minutes at 1,024 GPUs).";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
@@ -36,23 +39,28 @@ pub struct Args {
     /// Simulate every GPU even where one node could stand for all (the reference path).
     #[arg(long)]
     no_symmetry: bool,
+    /// Run the AlexNet scaling cases (256 to 4,096 GPUs, every GPU simulated) instead of the
+    /// standard ones.
+    #[arg(long)]
+    scaling: bool,
     /// Run exactly this case in this process and print one result line (used internally).
     #[arg(long, hide = true)]
     child: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<u8> {
+    let cases = if args.scaling { SCALING_CASES } else { CASES };
     if args.list {
-        CASES.iter().for_each(|c| println!("{c}"));
+        cases.iter().for_each(|c| println!("{c}"));
         return Ok(exit::OK);
     }
     if let Some(name) = &args.child {
         return run_child(name, &args);
     }
     let chosen: Vec<&str> =
-        CASES.iter().copied().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))).collect();
+        cases.iter().copied().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))).collect();
     if chosen.is_empty() {
-        return Err(Error::invalid("--case", format!("no case matches (cases: {})", CASES.join(", "))));
+        return Err(Error::invalid("--case", format!("no case matches (cases: {})", cases.join(", "))));
     }
     println!(
         "{:<36} {:>6} {:>10} {:>12} {:>13} {:>10} {:>13} {:>9}",

@@ -184,6 +184,11 @@ pub struct Machine {
     /// routes between nodes are then found as two short searches through it.
     #[serde(skip)]
     gateway: Option<DeviceId>,
+    /// The gateway's outgoing and incoming links sorted by the node at their other end (devices
+    /// outside every node first), so a search through the gateway follows only the links into the
+    /// nodes it may need instead of all of them (which made routing quadratic in the node count).
+    #[serde(skip)]
+    gateway_links: [Vec<(Option<u32>, LinkId)>; 2],
 }
 
 impl Machine {
@@ -224,6 +229,21 @@ impl Machine {
             in_links[l.to as usize].push(i as LinkId);
         }
         let gateway = find_gateway(&devices, &links);
+        let gateway_links = match gateway {
+            Some(gw) => [false, true].map(|incoming| {
+                let ids = if incoming { &in_links[gw as usize] } else { &out_links[gw as usize] };
+                let mut by_node: Vec<(Option<u32>, LinkId)> = ids
+                    .iter()
+                    .map(|&l| {
+                        let link = &links[l as usize];
+                        (devices[(if incoming { link.from } else { link.to }) as usize].node, l)
+                    })
+                    .collect();
+                by_node.sort_unstable();
+                by_node
+            }),
+            None => [Vec::new(), Vec::new()],
+        };
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
@@ -237,6 +257,7 @@ impl Machine {
             out_links,
             in_links,
             gateway,
+            gateway_links,
         };
         // Every GPU must reach the first one and be reached from it (one search each way).
         let (from_first, to_first) = (m.reachable(m.gpus[0].device, false), m.reachable(m.gpus[0].device, true));

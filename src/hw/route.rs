@@ -94,7 +94,14 @@ impl Machine {
             if d == goal {
                 return Some(self.unwind_from(&state, start, goal, reverse));
             }
-            let links = if reverse { self.in_links(d) } else { self.out_links(d) };
+            let all = if reverse { self.in_links(d) } else { self.out_links(d) };
+            let through_gateway;
+            let links = if Some(d) == self.gateway && (!reverse || self.devices[goal as usize].node.is_some()) {
+                through_gateway = self.gateway_links_toward(reverse, [src, dst]);
+                &through_gateway
+            } else {
+                all
+            };
             for &l in links {
                 let link = &self.links[l as usize];
                 let to = if reverse { link.from } else { link.to };
@@ -107,6 +114,30 @@ impl Machine {
             }
         }
         None
+    }
+
+    /// The gateway's links (incoming if `reverse`) whose other end is outside every node or in
+    /// the node of one of `ends`, in link order within each node. A cheapest path never leaves the
+    /// gateway into a third node: nodes are joined only through the gateway, so it would have to
+    /// come back through it, and a path that visits the gateway twice is never the cheapest (every
+    /// link costs at least 1). Backwards, a path could enter a third node from a shared device
+    /// outside every node, so the caller restricts backward searches only when the start of the
+    /// route is inside a node.
+    fn gateway_links_toward(&self, reverse: bool, ends: [DeviceId; 2]) -> Vec<LinkId> {
+        let by_node = &self.gateway_links[reverse as usize];
+        let mut nodes = vec![None];
+        for d in ends {
+            let n = self.devices[d as usize].node;
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+        let mut out = Vec::new();
+        for n in nodes {
+            let from = by_node.partition_point(|&(m, _)| m < n);
+            out.extend(by_node[from..].iter().take_while(|&&(m, _)| m == n).map(|&(_, l)| l));
+        }
+        out
     }
 
     fn unwind_from(

@@ -183,13 +183,18 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
         serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?
     };
     // Errors that name only the topology (a link's rate, a node count) also name the file; the
-    // machine the file describes is built once so nothing in it fails later.
+    // machine the file describes is built (see below) so nothing in it fails later.
     let in_file = |e: Error| match e {
         Error::Topology { msg, .. } | Error::Invalid { msg, .. } => Error::parse(Location::file(path), msg),
         other => other,
     };
     topo.check(path).map_err(in_file)?;
-    topo.instantiate(1).map_err(in_file)?;
+    let (nodes, per_node, grow) = topo.shape();
+    crate::limits::check("gpus", nodes as u64 * per_node as u64)
+        .map_err(|e| Error::parse(Location::file(path), format!("{nodes} nodes of {per_node} GPUs: {e}")))?;
+    // Every node is a copy of the same server, so two nodes (one where there is one) show every
+    // error the whole machine would, at a cost that does not grow with the node count.
+    topo.build(if grow { 2 } else { nodes.min(2) }).map_err(in_file)?;
     Ok(topo)
 }
 
@@ -285,15 +290,21 @@ impl Topology {
         // Refuse a machine too big to build before allocating it (a node count of 1e9 in a file).
         crate::limits::check("gpus", nodes as u64 * per_node as u64)
             .map_err(|e| Error::topology(t, format!("{nodes} nodes of {per_node} GPUs: {e}")))?;
-        let mut machine = match (&self.cluster, &self.graph) {
-            (Some(c), _) => self.build_cluster(c, nodes)?,
-            (None, Some(g)) => g.build(t, &g.gpu, nodes)?,
-            (None, None) => return Err(Error::topology(t, "neither `cluster` nor `graph` is given")),
-        };
+        let mut machine = self.build(nodes)?;
         if let Some(cal) = &self.calibrated {
             machine.apply_calibration(cal)?;
         }
         Ok(machine)
+    }
+
+    /// The machine of `nodes` nodes, without calibration.
+    fn build(&self, nodes: u32) -> Result<Machine> {
+        let t = &self.name;
+        match (&self.cluster, &self.graph) {
+            (Some(c), _) => self.build_cluster(c, nodes),
+            (None, Some(g)) => g.build(t, &g.gpu, nodes),
+            (None, None) => Err(Error::topology(t, "neither `cluster` nor `graph` is given")),
+        }
     }
 
     fn build_cluster(&self, c: &ClusterSpec, nodes: u32) -> Result<Machine> {

@@ -4,7 +4,8 @@
 //! truncation, a byte-order mark, lines spliced from other seeds); inputs a reader accepts join
 //! the corpus so mutations reach deeper. Every run must return `Ok` or an `Err` whose message
 //! names the input file; a panic, or a run that takes over 10 s, is a crash: the input is saved
-//! under `target/fuzz-crashes/` and the binary exits 1.
+//! under `target/fuzz-crashes/` and the binary exits 1. Such inputs, once fixed, are kept under
+//! `tests/fuzz/regressions/` and run first on every run of their target.
 //!
 //! `cargo test --release --test fuzz` runs each target a fixed number of times (CI); more with
 //! `cargo test --release --test fuzz -- --runs 1000000 [--target NAME] [--seed N]`.
@@ -191,6 +192,22 @@ fn crash_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-crashes")
 }
 
+/// The saved inputs of `target` under `tests/fuzz/regressions/` (`TARGET-HASH.input`, as
+/// `target/fuzz-crashes/` names them), sorted by name.
+fn regressions(target: &str) -> Vec<Vec<u8>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/regressions");
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(&dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    files.retain(|p| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // TARGET-<16 hex digits>.input: `trace` must not pick up `trace-table6`'s inputs.
+        let hash = name.strip_prefix(target).and_then(|r| r.strip_prefix('-')?.strip_suffix(".input"));
+        hash.is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    files.sort();
+    files.iter().map(|p| std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).collect()
+}
+
 fn save_crash(target: &str, input: &[u8], why: &str) -> PathBuf {
     let dir = crash_dir();
     let _ = std::fs::create_dir_all(&dir);
@@ -245,15 +262,21 @@ fn main() {
         }
         let mut corpus = (target.seeds)();
         assert!(!corpus.is_empty(), "target {} has no seeds", target.name);
+        // Inputs that crashed or hung a target before run first, every time; they do not join the
+        // corpus (one of them builds a 131,072-GPU machine: mutating it would slow every run).
+        let regressions = regressions(target.name);
         let seeds = corpus.len();
         let mut rng = Rng::new(args.seed ^ target.name.bytes().fold(0u64, |h, b| h.wrapping_mul(31) + b as u64));
         let (mut ok, mut errors, mut crashes) = (0u64, 0u64, 0u64);
         let mut unnamed: Vec<String> = Vec::new();
         let started = Instant::now();
-        for run in 0..args.runs {
-            // Every seed is tried as is first, then mutants.
-            let input = if (run as usize) < seeds {
-                corpus[run as usize].clone()
+        let fixed = regressions.len() + seeds;
+        for run in 0..args.runs.max(fixed as u64) {
+            // Every regression and seed is tried as is first, then mutants.
+            let input = if (run as usize) < regressions.len() {
+                regressions[run as usize].clone()
+            } else if (run as usize) < fixed {
+                corpus[run as usize - regressions.len()].clone()
             } else {
                 let base = corpus[rng.below(corpus.len())].clone();
                 mutate(&mut rng, &base, &corpus)
@@ -267,7 +290,7 @@ fn main() {
             match result {
                 Ok(Ok(())) => {
                     ok += 1;
-                    if corpus.len() < 512 && (run as usize) >= seeds && rng.below(4) == 0 {
+                    if corpus.len() < 512 && (run as usize) >= fixed && rng.below(4) == 0 {
                         corpus.push(input);
                     }
                 }
@@ -296,8 +319,11 @@ fn main() {
         }
         let secs = started.elapsed().as_secs_f64();
         println!(
-            "fuzz target {:<14} {:>9} runs ({seeds} seeds): {ok} accepted, {errors} refused, {crashes} panics, {:.1} s",
-            target.name, args.runs, secs
+            "fuzz target {:<14} {:>9} runs ({seeds} seeds, {} regressions): {ok} accepted, {errors} refused, {crashes} panics, {:.1} s",
+            target.name,
+            args.runs.max(fixed as u64),
+            regressions.len(),
+            secs
         );
         for m in &unnamed {
             println!("      error without the input's name: {m}");
