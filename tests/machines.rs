@@ -303,3 +303,43 @@ fn routes_past_a_nearby_switch_are_the_cheapest_paths() {
     assert!(socket_to_socket.links.iter().any(|&l| m.links[l as usize].to == id("switch") as u32));
     assert!(checked > n * 3, "{checked} routes checked");
 }
+
+/// One server of `n` GPUs hanging off one CPU, the last GPU's host being `last_host`, plus `extra`
+/// devices and links (JSON fragments).
+fn wide_server(n: u32, last_host: &str, extra_devices: &str, extra_links: &str) -> String {
+    let mut devices = vec![r#"{"name":"cpu","kind":"cpu"}"#.to_string()];
+    let mut links = Vec::new();
+    for g in 0..n {
+        let host = if g + 1 == n { last_host } else { "cpu" };
+        devices.push(format!(r#"{{"name":"gpu{g}","kind":"gpu","host":"{host}"}}"#));
+        if g + 1 < n {
+            links.push(format!(r#"{{"from":"cpu","to":"gpu{g}","kind":"pcie","bandwidth_gb_s":10}}"#));
+        }
+    }
+    let last = n - 1;
+    links.push(format!(r#"{{"from":"gpu0","to":"gpu{last}","kind":"nvlink","bandwidth_gb_s":20}}"#));
+    format!(
+        r#"{{"name":"wide","graph":{{"gpu":"test","nodes":1,"devices":[{}{extra_devices}],"links":[{}{extra_links}],
+            "storage":{{"shared":false,"bandwidth_gb_s":1,"attach":"cpu"}}}}}}"#,
+        devices.join(","),
+        links.join(",")
+    )
+}
+
+/// Every GPU must be reached from its host and storage; checking that once per host, not once
+/// per GPU, is what lets a wide server load (16,384 GPUs on one CPU took minutes before).
+#[test]
+fn a_wide_server_loads_and_a_gpu_its_host_cannot_reach_is_named() {
+    let m = topology(&wide_server(16_384, "cpu", "", "")).unwrap().instantiate(16_384).unwrap();
+    assert_eq!(m.gpus.len(), 16_384);
+    // The last GPU is reached from the CPU only through gpu0's NVLink: still reachable. With a host
+    // of its own that has no way out, it is not.
+    let text = wide_server(
+        64,
+        "cpu1",
+        r#",{"name":"cpu1","kind":"cpu"}"#,
+        r#",{"from":"gpu0","to":"cpu1","kind":"pcie","bandwidth_gb_s":10,"duplex":false}"#,
+    );
+    let e = topology(&text).unwrap_err().to_string();
+    assert!(e.contains("test.json") && e.contains("GPU n0.gpu63 cannot be reached from its host"), "{e}");
+}

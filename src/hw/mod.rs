@@ -14,6 +14,7 @@ pub use calibration::Calibration;
 pub use route::Route;
 pub use topology::{load_topology, Topology};
 
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 /// Index of a device in [`Machine::devices`].
@@ -267,15 +268,76 @@ impl Machine {
                 return Err(err(format!("GPU {gname} is disconnected: no route between it and {first}")));
             }
         }
+        // Every GPU must be reached from its host and its storage: one search per distinct host or
+        // storage device, not one route search per GPU (a one-node machine of 16,384 GPUs took
+        // minutes that way).
+        let mut sources: Vec<DeviceId> = m.gpus.iter().flat_map(|g| [g.host, g.storage]).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let mut targets: HashMap<DeviceId, Vec<DeviceId>> = HashMap::default();
+        for g in &m.gpus {
+            for s in [g.host, g.storage] {
+                targets.entry(s).or_default().push(g.device);
+            }
+        }
+        let mut reached: HashMap<(DeviceId, DeviceId), bool> = HashMap::default();
+        for s in sources {
+            let seen = m.reachable_near(s, &targets[&s]);
+            for &g in &targets[&s] {
+                reached.insert((s, g), seen.contains(&g));
+            }
+        }
         for g in &m.gpus {
             for (what, other) in [("host", g.host), ("storage", g.storage)] {
-                if m.shortest_path(other, g.device).is_none() {
+                if !reached[&(other, g.device)] {
                     let gname = &m.devices[g.device as usize].name;
                     return Err(err(format!("GPU {gname} cannot be reached from its {what}")));
                 }
             }
         }
         Ok(m)
+    }
+
+    /// Devices reachable from `start`, searched only as far as `goals` need: through the network
+    /// gateway, only into the nodes of `start` and `goals` (a path into any other node would have
+    /// to come back through the gateway). The search stops once every goal is reached.
+    fn reachable_near(&self, start: DeviceId, goals: &[DeviceId]) -> FxHashSet<DeviceId> {
+        let mut nodes: Vec<Option<u32>> = vec![None, self.devices[start as usize].node];
+        nodes.extend(goals.iter().map(|&g| self.devices[g as usize].node));
+        nodes.sort_unstable();
+        nodes.dedup();
+        let mut left: FxHashSet<DeviceId> = goals.iter().copied().collect();
+        let mut seen: FxHashSet<DeviceId> = FxHashSet::default();
+        seen.insert(start);
+        left.remove(&start);
+        let mut stack = vec![start];
+        while let Some(d) = stack.pop() {
+            if left.is_empty() {
+                break;
+            }
+            let near: Vec<LinkId>;
+            let links = if Some(d) == self.gateway {
+                let by_node = &self.gateway_links[0];
+                near = nodes
+                    .iter()
+                    .flat_map(|&n| {
+                        let from = by_node.partition_point(|&(m, _)| m < n);
+                        by_node[from..].iter().take_while(move |&&(m, _)| m == n).map(|&(_, l)| l)
+                    })
+                    .collect();
+                &near
+            } else {
+                self.out_links(d)
+            };
+            for &l in links {
+                let to = self.links[l as usize].to;
+                if seen.insert(to) {
+                    left.remove(&to);
+                    stack.push(to);
+                }
+            }
+        }
+        seen
     }
 
     /// Devices reachable from `start` (following links backwards if `reverse`).
