@@ -2,7 +2,9 @@
 //! are those of the S-SGD builder it replaced, bit for bit. `tests/fixtures/dp_baseline.tsv` was
 //! written by the S-SGD builder before the plan builder existed (commit 5740131, with
 //! `DAGSIM_WRITE_BASELINE=1 cargo test --release --test plan_dp_identity -- --ignored`); this test
-//! re-runs every setup and compares every recorded number exactly (f64 bits).
+//! re-runs every setup and compares every recorded number exactly (f64 bits). It was re-written
+//! by main's S-SGD builder at 757e460 (after the runtimes' per-tensor gradient exchange landed,
+//! which changed codec launch costs for the resnet50 rows) before the plan builder took its place.
 
 use dagsim::hw::load_topology;
 use dagsim::predict::Setup;

@@ -321,4 +321,10 @@ fn runtimes_print_in_the_strategy_and_bad_settings_are_errors() {
     assert!(e.contains("`partition`") && e.contains("larger than"), "{e}");
     let e = setup("runtime=ps+servers=3").predict(4).unwrap_err().to_string();
     assert!(e.contains("`servers`") && e.contains("2 node"), "{e}");
+    // The frameworks' defaults run a model smaller than one bucket or partition as one.
+    for spec in ["runtime=ddp", "runtime=byteps", "runtime=bytescheduler"] {
+        assert!(setup(spec).predict(4).is_ok(), "{spec}");
+    }
+    let e = setup("runtime=ddp+first_bucket_mb=2").predict(4).unwrap_err().to_string();
+    assert!(e.contains("`first_bucket_mb`") && e.contains("larger than"), "{e}");
 }

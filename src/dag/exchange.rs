@@ -84,8 +84,8 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         p.buckets = legacy_buckets(w, s);
         return Ok(p);
     };
-    if let Some((field, unit)) = rt.unit_bytes() {
-        let total = w.grad_bytes();
+    let total = w.grad_bytes();
+    for (field, unit) in rt.chosen_sizes() {
         if unit > total && total > 0 {
             return Err(Error::invalid(
                 format!("strategy field `{field}`"),
@@ -427,6 +427,8 @@ pub(super) struct Exchange<'a> {
     pub iteration: u32,
     /// The task that ends rank 0's forward pass: Horovod's cycles count from it.
     pub backward_start: Option<TaskId>,
+    /// All-reduce, or reduce-scatter when the optimizer state is sharded (ZeRO, FSDP).
+    pub op: CollectiveOp,
 }
 
 /// Adds one iteration's gradient exchange for the ranks whose backward tasks are `bwd[r][layer]`:
@@ -444,7 +446,7 @@ pub(super) fn add_gradient_exchange(
     codec_task: &mut dyn FnMut(&mut DagBuilder, usize, Nanos, usize) -> TaskId,
     on_done: &mut dyn FnMut(usize, &Bucket, TaskId),
 ) {
-    let Exchange { workload: w, strategy: s, plan, group, queues, iteration: it, backward_start } = *x;
+    let Exchange { workload: w, strategy: s, plan, group, queues, iteration: it, backward_start, op } = *x;
     let codec = s.grad_codec();
     let coded = !codec.is_free();
     let aggregation = |work, queue, phase, layer: Option<usize>| Task {
@@ -484,12 +486,9 @@ pub(super) fn add_gradient_exchange(
     for bucket in &plan.buckets {
         let l = bucket.last;
         let work = match s.comm_source {
-            CommSource::Model => Work::Collective {
-                group,
-                op: CollectiveOp::AllReduce,
-                algorithm: s.allreduce,
-                bytes: wire_bytes(s, bucket.fp32_bytes),
-            },
+            CommSource::Model => {
+                Work::Collective { group, op, algorithm: s.allreduce, bytes: wire_bytes(s, bucket.fp32_bytes) }
+            }
             CommSource::Trace => Work::Fixed {
                 ns: bucket.layers.iter().map(|&x| w.layers[x].comm.map(|c| c.mean_ns).unwrap_or(0)).sum(),
             },

@@ -160,6 +160,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 queues: &queues,
                 iteration: it,
                 backward_start: None,
+                op: crate::collective::CollectiveOp::AllReduce,
             };
             let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
                 let g = r as u32 / k;

@@ -77,6 +77,9 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::Codec => RGBColor(127, 127, 127),
         Phase::Coordination => RGBColor(255, 152, 150),
         Phase::ServerReduce => RGBColor(197, 176, 213),
+        Phase::TensorParallel => RGBColor(219, 219, 141),
+        Phase::PipelineTransfer => RGBColor(196, 156, 148),
+        Phase::ParamGather => RGBColor(247, 182, 210),
     }
 }
 

@@ -405,14 +405,27 @@ impl Runtime {
         }
     }
 
-    /// The bucket or partition size that must not exceed the model's gradients, with its name.
-    pub fn unit_bytes(&self) -> Option<(&'static str, u64)> {
-        match self {
-            Runtime::Ddp(d) => Some(("bucket_mb", d.bucket.max(d.first_bucket))),
-            Runtime::BytePs(b) => Some(("partition", b.partition)),
-            Runtime::ByteScheduler(b) => Some(("partition", b.partition)),
-            _ => None,
+    /// The bucket and partition sizes the user set (not the framework's defaults), with their
+    /// field names, which must not exceed the model's gradients. A default is never refused: DDP
+    /// and BytePS run a model smaller than one bucket or partition as a single one.
+    pub fn chosen_sizes(&self) -> Vec<(&'static str, u64)> {
+        let default = Runtime::parse(self.kind_name(), &[]).expect("defaults parse");
+        let mut out = Vec::new();
+        let mut chosen = |field, size: u64, default_size: u64| {
+            if size != default_size {
+                out.push((field, size));
+            }
+        };
+        match (self, &default) {
+            (Runtime::Ddp(d), Runtime::Ddp(x)) => {
+                chosen("bucket_mb", d.bucket, x.bucket);
+                chosen("first_bucket_mb", d.first_bucket, x.first_bucket);
+            }
+            (Runtime::BytePs(b), Runtime::BytePs(x)) => chosen("partition", b.partition, x.partition),
+            (Runtime::ByteScheduler(b), Runtime::ByteScheduler(x)) => chosen("partition", b.partition, x.partition),
+            _ => {}
         }
+        out
     }
 }
 

@@ -99,6 +99,9 @@ const FA3_REFERENCE_PEAK: f64 = 989.4;
 /// theoretical peak in the forward pass and up to 63% in the backward pass.
 const FA2_FORWARD_FRACTION: f64 = 0.73;
 const FA2_BACKWARD_FRACTION: f64 = 0.63;
+/// Bytes of one gradient element as exchanged between data-parallel ranks: FP32 (Megatron's
+/// `--accumulate-allreduce-grads-in-fp32` default for 16-bit training; FSDP's default reduce type).
+pub const GRAD_BYTES: u64 = 4;
 /// The backward kernel does 2.5x the forward's matmul FLOPs (it recomputes the scores); both
 /// FlashAttention papers count it so when they report backward TFLOP/s.
 const FLASH_BACKWARD_FLOPS: f64 = 2.5;
@@ -216,6 +219,8 @@ pub struct BlockCost {
     pub recompute_ns: f64,
     /// Parameters held by one TP rank.
     pub params: u64,
+    /// Its parameter tensors (weights, then norm scales and biases together), summing to `params`.
+    pub tensors: Vec<u64>,
     pub tp: Option<TpComm>,
 }
 
@@ -412,18 +417,22 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         v
     };
     // Norm scales and biases of the output projection are replicated on every TP rank.
+    let attn_small = p.attention_block - cfg.attention_matrix_params();
     let attention = BlockCost {
         name: "attention",
         ops: attn_ops,
         recompute_ns: attn_recompute,
-        params: (p.attention_block - cfg.attention_matrix_params()) + cfg.attention_matrix_params() / tp,
+        params: attn_small + cfg.attention_matrix_params() / tp,
+        tensors: vec![h * (h + cfg.kv_width()) / tp, h * h / tp, attn_small],
         tp: tp_comm(block_fwd.clone(), bwd_colls(&block_fwd)),
     };
+    let mlp_small = p.mlp_block - cfg.mlp_matrix_params();
     let mlp = BlockCost {
         name: "mlp",
         ops: mlp_ops,
         recompute_ns: mlp_recompute,
-        params: (p.mlp_block - cfg.mlp_matrix_params()) + cfg.mlp_matrix_params() / tp,
+        params: mlp_small + cfg.mlp_matrix_params() / tp,
+        tensors: vec![gates * f_l * h, f_l * h, mlp_small],
         tp: tp_comm(block_fwd.clone(), bwd_colls(&block_fwd)),
     };
 
@@ -442,6 +451,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         ops: emb_ops,
         recompute_ns: 0.0,
         params: cfg.vocab * h / tp + (p.embedding - cfg.vocab * h),
+        tensors: vec![cfg.vocab * h / tp, p.embedding - cfg.vocab * h],
         tp: tp_comm(
             vec![if sp { TpCollective::ReduceScatter } else { TpCollective::AllReduce }],
             if sp { vec![TpCollective::AllGather] } else { vec![] },
@@ -465,6 +475,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         // Tied weights live with the embedding; a plan whose last stage is not the first adds
         // Megatron's copy of them there.
         params: p.final_norm + p.head / tp,
+        tensors: vec![p.head / tp, p.final_norm],
         tp: tp_comm(
             if sp { vec![TpCollective::AllGather] } else { vec![] },
             vec![if sp { TpCollective::ReduceScatter } else { TpCollective::AllReduce }],
@@ -560,10 +571,11 @@ impl TransformerCost {
     }
 
     /// The workload of one TP rank for one micro-batch: `embedding`, then `L<i>.attn` and
-    /// `L<i>.mlp` for every layer, then `head`; gradient bytes at the training precision; the
-    /// update of the whole model (the plan builder takes each stage's share by parameters).
+    /// `L<i>.mlp` for every layer, then `head`; FP32 gradients (Megatron's `main_grad` buffer and
+    /// FSDP's default reduce type, whatever the training precision); the update of the whole model
+    /// (the plan builder takes each stage's share by parameters).
     pub fn to_workload(&self) -> Workload {
-        let grad_bytes = self.precision.bytes();
+        let grad_bytes = GRAD_BYTES;
         let ns = |x: f64| Stat::exact(x.round() as u64);
         let layer = |name: String, blk: &BlockCost| Layer {
             name,
@@ -571,7 +583,7 @@ impl TransformerCost {
             backward: ns(blk.backward_ns()),
             comm: None,
             grad_bytes: blk.params * grad_bytes,
-            grad_tensors: Vec::new(),
+            grad_tensors: blk.tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect(),
             util: None,
             tp: blk.tp.clone(),
         };
@@ -743,6 +755,6 @@ mod tests {
         assert_eq!(w.layers[1].name, "L0.attn");
         assert_eq!(w.layers.last().unwrap().name, "head");
         let params = TransformerConfig::named("llama3-8b").unwrap().params().total();
-        assert_eq!(w.grad_bytes(), params * 2);
+        assert_eq!(w.grad_bytes(), params * 4);
     }
 }
