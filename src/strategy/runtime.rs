@@ -2,7 +2,7 @@
 //! collectives (or pushes to parameter servers), when it launches them and which fixed costs it
 //! pays. Written `runtime=NAME` in a strategy spec, with the runtime's own `key=value` settings
 //! (`io+wfbp+runtime=horovod+cycle_ms=1`). Each default comes from the framework's source or docs
-//! at the version named next to it (docs/strategies.md has the table with file paths). This module
+//! at the version named next to it (docs/strategies.md, "Framework runtimes", has the table). This module
 //! parses and names; `dag::exchange` turns a runtime into tasks.
 
 use crate::error::{Error, Result};
