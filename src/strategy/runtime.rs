@@ -51,7 +51,7 @@ pub struct Horovod {
     /// HOROVOD_CYCLE_TIME: period of the background loop.
     pub cycle_ns: Nanos,
     /// HOROVOD_CACHE_CAPACITY > 0: steady-state negotiation is one bit-vector all-reduce per
-    /// cycle; 0 (and Horovod before 0.17): every rank sends rank 0 a request per ready tensor
+    /// cycle; 0 (and Horovod before 0.16.2): every rank sends rank 0 a request per ready tensor
     /// and rank 0 broadcasts the responses.
     pub cache: bool,
     pub call_ns: Nanos,
@@ -110,7 +110,8 @@ pub struct Ps {
 pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
 
 /// Horovod 0.19.5 (`horovod/common/operations.cc`, BackgroundThreadLoop): fusion threshold
-/// 64 MiB, cycle time 5 ms, response cache of 1024 entries (on since 0.17).
+/// 64 MiB, cycle time 5 ms, response cache of 1024 entries (`global_state.h`; the cache exists
+/// since 0.16.2).
 pub const HOROVOD_FUSION: u64 = 64 << 20;
 pub const HOROVOD_CYCLE_NS: Nanos = 5_000_000;
 
