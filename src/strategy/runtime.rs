@@ -109,11 +109,12 @@ pub struct Ps {
 /// assumption as a codec kernel's (`compress::LAUNCH_NS`).
 pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
 
-/// Horovod 0.19.5 (`horovod/common/operations.cc`, BackgroundThreadLoop): fusion threshold
-/// 64 MiB, cycle time 5 ms, response cache of 1024 entries (`global_state.h`; the cache exists
-/// since 0.16.2).
-pub const HOROVOD_FUSION: u64 = 64 << 20;
-pub const HOROVOD_CYCLE_NS: Nanos = 5_000_000;
+/// Horovod's defaults as a user installing it today gets them: 0.21.0 to 0.28.1
+/// (`horovod/common/operations.cc`, InitializeHorovodOnce) set the fusion threshold to 128 MiB and
+/// the cycle time to 1 ms; the response cache holds 1024 entries (`global_state.h`; it exists since
+/// 0.16.2). Horovod 0.16 to 0.20 used 64 MiB and 5 ms: write `fusion=64M+cycle_ms=5` for those.
+pub const HOROVOD_FUSION: u64 = 128 << 20;
+pub const HOROVOD_CYCLE_NS: Nanos = 1_000_000;
 
 /// PyTorch DDP (`torch/nn/parallel/distributed.py`, bucket_cap_mb=25, and
 /// `dist._DEFAULT_FIRST_BUCKET_BYTES` = 1 MiB, v1.8 to v2.x).
@@ -447,7 +448,7 @@ mod tests {
     #[test]
     fn defaults_come_from_the_frameworks() {
         let Runtime::Horovod(h) = parse("horovod", &[]).unwrap() else { panic!() };
-        assert_eq!((h.fusion, h.cycle_ns, h.cache), (64 << 20, 5_000_000, true));
+        assert_eq!((h.fusion, h.cycle_ns, h.cache), (128 << 20, 1_000_000, true));
         let Runtime::Ddp(d) = parse("ddp", &[]).unwrap() else { panic!() };
         assert_eq!((d.bucket, d.first_bucket), (25 << 20, 1 << 20));
         let Runtime::BytePs(b) = parse("byteps", &[]).unwrap() else { panic!() };
@@ -459,7 +460,7 @@ mod tests {
     #[test]
     fn settings_print_back_and_parse_to_the_same_runtime() {
         for (name, kv) in [
-            ("horovod", vec![("cycle_ms", "0.1"), ("fusion", "128M"), ("cache", "0")]),
+            ("horovod", vec![("cycle_ms", "0.1"), ("fusion", "64M"), ("cache", "0")]),
             ("ddp", vec![("bucket_mb", "50"), ("first_bucket_mb", "0.5")]),
             ("byteps", vec![("partition", "2M"), ("servers", "2"), ("credit", "4")]),
             ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),
