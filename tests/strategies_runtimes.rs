@@ -202,11 +202,25 @@ fn horovod_negotiation_without_the_cache_goes_through_rank_0() {
 }
 
 #[test]
+fn bytescheduler_partitions_count_parameters() {
+    // BYTESCHEDULER_PARTITION is 1,000,000 parameters: a 10,000,000-byte FP32 tensor goes in
+    // pieces of 4,000,000, 4,000,000 and 2,000,000 bytes; as FP16 gradients (5,000,000 bytes, the
+    // same 2.5 M parameters) in pieces of 2,000,000, 2,000,000 and 1,000,000.
+    let mut w = workload(vec![layer(1, 1, &[10_000_000])]);
+    let (dag, _) = sim_on(&w, "runtime=bytescheduler", topology(1, 2, 0.0), 2);
+    assert_eq!(allreduce_bytes(&dag), [4_000_000, 4_000_000, 2_000_000]);
+    w.layers[0] = layer(1, 1, &[5_000_000]);
+    w.fp16 = true;
+    let (dag, _) = sim_on(&w, "runtime=bytescheduler", topology(1, 2, 0.0), 2);
+    assert_eq!(allreduce_bytes(&dag), [2_000_000, 2_000_000, 1_000_000]);
+}
+
+#[test]
 fn bytescheduler_sends_lower_layers_first() {
-    // 4000-byte partitions: layer 1's tensors become 1000, 4000 + 3000 (ready at 5000), layer 0's
+    // 1000-parameter (4000-byte FP32) partitions: layer 1's tensors become 1000, 4000 + 3000 (ready at 5000), layer 0's
     // 1000, 3000 (ready at 7000). The first piece runs 5000..6000; at 6000 only layer 1's are ready
     // (4000: 6000..10000); at 10000 layer 0's pieces jump ahead of layer 1's last one.
-    let s = "runtime=bytescheduler+partition=4000+sched_us=0+call_us=0";
+    let s = "runtime=bytescheduler+partition=1000+sched_us=0+call_us=0";
     let (dag, run) = sim_on(&tiny(), s, topology(1, 2, 0.0), 2);
     let mut pieces: Vec<(u64, u32, u64)> = dag
         .tasks()

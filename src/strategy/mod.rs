@@ -115,7 +115,10 @@ pub const NAMED: &[(&str, &str)] = &[
         "Horovod: tensors ready each 1 ms cycle fused into 128 MB buffers (0.21+; 0.16-0.20: 5 ms, 64 MB)",
     ),
     ("runtime=byteps", "BytePS: 4 MB partitions, local reduce, one push per node to CPU servers, pull, broadcast"),
-    ("runtime=bytescheduler", "ByteScheduler: 1 MB partitions sent lowest layer first, scheduler cost per partition"),
+    (
+        "runtime=bytescheduler",
+        "ByteScheduler: partitions of 1M parameters sent lowest layer first, scheduler cost per partition",
+    ),
     ("runtime=ps", "TensorFlow/MXNet parameter servers: push to the tensor's server, sum and update there, pull"),
     ("runtime=nccl", "one NCCL all-reduce per gradient tensor as backward produces it"),
     ("master", "master-GPU data parallelism: HtoD to the master, PtoP scatter, broadcast, reduce (ScaleDNN II-B)"),

@@ -28,8 +28,8 @@ pub enum Runtime {
     /// BytePS: per partition, reduce-scatter inside a node, copy to host, one push per node to
     /// the partition's CPU server, summation on the server's CPU, pull, copy back, all-gather.
     BytePs(BytePs),
-    /// ByteScheduler over all-reduce: tensors cut into partitions, sent lowest layer first, at
-    /// most `credit` bytes in flight, each partition paying the scheduler's overhead.
+    /// ByteScheduler over all-reduce: tensors cut into partitions, sent lowest layer first, each
+    /// partition paying the scheduler's overhead.
     ByteScheduler(ByteScheduler),
     /// TensorFlow/MXNet parameter servers: every tensor lives on one server (round robin; MXNet
     /// splits large ones across all servers); workers push gradients, the server sums and
@@ -81,9 +81,10 @@ pub struct BytePs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ByteScheduler {
-    /// BYTESCHEDULER_PARTITION, bytes.
+    /// BYTESCHEDULER_PARTITION: parameters (gradient elements) per partition, not bytes.
     pub partition: u64,
-    /// BYTESCHEDULER_CREDIT, bytes in flight.
+    /// BYTESCHEDULER_CREDIT: parameters in flight. Parsed and printed; the model runs one
+    /// partition at a time on the communicator, in priority order (credit is not modelled).
     pub credit: u64,
     /// The scheduler's own cost per partition (Python core loop, callbacks).
     pub sched_ns: Nanos,
@@ -126,8 +127,10 @@ pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
 pub const BYTEPS_PARTITION: u64 = 4_096_000;
 
 /// ByteScheduler (bytedance/byteps branch `bytescheduler`, `bytescheduler/common/bytecore.py`):
-/// BYTESCHEDULER_PARTITION 1,000,000 and BYTESCHEDULER_CREDIT 4,000,000 (bytes of the
-/// partitioned tensors).
+/// BYTESCHEDULER_PARTITION 1,000,000 and BYTESCHEDULER_CREDIT 4,000,000, both counted in
+/// parameters ("Partition unit, i.e., the number of parameters"; `tensor_size()` is the element
+/// count), so 4 MB and 16 MB of FP32 gradients. The credit is auto-tuned by default
+/// (BYTESCHEDULER_CREDIT_TUNING=1), which the model does not do.
 pub const BYTESCHEDULER_PARTITION: u64 = 1_000_000;
 pub const BYTESCHEDULER_CREDIT: u64 = 4_000_000;
 
@@ -235,6 +238,14 @@ impl Runtime {
                 }),
             }
         };
+        let parameters = |k: &str, default: u64| -> Result<u64> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => super::parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| {
+                    bad(k, v, "a number of parameters greater than zero (e.g. 1000000; K, M are powers of 1024)")
+                }),
+            }
+        };
         let count = |k: &str| -> Result<Option<u32>> {
             match get(k) {
                 None => Ok(None),
@@ -301,8 +312,8 @@ impl Runtime {
                 call_ns,
             }),
             "bytescheduler" => Runtime::ByteScheduler(ByteScheduler {
-                partition: bytes("partition", BYTESCHEDULER_PARTITION)?,
-                credit: bytes("credit", BYTESCHEDULER_CREDIT)?,
+                partition: parameters("partition", BYTESCHEDULER_PARTITION)?,
+                credit: parameters("credit", BYTESCHEDULER_CREDIT)?,
                 sched_ns: non_negative_us("sched_us", BYTESCHEDULER_SCHED_NS)?,
                 call_ns,
             }),
@@ -407,10 +418,11 @@ impl Runtime {
         }
     }
 
-    /// The bucket and partition sizes the user set (not the framework's defaults), with their
-    /// field names, which must not exceed the model's gradients. A default is never refused: DDP
-    /// and BytePS run a model smaller than one bucket or partition as a single one.
-    pub fn chosen_sizes(&self) -> Vec<(&'static str, u64)> {
+    /// The bucket and partition sizes the user set (not the framework's defaults), in bytes of
+    /// gradients of `element_bytes` each, with their field names, which must not exceed the
+    /// model's gradients. A default is never refused: DDP and BytePS run a model smaller than
+    /// one bucket or partition as a single one.
+    pub fn chosen_sizes(&self, element_bytes: u64) -> Vec<(&'static str, u64)> {
         let default = Runtime::parse(self.kind_name(), &[]).expect("defaults parse");
         let mut out = Vec::new();
         let mut chosen = |field, size: u64, default_size: u64| {
@@ -424,7 +436,10 @@ impl Runtime {
                 chosen("first_bucket_mb", d.first_bucket, x.first_bucket);
             }
             (Runtime::BytePs(b), Runtime::BytePs(x)) => chosen("partition", b.partition, x.partition),
-            (Runtime::ByteScheduler(b), Runtime::ByteScheduler(x)) => chosen("partition", b.partition, x.partition),
+            (Runtime::ByteScheduler(b), Runtime::ByteScheduler(x)) => {
+                let bytes = |parameters: u64| parameters.saturating_mul(element_bytes);
+                chosen("partition", bytes(b.partition), bytes(x.partition))
+            }
             _ => {}
         }
         out
