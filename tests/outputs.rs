@@ -210,6 +210,9 @@ fn timeline_estimates_its_size_and_refuses_past_max_size() {
             trace().to_str().unwrap(),
             "--gpus",
             "8",
+            // One all-reduce per layer: enough transfers for a trace of megabytes.
+            "--strategy",
+            "caffe-mpi",
             "--max-size",
             "100K",
             "-o",
@@ -308,7 +311,7 @@ fn gantt_chart_is_a_valid_png_and_svg_with_its_title() {
             .success();
         if ext == "svg" {
             let texts = svg_texts(&gantt);
-            let title = "alexnet on 2 GPUs (k80-cluster), io+wfbp: iteration 1";
+            let title = "alexnet on 2 GPUs (k80-cluster), io+wfbp+runtime=ddp: iteration 1";
             assert!(texts.iter().any(|t| t == title), "no title in {texts:?}");
             for row in ["GPU 0 compute", "GPU 1 H2D", "GPU 0 comm", "backward", "critical path (outlined)"] {
                 assert!(texts.iter().any(|t| t == row), "no `{row}` in {texts:?}");

@@ -163,12 +163,14 @@ fn horovod_fuses_what_each_cycle_finds_ready() {
 }
 
 #[test]
-fn horovod_fuses_161_tensors_into_64_mib_buffers() {
-    // 161 tensors of 1 MiB, all ready within one cycle (backward 1 ns per layer): the 64 MiB
-    // buffer takes 64 of them, then 64 more, then the last 33.
+fn horovod_fuses_161_tensors_into_its_fusion_buffers() {
+    // 161 tensors of 1 MiB, all ready within one cycle (backward 1 ns per layer): today's 128 MiB
+    // buffer takes 128 of them, then the last 33; Horovod 0.16-0.20's 64 MiB takes 64, 64, 33.
     let mib = 1u64 << 20;
     let w = workload((0..161).map(|_| layer(1, 1, &[mib])).collect());
     let (dag, _) = sim_on(&w, "runtime=horovod", topology(1, 2, 0.0), 2);
+    assert_eq!(allreduce_bytes(&dag), [128 * mib, 33 * mib]);
+    let (dag, _) = sim_on(&w, "runtime=horovod+fusion=64M+cycle_ms=5", topology(1, 2, 0.0), 2);
     assert_eq!(allreduce_bytes(&dag), [64 * mib, 64 * mib, 33 * mib]);
 }
 
@@ -200,11 +202,25 @@ fn horovod_negotiation_without_the_cache_goes_through_rank_0() {
 }
 
 #[test]
+fn bytescheduler_partitions_count_parameters() {
+    // BYTESCHEDULER_PARTITION is 1,000,000 parameters: a 10,000,000-byte FP32 tensor goes in
+    // pieces of 4,000,000, 4,000,000 and 2,000,000 bytes; as FP16 gradients (5,000,000 bytes, the
+    // same 2.5 M parameters) in pieces of 2,000,000, 2,000,000 and 1,000,000.
+    let mut w = workload(vec![layer(1, 1, &[10_000_000])]);
+    let (dag, _) = sim_on(&w, "runtime=bytescheduler", topology(1, 2, 0.0), 2);
+    assert_eq!(allreduce_bytes(&dag), [4_000_000, 4_000_000, 2_000_000]);
+    w.layers[0] = layer(1, 1, &[5_000_000]);
+    w.fp16 = true;
+    let (dag, _) = sim_on(&w, "runtime=bytescheduler", topology(1, 2, 0.0), 2);
+    assert_eq!(allreduce_bytes(&dag), [2_000_000, 2_000_000, 1_000_000]);
+}
+
+#[test]
 fn bytescheduler_sends_lower_layers_first() {
-    // 4000-byte partitions: layer 1's tensors become 1000, 4000 + 3000 (ready at 5000), layer 0's
+    // 1000-parameter (4000-byte FP32) partitions: layer 1's tensors become 1000, 4000 + 3000 (ready at 5000), layer 0's
     // 1000, 3000 (ready at 7000). The first piece runs 5000..6000; at 6000 only layer 1's are ready
     // (4000: 6000..10000); at 10000 layer 0's pieces jump ahead of layer 1's last one.
-    let s = "runtime=bytescheduler+partition=4000+sched_us=0+call_us=0";
+    let s = "runtime=bytescheduler+partition=1000+sched_us=0+call_us=0";
     let (dag, run) = sim_on(&tiny(), s, topology(1, 2, 0.0), 2);
     let mut pieces: Vec<(u64, u32, u64)> = dag
         .tasks()
@@ -302,8 +318,8 @@ fn runtimes_print_in_the_strategy_and_bad_settings_are_errors() {
     let s = Strategy::parse("runtime=horovod").unwrap();
     assert_eq!(s.name(), "io+wfbp+runtime=horovod");
     assert_eq!(Strategy::parse(&s.name()).unwrap(), s);
-    let s = Strategy::parse("runtime=horovod+fusion=128M+cycle_ms=1").unwrap();
-    assert_eq!(s.name(), "io+wfbp+runtime=horovod+fusion=128M+cycle_ms=1");
+    let s = Strategy::parse("runtime=horovod+fusion=64M+cycle_ms=5").unwrap();
+    assert_eq!(s.name(), "io+wfbp+runtime=horovod+fusion=64M+cycle_ms=5");
     let e = Strategy::parse("runtime=ddp+fusion=4M").unwrap_err().to_string();
     assert!(e.contains("runtime=ddp") && e.contains("fusion"), "{e}");
     let e = Strategy::parse("wfbp+cycle_ms=1").unwrap_err().to_string();
@@ -321,4 +337,10 @@ fn runtimes_print_in_the_strategy_and_bad_settings_are_errors() {
     assert!(e.contains("`partition`") && e.contains("larger than"), "{e}");
     let e = setup("runtime=ps+servers=3").predict(4).unwrap_err().to_string();
     assert!(e.contains("`servers`") && e.contains("2 node"), "{e}");
+    // The frameworks' defaults run a model smaller than one bucket or partition as one.
+    for spec in ["runtime=ddp", "runtime=byteps", "runtime=bytescheduler"] {
+        assert!(setup(spec).predict(4).is_ok(), "{spec}");
+    }
+    let e = setup("runtime=ddp+first_bucket_mb=2").predict(4).unwrap_err().to_string();
+    assert!(e.contains("`first_bucket_mb`") && e.contains("larger than"), "{e}");
 }

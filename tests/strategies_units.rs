@@ -273,6 +273,22 @@ fn data_loading_workers_can_starve_the_gpu() {
     assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=4"), 7_000);
     // ...two cores shared by both loaders do not.
     assert_eq!(predict("io+mps=2+util=0.5+load_us=14+workers=2+cores=2"), 14_000);
+    // The same input pipeline for one process per GPU (no MPS), as any framework's loader.
+    assert_eq!(predict("io+load_us=14+cores=4"), 14_000);
+    assert_eq!(predict("io+load_us=14+workers=2+cores=4"), 7_000);
+    // Two GPUs of one node, each with two workers, share its two cores: 14 us per sample again;
+    // with four cores each loader keeps up. (No gradients: the all-reduce is not what is timed.)
+    let two = |strategy: &str| {
+        let setup = Setup {
+            workload: workload([0, 0], 0),
+            topology: topology(),
+            strategy: Strategy::parse(strategy).unwrap(),
+            iterations: 5,
+        };
+        (setup.predict(2).unwrap().iteration_time_s * 1e9).round() as u64
+    };
+    assert_eq!(two("io+load_us=14+workers=2+cores=2"), 14_000);
+    assert_eq!(two("io+load_us=14+workers=2+cores=4"), 7_000);
 }
 
 #[test]

@@ -84,8 +84,8 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         p.buckets = legacy_buckets(w, s);
         return Ok(p);
     };
-    if let Some((field, unit)) = rt.unit_bytes() {
-        let total = w.grad_bytes();
+    let total = w.grad_bytes();
+    for (field, unit) in rt.chosen_sizes(gradient_element_bytes(w)) {
         if unit > total && total > 0 {
             return Err(Error::invalid(
                 format!("strategy field `{field}`"),
@@ -111,7 +111,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         Runtime::ByteScheduler(b) => {
             p.priority = true;
             p.sched_ns = b.sched_ns;
-            pieces(w, b.partition)
+            pieces(w, b.partition.saturating_mul(gradient_element_bytes(w)))
         }
         Runtime::BytePs(b) => {
             let count = server_count(b.servers, machine, ranks)?;
@@ -181,6 +181,15 @@ fn legacy_buckets(w: &Workload, s: &Strategy) -> Vec<Bucket> {
         out.push(open);
     }
     out
+}
+
+/// Bytes of one gradient element: FP16 for mixed-precision workloads, else FP32.
+fn gradient_element_bytes(w: &Workload) -> u64 {
+    if w.fp16 {
+        2
+    } else {
+        4
+    }
 }
 
 /// One all-reduce per tensor, as produced.

@@ -115,6 +115,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         b.set_ranks(rep.clone());
     }
     let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
+    // Each node's CPU cores, shared by its processes' loader workers (when loading is modelled).
+    let node_cpu: Option<Vec<_>> = s.loader.map(|_| {
+        let nodes = rep.iter().map(|&r| m.gpus[r as usize].node).max().map_or(1, |x| x + 1);
+        (0..nodes).map(|x| b.add_resource(format!("node{x}.cpu"))).collect()
+    });
 
     // Per stage: its layers, a workload of just those, and how the strategy's runtime groups its
     // gradients for the DP exchange.
@@ -287,7 +292,23 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     },
                 };
                 let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
-                b.add_edge(io, h2d);
+                // The input pipeline: the process's loader workers decode and augment the batch
+                // on its node's CPU cores, shared with the node's other processes.
+                let decoded = match (s.loader, &node_cpu) {
+                    (Some(l), Some(cpu)) => {
+                        let cores = l.cores as f64;
+                        let work = Work::Shared {
+                            resource: cpu[info.node as usize],
+                            work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as u64,
+                            cap: l.workers.min(l.cores) as f64 / cores,
+                        };
+                        let d = b.add_task(task(work, None, Phase::Io, Some(g), it, None));
+                        b.add_edge(io, d);
+                        d
+                    }
+                    _ => io,
+                };
+                b.add_edge(decoded, h2d);
                 if s.io_overlap {
                     if let Some(p) = prev_h2d[gi] {
                         b.add_edge(p, io);

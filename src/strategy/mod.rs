@@ -108,7 +108,19 @@ pub const NAMED: &[(&str, &str)] = &[
     ("none", "no overlap: read, copy, forward, backward, aggregate, update in sequence (CNTK; Eq. 2)"),
     ("io", "I/O overlap: the next batch is read and copied during compute (Eq. 3)"),
     ("wfbp", "wait-free backprop only: each layer's all-reduce overlaps the remaining backward pass"),
-    ("io+wfbp", "I/O overlap and wait-free backprop (Caffe-MPI; Eq. 4-5); the default"),
+    ("io+wfbp", "I/O overlap and wait-free backprop, one all-reduce per layer (Caffe-MPI; Eq. 4-5); also `caffe-mpi`"),
+    ("runtime=ddp", "PyTorch DDP: 25 MB buckets (the first 1 MB) in backward order, one all-reduce each; the default"),
+    (
+        "runtime=horovod",
+        "Horovod: tensors ready each 1 ms cycle fused into 128 MB buffers (0.21+; 0.16-0.20: 5 ms, 64 MB)",
+    ),
+    ("runtime=byteps", "BytePS: 4 MB partitions, local reduce, one push per node to CPU servers, pull, broadcast"),
+    (
+        "runtime=bytescheduler",
+        "ByteScheduler: partitions of 1M parameters sent lowest layer first, scheduler cost per partition",
+    ),
+    ("runtime=ps", "TensorFlow/MXNet parameter servers: push to the tensor's server, sum and update there, pull"),
+    ("runtime=nccl", "one NCCL all-reduce per gradient tensor as backward produces it"),
     ("master", "master-GPU data parallelism: HtoD to the master, PtoP scatter, broadcast, reduce (ScaleDNN II-B)"),
     ("master+split", "CPU-side batch splitting: each GPU's mini-batch straight from host memory (ScaleDNN IV-A)"),
     ("master+split+preload", "plus pre-loading the next batch on a copy stream (ScaleDNN IV-B)"),
@@ -121,8 +133,10 @@ pub const NAMED: &[(&str, &str)] = &[
     ("wfbp+mps=3+util=0.3+threads=0.33", "AccDP: 3 processes per GPU under MPS, kernels 30% utilised alone"),
 ];
 
-/// The strategy `predict` uses when none is given.
-pub const DEFAULT_STRATEGY: &str = "io+wfbp";
+/// The strategy `predict` uses when none is given: what a framework user gets by default, PyTorch
+/// DDP's bucketed, overlapped all-reduce (25 MB buckets, the first 1 MB) with a prefetching loader.
+/// The DAG paper's Caffe-MPI model (one all-reduce per layer) is `caffe-mpi` (or `io+wfbp`).
+pub const DEFAULT_STRATEGY: &str = "io+wfbp+runtime=ddp";
 
 impl Default for Strategy {
     fn default() -> Self {
@@ -297,10 +311,13 @@ impl Strategy {
             (None, 1, None) => {}
             _ => return Err(bad("data loading needs both `load_us` and `cores` (and optionally `workers`)".into())),
         }
-        if s.mps.is_none() && (s.util != Util::Default || s.threads != 1.0 || s.loader.is_some()) {
+        if s.mps.is_none() && (s.util != Util::Default || s.threads != 1.0) {
             return Err(bad(
-                "util=, threads= and load_us= describe AccDP processes: add `mps=K` (1 for one process per GPU)".into(),
+                "util= and threads= describe AccDP processes: add `mps=K` (1 for one process per GPU)".into()
             ));
+        }
+        if s.loader.is_some() && s.master {
+            return Err(bad("load_us= models each process's own loader; `master` loads on the master's host".into()));
         }
         if s.mps.is_some() && (s.master || s.comm_source == CommSource::Trace || s.priority_partition.is_some()) {
             return Err(bad(
@@ -545,7 +562,8 @@ mod tests {
         assert!(s.io_overlap && s.wfbp && s.comm_source == CommSource::Trace);
         assert_eq!(s.name(), "io+wfbp+comm=trace");
         assert_eq!(Strategy::parse("cntk").unwrap().name(), "none");
-        assert_eq!(Strategy::parse("caffe-mpi").unwrap(), Strategy::default());
+        assert_eq!(Strategy::parse("caffe-mpi").unwrap(), Strategy::parse("io+wfbp").unwrap());
+        assert_eq!(Strategy::default().name(), "io+wfbp+runtime=ddp");
         assert_eq!(Strategy::parse("wfbp+io").unwrap().name(), "io+wfbp");
     }
 

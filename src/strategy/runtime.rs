@@ -2,7 +2,7 @@
 //! collectives (or pushes to parameter servers), when it launches them and which fixed costs it
 //! pays. Written `runtime=NAME` in a strategy spec, with the runtime's own `key=value` settings
 //! (`io+wfbp+runtime=horovod+cycle_ms=1`). Each default comes from the framework's source or docs
-//! at the version named next to it (docs/strategies.md has the table with file paths). This module
+//! at the version named next to it (docs/strategies.md, "Framework runtimes", has the table). This module
 //! parses and names; `dag::exchange` turns a runtime into tasks.
 
 use crate::error::{Error, Result};
@@ -28,8 +28,8 @@ pub enum Runtime {
     /// BytePS: per partition, reduce-scatter inside a node, copy to host, one push per node to
     /// the partition's CPU server, summation on the server's CPU, pull, copy back, all-gather.
     BytePs(BytePs),
-    /// ByteScheduler over all-reduce: tensors cut into partitions, sent lowest layer first, at
-    /// most `credit` bytes in flight, each partition paying the scheduler's overhead.
+    /// ByteScheduler over all-reduce: tensors cut into partitions, sent lowest layer first, each
+    /// partition paying the scheduler's overhead.
     ByteScheduler(ByteScheduler),
     /// TensorFlow/MXNet parameter servers: every tensor lives on one server (round robin; MXNet
     /// splits large ones across all servers); workers push gradients, the server sums and
@@ -51,7 +51,7 @@ pub struct Horovod {
     /// HOROVOD_CYCLE_TIME: period of the background loop.
     pub cycle_ns: Nanos,
     /// HOROVOD_CACHE_CAPACITY > 0: steady-state negotiation is one bit-vector all-reduce per
-    /// cycle; 0 (and Horovod before 0.17): every rank sends rank 0 a request per ready tensor
+    /// cycle; 0 (and Horovod before 0.16.2): every rank sends rank 0 a request per ready tensor
     /// and rank 0 broadcasts the responses.
     pub cache: bool,
     pub call_ns: Nanos,
@@ -81,9 +81,10 @@ pub struct BytePs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ByteScheduler {
-    /// BYTESCHEDULER_PARTITION, bytes.
+    /// BYTESCHEDULER_PARTITION: parameters (gradient elements) per partition, not bytes.
     pub partition: u64,
-    /// BYTESCHEDULER_CREDIT, bytes in flight.
+    /// BYTESCHEDULER_CREDIT: parameters in flight. Parsed and printed; the model runs one
+    /// partition at a time on the communicator, in priority order (credit is not modelled).
     pub credit: u64,
     /// The scheduler's own cost per partition (Python core loop, callbacks).
     pub sched_ns: Nanos,
@@ -109,10 +110,12 @@ pub struct Ps {
 /// assumption as a codec kernel's (`compress::LAUNCH_NS`).
 pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
 
-/// Horovod 0.19.5 (`horovod/common/operations.cc`, BackgroundThreadLoop): fusion threshold
-/// 64 MiB, cycle time 5 ms, response cache of 1024 entries (on since 0.17).
-pub const HOROVOD_FUSION: u64 = 64 << 20;
-pub const HOROVOD_CYCLE_NS: Nanos = 5_000_000;
+/// Horovod's defaults as a user installing it today gets them: 0.21.0 to 0.28.1
+/// (`horovod/common/operations.cc`, InitializeHorovodOnce) set the fusion threshold to 128 MiB and
+/// the cycle time to 1 ms; the response cache holds 1024 entries (`global_state.h`; it exists since
+/// 0.16.2). Horovod 0.16 to 0.20 used 64 MiB and 5 ms: write `fusion=64M+cycle_ms=5` for those.
+pub const HOROVOD_FUSION: u64 = 128 << 20;
+pub const HOROVOD_CYCLE_NS: Nanos = 1_000_000;
 
 /// PyTorch DDP (`torch/nn/parallel/distributed.py`, bucket_cap_mb=25, and
 /// `dist._DEFAULT_FIRST_BUCKET_BYTES` = 1 MiB, v1.8 to v2.x).
@@ -124,8 +127,10 @@ pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
 pub const BYTEPS_PARTITION: u64 = 4_096_000;
 
 /// ByteScheduler (bytedance/byteps branch `bytescheduler`, `bytescheduler/common/bytecore.py`):
-/// BYTESCHEDULER_PARTITION 1,000,000 and BYTESCHEDULER_CREDIT 4,000,000 (bytes of the
-/// partitioned tensors).
+/// BYTESCHEDULER_PARTITION 1,000,000 and BYTESCHEDULER_CREDIT 4,000,000, both counted in
+/// parameters ("Partition unit, i.e., the number of parameters"; `tensor_size()` is the element
+/// count), so 4 MB and 16 MB of FP32 gradients. The credit is auto-tuned by default
+/// (BYTESCHEDULER_CREDIT_TUNING=1), which the model does not do.
 pub const BYTESCHEDULER_PARTITION: u64 = 1_000_000;
 pub const BYTESCHEDULER_CREDIT: u64 = 4_000_000;
 
@@ -233,6 +238,14 @@ impl Runtime {
                 }),
             }
         };
+        let parameters = |k: &str, default: u64| -> Result<u64> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => super::parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| {
+                    bad(k, v, "a number of parameters greater than zero (e.g. 1000000; K, M are powers of 1024)")
+                }),
+            }
+        };
         let count = |k: &str| -> Result<Option<u32>> {
             match get(k) {
                 None => Ok(None),
@@ -299,8 +312,8 @@ impl Runtime {
                 call_ns,
             }),
             "bytescheduler" => Runtime::ByteScheduler(ByteScheduler {
-                partition: bytes("partition", BYTESCHEDULER_PARTITION)?,
-                credit: bytes("credit", BYTESCHEDULER_CREDIT)?,
+                partition: parameters("partition", BYTESCHEDULER_PARTITION)?,
+                credit: parameters("credit", BYTESCHEDULER_CREDIT)?,
                 sched_ns: non_negative_us("sched_us", BYTESCHEDULER_SCHED_NS)?,
                 call_ns,
             }),
@@ -405,14 +418,31 @@ impl Runtime {
         }
     }
 
-    /// The bucket or partition size that must not exceed the model's gradients, with its name.
-    pub fn unit_bytes(&self) -> Option<(&'static str, u64)> {
-        match self {
-            Runtime::Ddp(d) => Some(("bucket_mb", d.bucket.max(d.first_bucket))),
-            Runtime::BytePs(b) => Some(("partition", b.partition)),
-            Runtime::ByteScheduler(b) => Some(("partition", b.partition)),
-            _ => None,
+    /// The bucket and partition sizes the user set (not the framework's defaults), in bytes of
+    /// gradients of `element_bytes` each, with their field names, which must not exceed the
+    /// model's gradients. A default is never refused: DDP and BytePS run a model smaller than
+    /// one bucket or partition as a single one.
+    pub fn chosen_sizes(&self, element_bytes: u64) -> Vec<(&'static str, u64)> {
+        let default = Runtime::parse(self.kind_name(), &[]).expect("defaults parse");
+        let mut out = Vec::new();
+        let mut chosen = |field, size: u64, default_size: u64| {
+            if size != default_size {
+                out.push((field, size));
+            }
+        };
+        match (self, &default) {
+            (Runtime::Ddp(d), Runtime::Ddp(x)) => {
+                chosen("bucket_mb", d.bucket, x.bucket);
+                chosen("first_bucket_mb", d.first_bucket, x.first_bucket);
+            }
+            (Runtime::BytePs(b), Runtime::BytePs(x)) => chosen("partition", b.partition, x.partition),
+            (Runtime::ByteScheduler(b), Runtime::ByteScheduler(x)) => {
+                let bytes = |parameters: u64| parameters.saturating_mul(element_bytes);
+                chosen("partition", bytes(b.partition), bytes(x.partition))
+            }
+            _ => {}
         }
+        out
     }
 }
 
@@ -433,7 +463,7 @@ mod tests {
     #[test]
     fn defaults_come_from_the_frameworks() {
         let Runtime::Horovod(h) = parse("horovod", &[]).unwrap() else { panic!() };
-        assert_eq!((h.fusion, h.cycle_ns, h.cache), (64 << 20, 5_000_000, true));
+        assert_eq!((h.fusion, h.cycle_ns, h.cache), (128 << 20, 1_000_000, true));
         let Runtime::Ddp(d) = parse("ddp", &[]).unwrap() else { panic!() };
         assert_eq!((d.bucket, d.first_bucket), (25 << 20, 1 << 20));
         let Runtime::BytePs(b) = parse("byteps", &[]).unwrap() else { panic!() };
@@ -445,7 +475,7 @@ mod tests {
     #[test]
     fn settings_print_back_and_parse_to_the_same_runtime() {
         for (name, kv) in [
-            ("horovod", vec![("cycle_ms", "0.1"), ("fusion", "128M"), ("cache", "0")]),
+            ("horovod", vec![("cycle_ms", "0.1"), ("fusion", "64M"), ("cache", "0")]),
             ("ddp", vec![("bucket_mb", "50"), ("first_bucket_mb", "0.5")]),
             ("byteps", vec![("partition", "2M"), ("servers", "2"), ("credit", "4")]),
             ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),

@@ -68,10 +68,9 @@ pub struct RowResult {
     pub predicted: f64,
     /// (predicted - measured) / measured.
     pub error: Option<f64>,
-    /// The same metric under the baseline model (`--baseline`), and its error.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The same metric under the baseline model (`--baseline`), and its error (empty without
+    /// one; always present so that CSV rows keep their columns).
     pub baseline: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_error: Option<f64>,
     /// The prediction lies within measured +- spread.
     pub within_spread: Option<bool>,
