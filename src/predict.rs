@@ -2,7 +2,7 @@
 //! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
 //! calls; it holds no state of its own.
 
-use crate::collective::Algorithm;
+use crate::collective::Layout;
 use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
@@ -93,8 +93,9 @@ impl Setup {
     /// the full simulation in `tests/symmetry.rs`).
     pub fn representatives(&self, machine: &Machine, gpus: u32) -> Option<u32> {
         let s = &self.strategy;
-        let symmetric_allreduce = matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical);
-        if s.master || s.mps.is_some() || !symmetric_allreduce {
+        let used = &machine.gpus[..(gpus as usize).min(machine.gpus.len())];
+        let layout = Layout::from_nodes(used.iter().map(|g| g.node));
+        if s.master || s.mps.is_some() || !machine.collectives.node_symmetric(s.allreduce, layout) {
             return None;
         }
         machine.uniform_nodes(gpus)

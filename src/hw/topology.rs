@@ -57,6 +57,13 @@ pub struct Topology {
     /// The calibration itself, read when the topology is loaded (or set by `--calibration`).
     #[serde(skip)]
     pub calibrated: Option<Calibration>,
+    /// How collectives run on the machine (`--collective-model`, `--nccl-*`; NCCL by default).
+    #[serde(skip)]
+    pub collectives: crate::collective::CollectiveModel,
+    /// Changes made to the file's description when a setup was built (e.g. `--gpu` replacing the
+    /// file's GPU), for the command to print.
+    #[serde(skip)]
+    pub overrides: Vec<String>,
 }
 
 /// Identical nodes, each with `gpus_per_node` GPUs under one host.
@@ -78,6 +85,9 @@ pub struct ClusterSpec {
     /// Each node's link to the network switch, per direction.
     pub network: NetworkSpec,
     pub storage: StorageSpec,
+    /// Effective transport rates (see `crate::hw::transports`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transports: Option<crate::hw::Transports>,
 }
 
 fn yes() -> bool {
@@ -211,6 +221,9 @@ impl Topology {
             return Err(Error::topology(t, "cluster.network.efficiency must be in (0, 1]"));
         }
         c.storage.link.rate(t, "cluster.storage")?;
+        if let Some(tr) = &c.transports {
+            tr.check(path, "cluster.")?;
+        }
         Ok(())
     }
 
@@ -252,7 +265,42 @@ impl Topology {
         if let Some(cal) = &self.calibrated {
             machine.apply_calibration(cal)?;
         }
+        machine.collectives = self.collectives;
         Ok(machine)
+    }
+
+    /// The GPU model the file names.
+    pub fn gpu_model(&self) -> &str {
+        match (&self.cluster, &self.graph) {
+            (Some(c), _) => &c.gpu,
+            (None, Some(g)) => &g.gpu,
+            (None, None) => "",
+        }
+    }
+
+    /// Makes `gpu` (a name `GpuSpec::by_name` knows) the machine's GPU. When the file names a
+    /// different GPU, records the override (see [`Topology::overrides`]) so it is never silent.
+    pub fn use_gpu(&mut self, gpu: &str) -> Result<()> {
+        let wanted = crate::workload::GpuSpec::by_name(gpu)?;
+        let current = self.gpu_model().to_string();
+        let known = crate::workload::GpuSpec::by_name(&current).ok();
+        if known.is_some_and(|g| g.name == wanted.name) {
+            return Ok(());
+        }
+        // A file whose GPU dagsim does not know (e.g. the parametric builder's "GPU") has nothing
+        // to disagree with; a known, different GPU is replaced out loud.
+        if known.is_some() {
+            self.overrides.push(format!(
+                "--gpu {} replaces the GPU of topology `{}` ({}): compute and the collective model use {}",
+                wanted.name, self.name, current, wanted.full_name
+            ));
+        }
+        match (&mut self.cluster, &mut self.graph) {
+            (Some(c), _) => c.gpu = wanted.full_name.to_string(),
+            (None, Some(g)) => g.gpu = wanted.full_name.to_string(),
+            (None, None) => {}
+        }
+        Ok(())
     }
 
     fn build_cluster(&self, c: &ClusterSpec, nodes: u32) -> Result<Machine> {
@@ -330,7 +378,17 @@ impl Topology {
                 }
             }
         }
-        Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)
+        let mut machine = Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)?;
+        machine.transports = c.transports.clone().unwrap_or_default();
+        let transport = match c.network.kind {
+            NetworkKind::Ethernet => crate::hw::NetTransport::Socket,
+            NetworkKind::Infiniband => crate::hw::NetTransport::Ib,
+        };
+        machine.network = Some(crate::hw::NetworkInfo {
+            line_rate: c.network.link.rate(t, "network")?,
+            transport: machine.transports.net.unwrap_or(transport),
+        });
+        Ok(machine)
     }
 }
 

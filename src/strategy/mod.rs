@@ -131,7 +131,7 @@ impl Strategy {
             io_overlap: false,
             wfbp: false,
             comm_source: CommSource::Model,
-            allreduce: Algorithm::Ring,
+            allreduce: Algorithm::default(),
             master: false,
             split: false,
             preload: false,
