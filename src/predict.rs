@@ -129,6 +129,8 @@ impl Setup {
                 CommSource::Trace => "trace",
             }
             .to_string(),
+            collective_model: sim.machine.collectives.name(),
+            collectives: sim.run.collectives.clone(),
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: samples / iteration_time_s,

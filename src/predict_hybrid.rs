@@ -67,6 +67,8 @@ impl HybridSetup {
             // Gradient syncs and exchanges are the table's measured times, not a collective.
             allreduce: "measured".to_string(),
             comm_source: "trace".to_string(),
+            collective_model: machine.collectives.name(),
+            collectives: run.collectives.clone(),
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: (t.batch_per_gpu * gpus) as f64 / iteration_time_s,

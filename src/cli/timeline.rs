@@ -77,6 +77,8 @@ pub fn run(args: Args) -> Result<u8> {
         ("topology", setup.topology.name.clone()),
         ("strategy", setup.strategy.name()),
         ("gpus", args.gpus.to_string()),
+        ("collective_model", sim.machine.collectives.name()),
+        ("collectives", dagsim::collective::model::describe(&sim.machine.collectives.name(), &sim.run.collectives)),
         ("dagsim_version", env!("CARGO_PKG_VERSION").to_string()),
     ];
     let arrows = match args.arrows {
@@ -103,7 +105,10 @@ pub fn run(args: Args) -> Result<u8> {
                 "start_ns",
                 "end_ns",
                 "critical",
+                "collective",
             ])?;
+            let how: std::collections::HashMap<u32, &str> =
+                run.collective_labels.iter().map(|(t, l)| (*t, l.as_str())).collect();
             for (t, task) in dag.tasks().iter().enumerate() {
                 let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_default();
                 let queue = task.queue.map(|q| dag.queues()[q as usize].name.clone()).unwrap_or_default();
@@ -118,6 +123,7 @@ pub fn run(args: Args) -> Result<u8> {
                     run.start[t].to_string(),
                     run.end[t].to_string(),
                     on_path[t].to_string(),
+                    how.get(&(t as u32)).map(|l| format!("{} {l}", sim.machine.collectives.name())).unwrap_or_default(),
                 ])?;
             }
             c.flush()
@@ -129,6 +135,11 @@ pub fn run(args: Args) -> Result<u8> {
                 dag.len(),
                 run.flow_records.len(),
                 run.makespan as f64 / 1e9
+            )?;
+            writeln!(
+                w,
+                "collectives: {}",
+                dagsim::collective::model::describe(&sim.machine.collectives.name(), &run.collectives)
             )?;
             writeln!(w, "critical path: {} tasks; time on it by phase:", critical.len())?;
             let mut by_phase: std::collections::BTreeMap<&str, u64> = Default::default();

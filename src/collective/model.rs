@@ -209,6 +209,31 @@ pub struct CollectiveUse {
     pub bytes: u64,
 }
 
+/// `model: op a (x% of bytes), b (y%); op ...`, the largest first; `model: none` when nothing ran.
+pub fn describe(model: &str, uses: &[CollectiveUse]) -> String {
+    let mut ops: Vec<&str> = uses.iter().map(|u| u.op.as_str()).collect();
+    ops.dedup();
+    ops.sort_unstable();
+    ops.dedup();
+    if ops.is_empty() {
+        return format!("{model}: no collectives");
+    }
+    let parts: Vec<String> = ops
+        .iter()
+        .map(|op| {
+            let mut mine: Vec<&CollectiveUse> = uses.iter().filter(|u| u.op == *op).collect();
+            let total: u64 = mine.iter().map(|u| u.bytes).sum::<u64>().max(1);
+            mine.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.ran.cmp(&b.ran)));
+            let ran: Vec<String> = mine
+                .iter()
+                .map(|u| format!("{} ({:.0}% of bytes)", u.ran, 100.0 * u.bytes as f64 / total as f64))
+                .collect();
+            format!("{op} {}", ran.join(", "))
+        })
+        .collect();
+    format!("{model}: {}", parts.join("; "))
+}
+
 /// Lowers collectives for the engine, with caches.
 #[derive(Default)]
 pub struct Lowerer {

@@ -96,6 +96,7 @@ mod tests {
             reserved_collectives: 0,
             materialized_collectives: 0,
             collectives: Vec::new(),
+            collective_labels: Vec::new(),
         }
     }
 

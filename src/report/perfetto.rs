@@ -169,12 +169,18 @@ pub fn write_trace(
     for &t in &critical {
         on_path[t as usize] = true;
     }
+    let how: std::collections::HashMap<TaskId, &str> =
+        run.collective_labels.iter().map(|(t, l)| (*t, l.as_str())).collect();
+    let model = machine.collectives.name();
     for t in 0..dag.len() as TaskId {
         let task = dag.task(t);
         let (s, e) = (run.start[t as usize], run.end[t as usize]);
         let crit = on_path[t as usize];
-        let args = json!({"task": t, "iteration": task.iteration, "layer": task.layer, "gpu": task.gpu,
+        let mut args = json!({"task": t, "iteration": task.iteration, "layer": task.layer, "gpu": task.gpu,
                           "label": task.label(), "critical": crit});
+        if let Some(l) = how.get(&t) {
+            args["collective"] = json!(format!("{model} {l}"));
+        }
         let cat = if crit { format!("{},critical", task.phase.name()) } else { task.phase.name().to_string() };
         for (pid, tid, _) in placements(dag, t) {
             w.push(&json!({"ph": "X", "name": span_name(dag, t), "cat": cat, "pid": pid, "tid": tid,

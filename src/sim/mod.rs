@@ -79,6 +79,8 @@ pub struct Run {
     pub materialized_collectives: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
+    /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
+    pub collective_labels: Vec<(TaskId, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -207,6 +209,7 @@ struct Engine<'a> {
     events_processed: u64,
     flows_created: u64,
     flow_records: Vec<FlowRecord>,
+    collective_labels: Vec<(TaskId, String)>,
     reserved_count: u64,
     materialized_count: u64,
     reservation_pool: Vec<Reservation>,
@@ -253,6 +256,7 @@ impl<'a> Engine<'a> {
             events_processed: 0,
             flows_created: 0,
             flow_records: Vec::new(),
+            collective_labels: Vec::new(),
             reserved_count: 0,
             materialized_count: 0,
             reservation_pool: Vec::new(),
@@ -319,6 +323,7 @@ impl<'a> Engine<'a> {
             reserved_collectives: self.reserved_count,
             materialized_collectives: self.materialized_count,
             collectives: self.lowerer.uses(),
+            collective_labels: self.collective_labels,
         })
     }
 
@@ -403,6 +408,9 @@ impl<'a> Engine<'a> {
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
                 let plan = self.lowerer.lower(self.machine, group, self.dag.group(group), op, algorithm, bytes)?;
+                if self.options.record_flows {
+                    self.collective_labels.push((t, plan.label()));
+                }
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
                     return Ok(());

@@ -5,6 +5,7 @@
 //! Produces a [`Report`]; printing and exit codes belong to the CLI. Must not tune anything to the
 //! measurements: a row's inputs are its setup columns only, never its measured value.
 
+pub mod baseline;
 pub mod format;
 mod output;
 pub mod run;
@@ -13,6 +14,7 @@ pub mod stats;
 pub use format::{read_measurements, MeasurementSet, Metric, Row};
 pub use output::{write_csv, write_json, write_text};
 
+use crate::collective::CollectiveModel;
 use crate::error::Result;
 use serde::Serialize;
 use stats::{kendall_tau_b, relative_error, summarize, ErrorSummary};
@@ -72,6 +74,37 @@ pub struct RowResult {
     pub group: Option<String>,
     pub known_miss: Option<String>,
     pub source: String,
+    /// How the collectives ran in the row's simulation (model, and per operation what it chose).
+    pub collectives: String,
+    /// The same row under each baseline asked for, in order.
+    pub baselines: Vec<BaselineValue>,
+}
+
+/// A row's prediction under a baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineValue {
+    pub baseline: String,
+    pub predicted: f64,
+    pub error: Option<f64>,
+}
+
+/// A baseline's error summaries, per set and over all.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineReport {
+    pub baseline: String,
+    pub about: String,
+    pub sets: Vec<SetSummary>,
+    pub overall: Option<SetSummary>,
+}
+
+/// What `validate` is asked for beyond the gate.
+#[derive(Default)]
+pub struct Options {
+    pub gate: Gate,
+    /// Baselines to predict the rows with as well.
+    pub baselines: Vec<&'static baseline::Baseline>,
+    /// A collective model for every row (else each row's own, i.e. the default).
+    pub collectives: Option<CollectiveModel>,
 }
 
 /// Error summary of one set (or of all sets together).
@@ -111,6 +144,8 @@ pub struct Report {
     pub rows: Vec<RowResult>,
     pub sets: Vec<SetSummary>,
     pub overall: Option<SetSummary>,
+    /// Per baseline asked for, its summaries (the rows carry their values).
+    pub baselines: Vec<BaselineReport>,
     pub groups: Vec<GroupResult>,
     /// Concordant and discordant strategy pairs over all groups.
     pub rank_concordant: u64,
@@ -122,20 +157,75 @@ pub struct Report {
 
 /// Reads, predicts and compares the given measurement files.
 pub fn validate_files(paths: &[&Path], gate: Gate) -> Result<Report> {
+    validate_files_with(paths, &Options { gate, ..Default::default() })
+}
+
+/// [`validate_files`] with baselines and a collective model.
+pub fn validate_files_with(paths: &[&Path], options: &Options) -> Result<Report> {
     let sets = paths.iter().map(|p| read_measurements(p)).collect::<Result<Vec<_>>>()?;
-    validate_sets(&sets, gate)
+    validate_sets_with(&sets, options)
 }
 
 /// Predicts and compares already-read sets.
 pub fn validate_sets(sets: &[MeasurementSet], gate: Gate) -> Result<Report> {
-    let predicted = run::predict_rows(sets)?;
+    validate_sets_with(sets, &Options { gate, ..Default::default() })
+}
+
+/// [`validate_sets`] with baselines and a collective model.
+pub fn validate_sets_with(sets: &[MeasurementSet], options: &Options) -> Result<Report> {
+    let model = options.collectives;
+    let set_model = move |s: &mut crate::predict::Setup| {
+        if let Some(m) = model {
+            s.topology.collectives = m;
+        }
+    };
+    let set_hybrid = move |h: &mut crate::predict_hybrid::HybridSetup| {
+        if let Some(m) = model {
+            h.topology.collectives = m;
+        }
+    };
+    let predicted = run::predict_rows_with(sets, &run::Adapt { setup: &set_model, hybrid: &set_hybrid })?;
+    let baseline_predictions = options
+        .baselines
+        .iter()
+        .map(|b| run::predict_rows_with(sets, &run::Adapt { setup: &b.setup, hybrid: &b.hybrid }))
+        .collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::new();
-    for (set, preds) in sets.iter().zip(predicted) {
-        for (row, p) in set.rows.iter().zip(preds) {
-            rows.push(compare(&set.name, row, p, gate));
+    for (si, (set, preds)) in sets.iter().zip(predicted).enumerate() {
+        for (ri, (row, p)) in set.rows.iter().zip(preds).enumerate() {
+            let mut r = compare(&set.name, row, p, options.gate);
+            for (b, bp) in options.baselines.iter().zip(&baseline_predictions) {
+                let v = bp[si][ri].value;
+                r.baselines.push(BaselineValue {
+                    baseline: b.name.to_string(),
+                    predicted: v,
+                    error: row.measured.map(|m| relative_error(v, m)),
+                });
+            }
+            rows.push(r);
         }
     }
-    Ok(assemble(sets, rows, gate))
+    let mut report = assemble(sets, rows, options.gate);
+    for (k, b) in options.baselines.iter().enumerate() {
+        // The same summaries, with each row's error replaced by the baseline's.
+        let as_baseline: Vec<RowResult> = report
+            .rows
+            .iter()
+            .map(|r| RowResult { error: r.baselines[k].error, predicted: r.baselines[k].predicted, ..r.clone() })
+            .collect();
+        let sets_summary = sets
+            .iter()
+            .filter_map(|set| summary(&set.name, &as_baseline.iter().filter(|r| r.set == set.name).collect::<Vec<_>>()))
+            .collect();
+        let overall = summary("all", &as_baseline.iter().collect::<Vec<_>>());
+        report.baselines.push(BaselineReport {
+            baseline: b.name.to_string(),
+            about: b.about.to_string(),
+            sets: sets_summary,
+            overall,
+        });
+    }
+    Ok(report)
 }
 
 fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
@@ -170,6 +260,8 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         group: row.group.clone(),
         known_miss: row.known_miss.clone(),
         source: row.source.clone(),
+        collectives: p.simulated.collectives,
+        baselines: Vec::new(),
     }
 }
 
@@ -254,6 +346,7 @@ fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report
         rows,
         sets: set_summaries,
         overall,
+        baselines: Vec::new(),
         groups,
         passed: failures.is_empty(),
         failures,

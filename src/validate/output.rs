@@ -44,15 +44,23 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         super::Metric::Speedup => format!("speedup ({})", x.unit),
     };
     let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
+    // One error column per baseline, headed by its name.
+    let b_names: Vec<&str> = r.baselines.iter().map(|b| b.baseline.as_str()).collect();
+    let b_head: String = b_names.iter().map(|n| format!("  {:>w$}", n, w = n.len().max(8))).collect();
     writeln!(
         w,
-        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  status",
+        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{b_head}  status",
         "set", "id", "gpus", "strategy", "metric", "measured", "predicted", "error"
     )?;
     for x in &r.rows {
+        let b_cols: String = b_names
+            .iter()
+            .zip(&x.baselines)
+            .map(|(n, b)| format!("  {:>w$}", b.error.map_or("-".to_string(), percent), w = n.len().max(8)))
+            .collect();
         writeln!(
             w,
-            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  {}",
+            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{b_cols}  {}",
             x.set,
             x.id,
             x.gpus,
@@ -84,6 +92,30 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             s.worst_row,
             percent(s.mean_signed_error),
         )?;
+    }
+    for b in &r.baselines {
+        writeln!(w)?;
+        writeln!(w, "Baseline {} ({}), the same rows, beside dagsim's:", b.baseline, b.about)?;
+        writeln!(
+            w,
+            "| set | rows | dagsim mean abs error | {0} mean abs error | dagsim median | {0} median | dagsim mean signed | {0} mean signed |",
+            b.baseline
+        )?;
+        writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
+        for (ours, theirs) in r.sets.iter().chain(&r.overall).zip(b.sets.iter().chain(&b.overall)) {
+            writeln!(
+                w,
+                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {} | {} |",
+                ours.set,
+                ours.rows,
+                ours.mean_abs_error * 100.0,
+                theirs.mean_abs_error * 100.0,
+                ours.median_abs_error * 100.0,
+                theirs.median_abs_error * 100.0,
+                percent(ours.mean_signed_error),
+                percent(theirs.mean_signed_error),
+            )?;
+        }
     }
     if !r.groups.is_empty() {
         writeln!(w)?;
@@ -121,11 +153,68 @@ pub fn write_json(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w)
 }
 
-/// One CSV line per row, with the measured and predicted values and the error.
+/// One CSV line per row, with the measured and predicted values and the error; then, per
+/// baseline, `<name>_predicted` and `<name>_error`.
 pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     let mut out = csv::Writer::from_writer(w);
-    for row in &r.rows {
-        out.serialize(row).map_err(std::io::Error::other)?;
+    let mut header: Vec<String> = [
+        "set",
+        "id",
+        "line",
+        "workload",
+        "topology",
+        "gpus",
+        "strategy",
+        "metric",
+        "unit",
+        "measured",
+        "spread",
+        "predicted",
+        "error",
+        "within_spread",
+        "status",
+        "group",
+        "known_miss",
+        "source",
+        "collectives",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for b in &r.baselines {
+        header.push(format!("{}_predicted", b.baseline));
+        header.push(format!("{}_error", b.baseline));
+    }
+    out.write_record(&header)?;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    for x in &r.rows {
+        let mut rec = vec![
+            x.set.clone(),
+            x.id.clone(),
+            x.line.to_string(),
+            x.workload.clone(),
+            x.topology.clone(),
+            x.gpus.to_string(),
+            x.strategy.clone(),
+            name(serde_json::to_value(x.metric).map_err(std::io::Error::other)?),
+            x.unit.to_string(),
+            opt(x.measured),
+            opt(x.spread),
+            x.predicted.to_string(),
+            opt(x.error),
+            x.within_spread.map_or(String::new(), |b| b.to_string()),
+            name(serde_json::to_value(x.status).map_err(std::io::Error::other)?),
+            x.group.clone().unwrap_or_default(),
+            x.known_miss.clone().unwrap_or_default(),
+            x.source.clone(),
+            x.collectives.clone(),
+        ];
+        for b in &x.baselines {
+            rec.push(b.predicted.to_string());
+            rec.push(opt(b.error));
+        }
+        out.write_record(&rec)?;
     }
     out.flush()
 }

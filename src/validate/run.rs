@@ -25,6 +25,8 @@ pub struct Simulated {
     pub strategy: String,
     pub throughput_samples_per_s: f64,
     pub iteration_time_s: f64,
+    /// How its collectives ran (`Prediction::collectives_line`).
+    pub collectives: String,
 }
 
 /// What the model says for one row.
@@ -44,8 +46,31 @@ enum Model {
     Hybrid(Box<HybridSetup>),
 }
 
+/// A change applied to every row's setup before it is simulated (a baseline, or the collective
+/// model asked for on the command line).
+pub struct Adapt<'a> {
+    pub setup: &'a (dyn Fn(&mut Setup) + Sync),
+    pub hybrid: &'a (dyn Fn(&mut HybridSetup) + Sync),
+}
+
+impl Adapt<'_> {
+    /// Leaves every setup as its row describes it.
+    pub fn none() -> Adapt<'static> {
+        Adapt { setup: &|_| {}, hybrid: &|_| {} }
+    }
+}
+
 impl Model {
-    fn build(row: &RowSetup) -> Result<Self> {
+    fn build(row: &RowSetup, adapt: &Adapt) -> Result<Self> {
+        let mut m = Self::build_plain(row)?;
+        match &mut m {
+            Model::Pipeline(s) => (adapt.setup)(s),
+            Model::Hybrid(h) => (adapt.hybrid)(h),
+        }
+        Ok(m)
+    }
+
+    fn build_plain(row: &RowSetup) -> Result<Self> {
         let spec = row.strategy.as_deref().unwrap_or("");
         if spec != "hybrid" && !spec.starts_with("hybrid+") {
             return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
@@ -80,6 +105,7 @@ impl Model {
             Model::Pipeline(setup) => setup.predict(gpus)?,
             Model::Hybrid(h) => h.predict(gpus)?,
         };
+        let collectives = p.collectives_line();
         Ok(Simulated {
             workload: p.workload,
             topology: p.topology,
@@ -87,6 +113,7 @@ impl Model {
             strategy: p.strategy,
             throughput_samples_per_s: p.throughput_samples_per_s,
             iteration_time_s: p.iteration_time_s,
+            collectives,
         })
     }
 }
@@ -94,6 +121,11 @@ impl Model {
 /// Predicts every row of every set. Results are in set order, then row order. An error names the
 /// file, line and row id.
 pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
+    predict_rows_with(sets, &Adapt::none())
+}
+
+/// [`predict_rows`] with every row's setup changed by `adapt` first.
+pub fn predict_rows_with(sets: &[MeasurementSet], adapt: &Adapt) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
     let mut setups: BTreeMap<String, Model> = BTreeMap::new();
     let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -104,7 +136,7 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
             let key = setup_key(&row.setup);
             let at = |e: Error| in_row(&set.path, row, e);
             if !setups.contains_key(&key) {
-                let setup = Model::build(&row.setup).map_err(at)?;
+                let setup = Model::build(&row.setup, adapt).map_err(at)?;
                 setups.insert(key.clone(), setup);
             }
             let gpus = gpu_count(row).map_err(at)?;
