@@ -40,7 +40,9 @@ pub fn synthetic(layers: usize) -> Workload {
         backward: Stat::exact(600_000),
         comm: None,
         grad_bytes: total_bytes / layers as u64,
+        grad_tensors: Vec::new(),
         util: None,
+        tp: None,
     };
     Workload {
         name: format!("synthetic{layers}"),

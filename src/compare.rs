@@ -20,11 +20,11 @@ pub const CATEGORIES: [&str; 6] = ["fp_bp", "gradient_reduce", "weight_broadcast
 fn category(phase: Phase) -> usize {
     match phase {
         Phase::Forward | Phase::Backward | Phase::Update | Phase::Codec => 0,
-        Phase::GradientAggregation => 1,
+        Phase::GradientAggregation | Phase::Coordination | Phase::ServerReduce | Phase::ParamGather => 1,
         Phase::WeightBroadcast => 2,
         Phase::PeerToPeer => 3,
         Phase::HostToDevice | Phase::Io => 4,
-        Phase::ModelParallelExchange | Phase::LossExchange => 5,
+        Phase::ModelParallelExchange | Phase::LossExchange | Phase::TensorParallel | Phase::PipelineTransfer => 5,
     }
 }
 

@@ -64,6 +64,9 @@ pub enum Error {
     /// The engine stopped with tasks that never ran (names one of them and what it waits on).
     #[error("simulation stalled at t={time_ns} ns: {pending} tasks never ran, e.g. {example}")]
     Stalled { time_ns: u64, pending: usize, example: String },
+    /// Simulated time or a size would leave the integer range (names what overflowed); never wrapped.
+    #[error("overflow: {what} ({msg})")]
+    Overflow { what: String, msg: String },
     /// The GPU backend (feature `cuda`) is unavailable or a CUDA call failed (names the call).
     #[error("GPU backend: {0}")]
     Gpu(String),
@@ -78,6 +81,9 @@ impl Error {
     }
     pub fn invalid(what: impl Into<String>, msg: impl Into<String>) -> Self {
         Error::Invalid { what: what.into(), msg: msg.into() }
+    }
+    pub fn overflow(what: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Overflow { what: what.into(), msg: msg.into() }
     }
     pub fn topology(topology: impl Into<String>, msg: impl Into<String>) -> Self {
         Error::Topology { topology: topology.into(), msg: msg.into() }

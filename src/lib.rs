@@ -6,6 +6,7 @@
 //! [`predict`] wires the stages together; [`scenario`] reads the files that bundle a setup.
 //! The library never prints or exits; `src/cli` does.
 
+pub mod atomic_file;
 pub mod bench;
 pub mod calibrate;
 pub mod collective;
@@ -15,6 +16,8 @@ pub mod error;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hw;
+pub mod limits;
+pub mod parallel;
 pub mod predict;
 pub mod predict_hybrid;
 pub mod report;

@@ -46,6 +46,8 @@ impl Setup {
                 ),
             ));
         }
+        crate::limits::check("iterations", self.iterations as u64)?;
+        crate::limits::check("layers", self.workload.layers.len() as u64)?;
         if self.workload.batch_per_gpu == 0 {
             return Err(Error::invalid(
                 "workload",
@@ -66,12 +68,25 @@ impl Setup {
     /// Builds and runs the DAG for `gpus` GPUs; with `symmetric`, only one node's GPUs get tasks
     /// when [`Setup::representatives`] says that is exact (collectives still span every rank).
     pub fn simulate_represented(&self, gpus: u32, options: Options, symmetric: bool) -> Result<Simulated> {
+        let (machine, dag) = self.build(gpus, symmetric)?;
+        let run = simulate(&dag, &machine, options)?;
+        Ok(Simulated { machine, dag, run })
+    }
+
+    /// The machine and the DAG for `gpus` GPUs, not yet simulated (see
+    /// [`Setup::simulate_represented`] for `symmetric`).
+    pub fn build(&self, gpus: u32, symmetric: bool) -> Result<(Machine, Dag)> {
         self.check()?;
         if gpus == 0 {
             return Err(Error::invalid("GPU count", "must be at least 1"));
         }
+        crate::limits::check("gpus", gpus as u64)?;
         let machine = self.topology.instantiate(gpus)?;
         let represented = if symmetric { self.representatives(&machine, gpus).unwrap_or(gpus) } else { gpus };
+        // Refuse a DAG too big to hold before building it: a few tasks per layer, GPU and iteration.
+        let layers = self.workload.layers.len() as u64;
+        let tasks = (represented as u64).saturating_mul(self.iterations as u64).saturating_mul(3 * layers + 8);
+        crate::limits::check("tasks", tasks)?;
         let dag = build_dag(&BuildInput {
             workload: &self.workload,
             machine: &machine,
@@ -79,13 +94,13 @@ impl Setup {
             strategy: &self.strategy,
             iterations: self.iterations,
             represented,
+            plan: None,
         })?;
-        let run = simulate(&dag, &machine, options)?;
-        Ok(Simulated { machine, dag, run })
+        Ok((machine, dag))
     }
 
     /// How many GPUs (one node's) stand for all `gpus` when every node behaves alike: plain
-    /// all-reduce data parallelism (no master GPU, no MPS) with an all-reduce whose transfers are
+    /// all-reduce data parallelism (no master GPU, no MPS, no parameter servers) with an all-reduce whose transfers are
     /// the same from every node's point of view (ring, hierarchical) on whole identical nodes with
     /// local storage ([`Machine::uniform_nodes`]). Then each node sees the same traffic at the
     /// same instants, and a collective step, which ends with its slowest transfer, ends at the
@@ -95,7 +110,8 @@ impl Setup {
         let s = &self.strategy;
         let used = &machine.gpus[..(gpus as usize).min(machine.gpus.len())];
         let layout = Layout::from_nodes(used.iter().map(|g| g.node));
-        if s.master || s.mps.is_some() || !machine.collectives.node_symmetric(s.allreduce, layout) {
+        let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
+        if s.master || s.mps.is_some() || !machine.collectives.node_symmetric(s.allreduce, layout) || servers {
             return None;
         }
         machine.uniform_nodes(gpus)
@@ -109,6 +125,15 @@ impl Setup {
 
     /// [`Setup::predict`], choosing whether symmetric setups may be reduced to one node.
     pub fn predict_with(&self, gpus: u32, symmetric: bool) -> Result<Prediction> {
+        if self.iterations < 2 {
+            return Err(Error::invalid(
+                "iterations",
+                format!(
+                    "{} iterations cannot give a steady state: at least 2 are needed (one warm-up)",
+                    self.iterations
+                ),
+            ));
+        }
         let sim = self.simulate_represented(gpus, Options::default(), symmetric)?;
         let steady = steady_state(&sim.dag, &sim.run);
         let iteration_time_s = ns_to_s(steady.iteration_ns);
@@ -131,6 +156,9 @@ impl Setup {
             .to_string(),
             collective_model: sim.machine.collectives.name(),
             collectives: sim.run.collectives.clone(),
+            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
+            grad_tensors: self.workload.tensor_count(),
+            grad_tensors_source: self.workload.tensor_source(),
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: samples / iteration_time_s,

@@ -37,7 +37,9 @@ fn workload(layers: &[(u64, u64, u64)], sample_bytes: u64, device_sample_bytes: 
                 backward: Stat::exact(b),
                 comm: Some(Stat::exact(c)),
                 grad_bytes: 1000,
+                grad_tensors: Vec::new(),
                 util: None,
+                tp: None,
             })
             .collect(),
         update: Stat::exact(update_ns),

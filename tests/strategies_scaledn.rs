@@ -130,7 +130,9 @@ fn small_model() -> Workload {
             backward: Stat::exact(120_000),
             comm: None,
             grad_bytes: 14_000_000 / 158,
+            grad_tensors: Vec::new(),
             util: None,
+            tp: None,
         })
         .collect();
     Workload {

@@ -35,7 +35,9 @@ fn workload(grads: [u64; 2], device_sample_bytes: u64) -> Workload {
         backward: Stat::exact(b),
         comm: None,
         grad_bytes: g,
+        grad_tensors: Vec::new(),
         util: None,
+        tp: None,
     };
     Workload {
         name: "tiny".into(),

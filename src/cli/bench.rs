@@ -8,7 +8,7 @@ use dagsim::error::{Error, Result};
 const EXAMPLES: &str = "\
 Examples:
   dagsim bench                          # every case, 2 iterations each (one warm-up, one measured)
-  dagsim bench --case resnet50 --repeat 5
+  dagsim bench --case alexnet --repeat 5    # the cases whose name contains `alexnet`
   dagsim bench --list
 
 Cases: AlexNet on 16 K80s (the shipped trace); ResNet-50 (model zoo, V100, batch 64) on 128,

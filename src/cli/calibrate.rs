@@ -16,18 +16,18 @@ use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
 Examples:
-  dagsim calibrate allreduce/intra_vnode/job04.sh.7280532.nccl --topology abci-v -o abci-v.cal.json
-  dagsim calibrate job04.sh.7280532.nccl --topology abci-v --hold-out
-  dagsim calibrate osu_allreduce.out --topology k80-cluster --ranks 8 --hosts 2 --kind ethernet
-  dagsim calibrate dgx-1_packet.txt --topology dgx1-p100 --kind nvlink -o dgx1.cal.json
-  dagsim predict --trace t.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
+  dagsim calibrate topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl --topology abci-v -o abci-v.cal.json
+  dagsim calibrate topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl --topology abci-v --hold-out
+  dagsim calibrate topologies/measured/tartan/dgx1_p2p_ascending.txt --topology dgx1-p100 --kind nvlink \\
+      -o dgx1.cal.json
+  dagsim predict --trace traces/alexnet_k80.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
 On top of an earlier calibration (--calibration), with the engine in the loop:
-  dagsim calibrate bcast_intra_vnode_4gpu.nccl --topology abci-v --calibration abci-v.cal.json \\
-      -o bcast.cal.json
-  dagsim calibrate allreduce_inter_vnode_2node.nccl --topology abci-v \\
+  dagsim calibrate topologies/measured/abci/bcast_intra_vnode_4gpu.nccl --topology abci-v \\
+      --calibration abci-v.cal.json -o bcast.cal.json
+  dagsim calibrate topologies/measured/abci/allreduce_inter_vnode_2node.nccl --topology abci-v \\
       --calibration abci-v.cal.json --algorithm hierarchical -o abci-v-2node.cal.json
-  dagsim calibrate allreduce_inter_vnode_8node.nccl --topology abci-v \\
+  dagsim calibrate topologies/measured/abci/allreduce_inter_vnode_8node.nccl --topology abci-v \\
       --calibration abci-v-2node.cal.json --algorithm hierarchical --check
 
 Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables

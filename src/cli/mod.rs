@@ -48,6 +48,11 @@ struct Cli {
     /// Print more about what is being done (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Raise or lower a size limit, e.g. `--limit gpus=262144` (repeatable). Limits: gpus (131072),
+    /// layers (100000), iterations (10000), tasks (20000000), sweep_runs (1000000),
+    /// timeline_events (50000000); docs/limits.md.
+    #[arg(long, global = true, value_name = "NAME=N")]
+    limit: Vec<String>,
 }
 
 static VERBOSITY: std::sync::OnceLock<i8> = std::sync::OnceLock::new();
@@ -76,6 +81,15 @@ enum Command {
 pub fn run() -> ExitCode {
     let cli = Cli::parse(); // usage errors exit with code 2 inside clap
     let _ = VERBOSITY.set(if cli.quiet { -1 } else { cli.verbose.min(3) as i8 });
+    let mut limits = dagsim::limits::Limits::default();
+    for spec in &cli.limit {
+        if let Err(e) = limits.apply(spec) {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit::BAD_INPUT);
+        }
+    }
+    dagsim::limits::set(limits);
+    output::install_interrupt_cleanup();
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
         Command::Bench(args) => bench::run(args),

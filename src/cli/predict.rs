@@ -21,6 +21,7 @@ Examples:
   dagsim predict --model resnet50 --gpu v100-sxm2 --batch 64 --topology v100-cluster --gpus 1,8
   dagsim predict --trace traces/profiles/pipedream/vgg16/graph.txt --profile-format pipedream --batch 128
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8,16,32 --gpus-per-node 4 --intra pcie3 --inter 10gbe
+  dagsim calibrate topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl --topology abci-v -o abci-v.cal.json
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
 
 Defaults: topology `k80-cluster` (4 nodes x 4 K80, PCIe 15 GB/s, 10 GbE, NFS 1.1 GB/s; grows by

@@ -4,25 +4,30 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::error::{Error, Result};
-use dagsim::sweep::run::{check_record, journal_path, pending_points, read_journal, run_points, Journal, Record};
-use dagsim::sweep::table::{merge, write_plots, Table};
+use dagsim::sweep::run::{
+    check_record, inputs_hash, journal_path, pending_points, read_journal, run_points, setups, Journal, Record,
+    INPUTS_COLUMN,
+};
+use dagsim::sweep::table::{merge, write_plots, OnConflict, Table};
 use dagsim::sweep::{Shard, Sweep};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 const EXAMPLES: &str = "\
 Examples:
-  dagsim sweep scenarios/sweep_k80_v100.toml -o results.csv --plots plots/
-  dagsim sweep scenarios/sweep_k80_v100.toml --format text
-  dagsim sweep scenarios/sweep_k80_v100.toml --shard 0/4 -o part-0.csv     # one slice of four
-  dagsim sweep merge part-*.csv --sweep scenarios/sweep_k80_v100.toml -o results.csv
+  dagsim sweep sweeps/dag_paper_k80_v100.toml -o results.csv --plots plots/
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --format text
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --shard 0/2 -o part-0.csv     # one slice of two
+  dagsim sweep sweeps/dag_paper_k80_v100.toml --shard 1/2 -o part-1.csv
+  dagsim sweep merge part-*.csv --sweep sweeps/dag_paper_k80_v100.toml -o merged.csv
   dagsim sweep plot results.csv --dir plots/
 
 A sweep file has a [base] scenario and a [grid] of axes; every combination is one point and one
 output row. Axes: gpus, strategy, topology, batch, any scenario field by dotted path
 (workload.sample_bytes, iterations, ...), and strategy.KEY (appends +KEY=value to the strategy).
 Interrupted sweeps resume: finished points are kept in OUTPUT.partial and in OUTPUT, and are not
-run again (--fresh starts over). Outputs are written atomically. See docs/outputs.md.";
+run again unless their inputs (scenario, trace, topology, calibration, dagsim version) changed
+since; --fresh starts over in a new journal, which a plain rerun resumes if it is interrupted. Outputs are written atomically. See docs/outputs.md.";
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -41,7 +46,9 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Action {
     /// Join shard outputs into one table (each point once, sorted).
-    #[command(after_help = "Example:\n  dagsim sweep merge part-*.csv --sweep sweep.toml -o results.csv")]
+    #[command(
+        after_help = "Example:\n  dagsim sweep merge part-*.csv --sweep sweeps/dag_paper_k80_v100.toml -o results.csv"
+    )]
     Merge(MergeArgs),
     /// Draw speedup and breakdown plots (PNG and SVG) from a sweep table.
     #[command(after_help = "Example:\n  dagsim sweep plot results.csv --dir plots/ --title \"AlexNet\"")]
@@ -71,6 +78,10 @@ struct MergeArgs {
     /// Check that every point of this sweep is present and matches it.
     #[arg(long, value_name = "SWEEP.toml")]
     sweep: Option<PathBuf>,
+    /// When two files hold different rows for the same scenario: refuse (default), or keep the
+    /// row of the file listed first or last.
+    #[arg(long, value_name = "WHICH", default_value = "error", value_parser = ["error", "first", "last"])]
+    on_conflict: String,
     #[command(flatten)]
     out: TableOut,
 }
@@ -135,10 +146,12 @@ fn write_table(table: &Table, format: Format, output: Option<&Path>) -> Result<(
     })
 }
 
-/// Results of an earlier run: the finished output (if CSV) and the journal.
+/// Results of an earlier run: the finished output (if CSV and the journal was not started by
+/// `--fresh`) and the journal.
 fn earlier_records(sweep: &Sweep, shard: Shard, output: &Path, format: Format) -> Result<Vec<Record>> {
+    let journal = read_journal(&journal_path(output), sweep, shard)?;
     let mut done = Vec::new();
-    if format == Format::Csv && output.exists() {
+    if format == Format::Csv && output.exists() && !journal.fresh {
         let table = Table::read_csv(output)?;
         for rec in table.records(output)? {
             check_record(&rec, sweep, shard).map_err(|msg| {
@@ -150,10 +163,27 @@ fn earlier_records(sweep: &Sweep, shard: Shard, output: &Path, format: Format) -
             done.push(rec);
         }
     }
-    done.extend(read_journal(&journal_path(output), sweep, shard)?);
+    // Journal records are newer than the output's: they win when both hold a point.
+    done.retain(|r| !journal.records.iter().any(|j| j.point == r.point));
+    done.extend(journal.records);
     done.sort_by_key(|r| r.point);
     done.dedup_by_key(|r| r.point);
     Ok(done)
+}
+
+/// Splits earlier results into those still valid (computed from the inputs as they are now) and
+/// the number that are stale: their configuration's inputs hash differs, or they have none.
+fn keep_current(done: Vec<Record>, sweep: &Sweep, hashes: &[Option<String>]) -> (Vec<Record>, usize) {
+    let before = done.len();
+    let kept: Vec<Record> = done
+        .into_iter()
+        .filter(|r| {
+            let config = sweep.point(r.point).config;
+            r.get(INPUTS_COLUMN).is_some() && r.get(INPUTS_COLUMN) == hashes[config].as_deref()
+        })
+        .collect();
+    let stale = before - kept.len();
+    (kept, stale)
 }
 
 fn run_sweep(args: RunArgs) -> Result<u8> {
@@ -163,17 +193,19 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
         Some(s) => Shard::parse(s)?,
         None => Shard::ALL,
     };
+    dagsim::limits::check("sweep_runs", sweep.point_count() as u64)?;
     let output = args.out.output.as_deref().filter(|p| *p != Path::new("-"));
-    let done = match output {
-        Some(out) if args.fresh => {
-            let _ = std::fs::remove_file(journal_path(out));
-            Vec::new()
-        }
-        Some(out) => earlier_records(&sweep, shard, out, args.out.format)?,
-        None => Vec::new(),
+    let hashes: Vec<Option<String>> = setups(&sweep, shard)?.iter().map(|s| s.as_ref().map(inputs_hash)).collect();
+    let (done, stale) = match output {
+        Some(_) if args.fresh => (Vec::new(), 0),
+        Some(out) => keep_current(earlier_records(&sweep, shard, out, args.out.format)?, &sweep, &hashes),
+        None => (Vec::new(), 0),
     };
     let pending = pending_points(&sweep, shard, &done);
+    // A fresh run writes a new journal marked fresh: if it is interrupted, a plain rerun resumes
+    // from it and does not fall back on the output from before.
     let journal = match output {
+        Some(out) if args.fresh => Some(Journal::start_fresh(&journal_path(out))?),
         Some(out) if !pending.is_empty() => Some(Journal::open(&journal_path(out))?),
         _ => None,
     };
@@ -211,10 +243,12 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
     }
     if super::verbosity() >= 0 {
         eprintln!(
-            "sweep `{}`: {} points in this run ({} resumed), {} configurations x {} GPU counts in the grid",
+            "sweep `{}`: {} points in this run ({} resumed, {} recomputed because their inputs changed), \
+             {} configurations x {} GPU counts in the grid",
             sweep.name,
             table.rows.len(),
             resumed,
+            stale,
             sweep.config_count(),
             sweep.gpus.len()
         );
@@ -223,7 +257,12 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
 }
 
 fn run_merge(args: MergeArgs) -> Result<u8> {
-    let table = merge(&args.inputs)?;
+    let on_conflict = match args.on_conflict.as_str() {
+        "first" => OnConflict::First,
+        "last" => OnConflict::Last,
+        _ => OnConflict::Refuse,
+    };
+    let table = merge(&args.inputs, on_conflict)?;
     if let Some(path) = &args.sweep {
         let sweep = Sweep::load(path)?;
         let records = table.records(Path::new("<merged>"))?;

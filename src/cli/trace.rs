@@ -47,7 +47,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct ModelArgs {
-    /// Zoo model (see `dagsim trace list`).
+    /// Zoo model or transformer config, or a Hugging Face config.json (see `dagsim trace list`).
     #[arg(long, value_name = "NAME")]
     model: String,
     /// GPU name or alias (v100-sxm2, "Tesla V100", k80, a100, 1080ti, ...).
@@ -56,13 +56,13 @@ struct ModelArgs {
     /// Samples per GPU per iteration.
     #[arg(long, value_name = "N")]
     batch: u32,
-    /// fp32, or fp16 for mixed precision (tensor cores where the GPU has them).
+    /// fp32, or fp16/bf16/fp8 for mixed precision (tensor cores where the GPU has them).
     #[arg(long, value_name = "P", default_value = "fp32")]
     precision: Precision,
     /// Optimizer (sgd, momentum, adam); default adam for BERT, momentum otherwise.
     #[arg(long, value_name = "OPT")]
     optimizer: Option<Optimizer>,
-    /// Sequence length for BERT models.
+    /// Sequence length for BERT and transformer models (default: the config's).
     #[arg(long, value_name = "TOKENS")]
     seq_len: Option<u32>,
 }
@@ -304,11 +304,29 @@ fn list() -> Result<u8> {
         let m = Model::by_name(name, None)?;
         out.push_str(&format!("  {name:14} {:>7.1} M {:>8.2}\n", m.params() as f64 / 1e6, m.flops() / 1e9));
     }
-    out.push_str("GPUs (FP32 / FP16-or-tensor TFLOPS, memory GB/s, GiB):\n");
+    out.push_str(
+        "Transformer configs (parameters, layers, hidden, heads/KV heads, seq; or a Hugging Face config.json):\n",
+    );
+    for n in dagsim::workload::transformer::NAMED {
+        let c = (n.build)();
+        out.push_str(&format!(
+            "  {:14} {:>7.1} B {:>4} {:>6} {:>4}/{:<4} {:>6}\n",
+            c.name,
+            c.params().total() as f64 / 1e9,
+            c.layers,
+            c.hidden,
+            c.heads,
+            c.kv_heads,
+            c.seq_len
+        ));
+    }
+    out.push_str("GPUs (FP32 / FP16-or-tensor / FP8 TFLOPS, memory GB/s, GiB, NVLink gen):\n");
     for g in GPUS {
         let fp16 = g.tensor_tflops.unwrap_or(g.fp16_tflops);
+        let fp8 = g.fp8_tflops.map(|x| format!("{x:>6.0}")).unwrap_or_else(|| format!("{:>6}", "-"));
+        let nv = g.nvlink.map(|n| n.generation.to_string()).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "  {:16} {:>6.1} / {:>6.1} {:>7.0} {:>5.0}  {}\n",
+            "  {:16} {:>6.1} / {:>6.1} / {fp8} {:>7.0} {:>5.0} {nv:>3}  {}\n",
             g.name, g.fp32_tflops, fp16, g.mem_bw_gbs, g.mem_gib, g.full_name
         ));
     }

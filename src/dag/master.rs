@@ -54,12 +54,12 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
     let collective = |op, bytes| Work::Collective { group: all, op, algorithm: Algorithm::default(), bytes };
 
     let master = m.gpus[0];
-    let mini = w.batch_per_gpu as u64 * w.device_sample_bytes;
+    let mini = (w.batch_per_gpu as u64).saturating_mul(w.device_sample_bytes);
     let model_bytes = w.grad_bytes();
     let tensors = w.layers.iter().filter(|l| l.is_learnable()).count() as u64;
     let codec = s.weight_codec();
     let wire = codec.codec.wire_bytes(model_bytes);
-    let output_bytes = w.batch_per_gpu as u64 * s.output_bytes_per_sample * n as u64;
+    let output_bytes = (w.batch_per_gpu as u64).saturating_mul(s.output_bytes_per_sample).saturating_mul(n as u64);
 
     let mut iteration_end = Vec::new();
     let mut prev_update: Option<TaskId> = None;
@@ -74,7 +74,7 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
                 _ => vec![],
             }
         };
-        let read_bytes = w.batch_per_gpu as u64 * w.sample_bytes * n as u64;
+        let read_bytes = (w.batch_per_gpu as u64).saturating_mul(w.sample_bytes).saturating_mul(n as u64);
         let io_after: Vec<TaskId> = (0..n as usize).flat_map(gate).collect();
         let io = add(
             &mut b,
@@ -104,13 +104,19 @@ pub fn build_master(input: &BuildInput) -> Result<Dag> {
         } else {
             let mut after = gate(0);
             after.push(io);
-            let whole = Work::Transfer { src: master.host, dst: master.device, bytes: mini * n as u64 };
+            let whole = Work::Transfer { src: master.host, dst: master.device, bytes: mini.saturating_mul(n as u64) };
             // The whole batch holds every GPU up, so it counts for all of them (no GPU of its own).
             let h2d = add(&mut b, task(whole, Some(copy[0]), Phase::HostToDevice, None, it), &after);
             // Scatter moves (n-1)/n of the whole batch from the master to its peers.
             let p2p = add(
                 &mut b,
-                task(collective(CollectiveOp::Scatter, mini * n as u64), None, Phase::PeerToPeer, None, it),
+                task(
+                    collective(CollectiveOp::Scatter, mini.saturating_mul(n as u64)),
+                    None,
+                    Phase::PeerToPeer,
+                    None,
+                    it,
+                ),
                 &[h2d],
             );
             input_ready = vec![p2p; n as usize];

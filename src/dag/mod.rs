@@ -4,9 +4,12 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
+mod exchange;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
+pub mod plan;
+pub mod schedule;
 
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
@@ -59,6 +62,19 @@ pub enum Phase {
     LossExchange,
     /// Compressing or decompressing a buffer on a GPU (FP16, 8-bit, lossy weights, sparsification).
     Codec,
+    /// A framework's control work around communication: launching a collective, a scheduler's
+    /// turn, waiting for Horovod's next cycle and negotiating it.
+    Coordination,
+    /// Parameter servers summing pushed gradients (and applying the optimizer) on their CPUs.
+    ServerReduce,
+    /// A tensor-parallel collective (all-reduce, or all-gather / reduce-scatter with sequence
+    /// parallelism) inside a layer.
+    TensorParallel,
+    /// Activations or their gradients sent between pipeline stages.
+    PipelineTransfer,
+    /// Parameters all-gathered over the data-parallel group (ZeRO-1/2 after the update, ZeRO-3 and
+    /// FSDP before each use) and tied-embedding gradients between the first and last stage.
+    ParamGather,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -72,7 +88,7 @@ pub enum Category {
 
 impl Phase {
     /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 16] = [
         Phase::Io,
         Phase::HostToDevice,
         Phase::Forward,
@@ -84,6 +100,11 @@ impl Phase {
         Phase::ModelParallelExchange,
         Phase::LossExchange,
         Phase::Codec,
+        Phase::Coordination,
+        Phase::ServerReduce,
+        Phase::TensorParallel,
+        Phase::PipelineTransfer,
+        Phase::ParamGather,
     ];
 
     pub fn category(self) -> Category {
@@ -91,9 +112,14 @@ impl Phase {
             Phase::Io | Phase::HostToDevice => Category::Io,
             Phase::Forward | Phase::Backward | Phase::Update => Category::Compute,
             Phase::GradientAggregation
+            | Phase::Coordination
+            | Phase::ServerReduce
             | Phase::WeightBroadcast
             | Phase::ModelParallelExchange
-            | Phase::LossExchange => Category::Communication,
+            | Phase::LossExchange
+            | Phase::TensorParallel
+            | Phase::PipelineTransfer
+            | Phase::ParamGather => Category::Communication,
             Phase::PeerToPeer => Category::Io,
             Phase::Codec => Category::Compute,
         }
@@ -112,6 +138,11 @@ impl Phase {
             Phase::ModelParallelExchange => "mp-exchange",
             Phase::LossExchange => "loss",
             Phase::Codec => "codec",
+            Phase::Coordination => "coordination",
+            Phase::ServerReduce => "server-reduce",
+            Phase::TensorParallel => "tp",
+            Phase::PipelineTransfer => "pp",
+            Phase::ParamGather => "param-gather",
         }
     }
 }
@@ -184,10 +215,31 @@ pub struct Dag {
     groups: Vec<Vec<u32>>,
     /// Names of processor-shared resources ([`Work::Shared`]).
     resources: Vec<String>,
+    /// The global rank of each GPU index tasks use, ascending (empty: the same numbers).
+    ranks: Vec<u32>,
     pub meta: DagMeta,
 }
 
 impl Dag {
+    /// The global rank (as groups list it) of the GPU tasks call `local`.
+    pub fn rank_of(&self, local: u32) -> u32 {
+        if self.ranks.is_empty() {
+            local
+        } else {
+            self.ranks[local as usize]
+        }
+    }
+
+    /// The GPU index tasks use for global rank `rank`, if that rank has tasks of its own (ranks a
+    /// symmetric reduction leaves out have none).
+    pub fn local_of(&self, rank: u32) -> Option<u32> {
+        if self.ranks.is_empty() {
+            Some(rank)
+        } else {
+            self.ranks.binary_search(&rank).ok().map(|i| i as u32)
+        }
+    }
+
     pub fn tasks(&self) -> &[Task] {
         &self.tasks
     }
@@ -242,9 +294,17 @@ pub struct DagBuilder {
     queues: Vec<Queue>,
     groups: Vec<Vec<u32>>,
     resources: Vec<String>,
+    ranks: Vec<u32>,
 }
 
 impl DagBuilder {
+    /// Tasks' GPU indices stand for these global ranks (ascending), when not all ranks have tasks
+    /// and the ones that do are not the first ones.
+    pub fn set_ranks(&mut self, ranks: Vec<u32>) {
+        debug_assert!(ranks.windows(2).all(|w| w[0] < w[1]));
+        self.ranks = ranks;
+    }
+
     pub fn new() -> Self {
         Self::default()
     }
@@ -355,6 +415,7 @@ impl DagBuilder {
             queues: self.queues,
             groups: self.groups,
             resources: self.resources,
+            ranks: self.ranks,
             meta,
         };
         dag.check_acyclic()?;

@@ -6,14 +6,15 @@
 //! clients it gets a max-min fair share. So a small model (low `u`) gains from more clients and a
 //! large one (`u` near 1) does not. `u` is the strategy's `util=U`, else each layer's forward and
 //! backward utilisation as the workload carries it (synthesis derives it from the layer sizes).
-//! Gradients go through the S-SGD builder's exchange ([`super::build::add_gradient_exchange`]):
+//! Gradients go through the S-SGD builder's exchange ([`super::exchange::add_gradient_exchange`]):
 //! buckets, codecs and sparse chunks as for one process per GPU, with each client's codec kernels
 //! on its own stream as shared GPU work. Data-loading workers (AccDP Sec. V), when modelled, are
 //! CPU work on a processor-shared resource per node: each process's loader gets at most its
 //! workers' share of the node's cores, so too few workers, or too many processes per node, starve
 //! the GPUs. Builds graphs only.
 
-use super::build::{add_gradient_exchange, buckets, BuildInput, Exchange};
+use super::build::BuildInput;
+use super::exchange::{self, add_gradient_exchange, Exchange, Queues};
 use super::{Dag, DagBuilder, DagMeta, Discipline, Phase, Task, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::strategy::Util;
@@ -34,7 +35,8 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let stream: Vec<_> = (0..ranks)
         .map(|r| b.add_queue(format!("gpu{}.client{}", r / k, r % k), Discipline::Fifo, Some(r / k)))
         .collect();
-    let comm = b.add_queue("comm", Discipline::Fifo, None);
+    let plan = exchange::plan(w, s, m, ranks)?;
+    let queues = Queues::new(&mut b, &plan);
     // Rank r is client r % k of GPU r / k: consecutive ranks share a GPU, as MPI places them.
     let group = b.add_group((0..ranks).map(|r| r / k).collect());
     if s.util == Util::Auto && w.layers.iter().all(|l| l.util.is_none()) {
@@ -83,7 +85,6 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
     let mut prev_update: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_h2d: Vec<Option<TaskId>> = vec![None; ranks as usize];
     let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; ranks as usize];
-    let bucket_plan = buckets(w, s);
     let mut prev_picks: Option<TaskId> = None;
     for it in 0..iterations {
         let mut bwd: Vec<Vec<TaskId>> = Vec::with_capacity(ranks as usize);
@@ -95,7 +96,7 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             // As in the S-SGD DAG: with I/O overlap the next read follows the previous copy and the
             // next copy waits for the input buffer to be consumed; without, both wait for the update.
             let io_after = if s.io_overlap { prev_h2d[r] } else { prev_update[r] };
-            let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch * w.sample_bytes };
+            let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) };
             let mut io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
             if let Some(l) = s.loader {
                 // The process's workers decode and augment the batch on the node's shared cores.
@@ -107,7 +108,8 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
                 };
                 io = add(&mut b, task(work, None, Phase::Io, g, it, None), &[io]);
             }
-            let h2d = Work::Transfer { src: info.host, dst: info.device, bytes: batch * w.device_sample_bytes };
+            let h2d =
+                Work::Transfer { src: info.host, dst: info.device, bytes: batch.saturating_mul(w.device_sample_bytes) };
             let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &[io]);
             if s.io_overlap {
                 if let Some(f) = prev_first_fwd[r] {
@@ -150,7 +152,16 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
         if ranks > 1 {
             // Each client encodes and decodes its own gradients on its stream, as GPU work shared
             // with the other clients' kernels.
-            let exchange = Exchange { workload: w, strategy: s, buckets: &bucket_plan, group, comm, iteration: it };
+            let exchange = Exchange {
+                workload: w,
+                strategy: s,
+                plan: &plan,
+                group,
+                queues: &queues,
+                iteration: it,
+                backward_start: None,
+                op: crate::collective::CollectiveOp::AllReduce,
+            };
             let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l| {
                 let g = r as u32 / k;
                 b.add_task(task(shared(g, ns, other_util), Some(stream[r]), Phase::Codec, g, it, Some(l)))

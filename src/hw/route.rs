@@ -31,7 +31,7 @@ impl Machine {
     /// message at its peak rate, in whole nanoseconds (integers keep the choice deterministic).
     fn route_cost(&self, l: LinkId) -> u64 {
         let link = &self.links[l as usize];
-        link.latency_ns + (ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64
+        link.latency_ns.saturating_add((ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64)
     }
 
     /// Cheapest route from `src` to `dst` (Dijkstra on [`Machine::route_cost`]; ties go to the
@@ -40,14 +40,25 @@ impl Machine {
     /// nodes of a machine whose nodes meet only at one switch, the route is the cheapest way to
     /// that switch followed by the cheapest way from it, each found by a search that stays inside
     /// one node (so routing cost does not grow with the cluster).
+    ///
+    /// A shared device outside every node (shared storage) whose links all lead to or from that
+    /// switch is routed the same way: every path from it starts with one of its links to the
+    /// switch, so the search need not explore the whole cluster (which made a shared-storage
+    /// machine quadratic in its GPU count).
     pub fn shortest_path(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
-        if let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) {
-            if a != b {
+        if let Some(gw) = self.gateway() {
+            let split = match (a, b) {
+                (Some(a), Some(b)) => a != b,
+                (None, Some(_)) => src != gw && self.only_via(src, gw, false),
+                (Some(_), None) => dst != gw && self.only_via(dst, gw, true),
+                (None, None) => false,
+            };
+            if split {
                 let mut up = self.search(src, gw, false)?;
                 let down = self.search(gw, dst, true)?;
                 up.links.extend(down.links);
-                up.latency_ns += down.latency_ns;
+                up.latency_ns = up.latency_ns.saturating_add(down.latency_ns);
                 return Some(up);
             }
         }
@@ -73,8 +84,17 @@ impl Machine {
         let mut links = up.links;
         links.extend([out, inn]);
         links.extend(down.links);
-        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).sum();
+        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
         Some(Route { links, latency_ns })
+    }
+
+    /// Whether every link out of `d` (into `d`, with `incoming`) joins it to `gw`.
+    fn only_via(&self, d: DeviceId, gw: DeviceId, incoming: bool) -> bool {
+        let links = if incoming { self.in_links(d) } else { self.out_links(d) };
+        links.iter().all(|&l| {
+            let link = &self.links[l as usize];
+            (if incoming { link.from } else { link.to }) == gw
+        })
     }
 
     /// Dijkstra from `src` to `dst`, or backwards from `dst` to `src` (`reverse`), keeping state
@@ -101,7 +121,7 @@ impl Machine {
             for &l in links {
                 let link = &self.links[l as usize];
                 let to = if reverse { link.from } else { link.to };
-                let next = c + self.route_cost(l);
+                let next = c.saturating_add(self.route_cost(l));
                 let e = state.entry(to).or_insert((u64::MAX, None, false));
                 if next < e.0 {
                     *e = (next, Some(l), e.2);
@@ -130,7 +150,7 @@ impl Machine {
         if !reverse {
             links.reverse();
         }
-        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).sum();
+        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
         Route { links, latency_ns }
     }
 }

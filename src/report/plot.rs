@@ -75,6 +75,11 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::ModelParallelExchange => RGBColor(140, 86, 75),
         Phase::LossExchange => RGBColor(188, 189, 34),
         Phase::Codec => RGBColor(127, 127, 127),
+        Phase::Coordination => RGBColor(255, 152, 150),
+        Phase::ServerReduce => RGBColor(197, 176, 213),
+        Phase::TensorParallel => RGBColor(219, 219, 141),
+        Phase::PipelineTransfer => RGBColor(196, 156, 148),
+        Phase::ParamGather => RGBColor(247, 182, 210),
     }
 }
 
@@ -106,7 +111,6 @@ fn render(
 ) -> Result<()> {
     register_font();
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let fail = |e: Box<dyn std::error::Error>| Error::invalid(format!("plot {}", path.display()), e.to_string());
     match ext.as_deref() {
         Some("svg") => {
@@ -115,36 +119,18 @@ fn render(
                 let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
                 draw(root).map_err(fail)?;
             }
-            let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(path, e))?;
-            std::io::Write::write_all(&mut tmp, svg.as_bytes()).map_err(|e| Error::io(path, e))?;
-            persist(tmp, path)
+            crate::atomic_file::write_atomically(path, |w| w.write_all(svg.as_bytes()))
         }
-        Some("png") => {
-            // The bitmap backend picks the encoder from the extension, so the temporary file keeps it.
-            let tmp = tempfile::Builder::new().suffix(".png").tempfile_in(dir).map_err(|e| Error::io(path, e))?;
-            {
-                let root = BitMapBackend::new(tmp.path(), size).into_drawing_area();
-                draw_png(root).map_err(fail)?;
-            }
-            persist(tmp, path)
-        }
+        // The bitmap backend picks the encoder from the extension, so the temporary file keeps it.
+        Some("png") => crate::atomic_file::write_via_path(path, ".png", |tmp| {
+            let root = BitMapBackend::new(tmp, size).into_drawing_area();
+            draw_png(root).map_err(fail)
+        }),
         _ => Err(Error::invalid(
             format!("plot file {}", path.display()),
             "the name must end in .png or .svg (that picks the format)",
         )),
     }
-}
-
-/// Renames the finished temporary file into place, readable like any other output (temporary
-/// files are created private).
-fn persist(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644)).map_err(|e| Error::io(path, e))?;
-    }
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
-    Ok(())
 }
 
 /// A chart with one labelled row per entry of `labels` (top to bottom) over x in `0..x_max`: row

@@ -341,8 +341,8 @@ impl FluidNet {
         fl.scheduled = rate > 0.0;
         if fl.scheduled {
             let dt = if fl.remaining <= 0.0 { 0 } else { crate::units::transfer_ns(fl.remaining, rate) };
-            fl.due = now + dt;
-            out.push(Completion { flow: f, version: fl.version, time: now + dt });
+            fl.due = now.saturating_add(dt);
+            out.push(Completion { flow: f, version: fl.version, time: fl.due });
         }
     }
 }

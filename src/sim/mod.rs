@@ -24,7 +24,7 @@ use crate::collective::{CollectiveUse, Latency, Lowerer, Plan, NO_RAIL};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
-use crate::units::Nanos;
+use crate::units::{Nanos, MAX_TIME_NS};
 use fluid::{Completion, FlowId, FluidNet};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
@@ -171,6 +171,32 @@ pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     Engine::new(dag, machine, options).run()
 }
 
+/// How many flows a run of `dag` on `machine` moves (and records with
+/// [`Options::record_flows`]): one per transfer task, and every transfer of every collective step
+/// as the engine lowers it. Counts each distinct step class once, so it is cheap at any scale.
+pub fn flow_count(dag: &Dag, machine: &Machine) -> Result<u64> {
+    let mut flows = 0u64;
+    let mut lowerer = Lowerer::new();
+    for task in dag.tasks() {
+        match task.work {
+            Work::Transfer { .. } => flows += 1,
+            Work::Collective { group, op, algorithm, bytes } => {
+                let plan = lowerer.lower(machine, group, dag.group(group), op, algorithm, bytes)?;
+                let mut per_class: HashMap<u32, u64> = HashMap::default();
+                for step in 0..plan.step_count() {
+                    flows += *per_class.entry(plan.step_class(step)).or_insert_with(|| {
+                        let mut n = 0;
+                        plan.for_each_transfer(step, |_| n += 1);
+                        n
+                    });
+                }
+            }
+            Work::Fixed { .. } | Work::Shared { .. } => {}
+        }
+    }
+    Ok(flows)
+}
+
 struct Engine<'a> {
     dag: &'a Dag,
     machine: &'a Machine,
@@ -302,8 +328,11 @@ impl<'a> Engine<'a> {
             if self.events.contains_key(&self.now) {
                 continue;
             }
-            let Some((&next, _)) = self.events.first_key_value() else { break };
+            let Some((&next, bucket)) = self.events.first_key_value() else { break };
             debug_assert!(next > self.now, "time never goes back");
+            if next > MAX_TIME_NS {
+                return Err(self.overflowed(bucket[0]));
+            }
             self.now = next;
         }
         if self.done < self.dag.len() {
@@ -400,7 +429,7 @@ impl<'a> Engine<'a> {
     fn begin(&mut self, t: TaskId) -> Result<()> {
         self.start[t as usize] = self.now;
         match self.dag.task(t).work {
-            Work::Fixed { ns } => self.push(self.now + ns, EventKind::TaskDone(t)),
+            Work::Fixed { ns } => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
             Work::Transfer { src, dst, bytes } => {
                 let x = Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY };
                 self.start_flow(Owner::Task(t), x, 0)?
@@ -543,10 +572,12 @@ impl<'a> Engine<'a> {
         for &l in &res.links {
             self.reserved_by[l as usize] = slot + 1;
         }
-        let total: Nanos = (first..plan.step_count()).map(|s| res.class_time[plan.step_class(s) as usize]).sum();
+        let total: Nanos = (first..plan.step_count())
+            .map(|s| res.class_time[plan.step_class(s) as usize])
+            .fold(0, Nanos::saturating_add);
         res.first_step = first;
         res.start = self.now;
-        res.end = self.now + total;
+        res.end = self.now.saturating_add(total);
         let generation = self.collectives[slot as usize].generation;
         self.push(res.end, EventKind::CollectiveDone(slot, generation));
         self.collectives[slot as usize].reservation = Some(res);
@@ -656,10 +687,10 @@ impl<'a> Engine<'a> {
         let mut step_start = start;
         loop {
             let t = class_time[plan.step_class(step) as usize];
-            if now < step_start + t {
+            if now < step_start.saturating_add(t) {
                 break;
             }
-            step_start += t;
+            step_start = step_start.saturating_add(t);
             step += 1;
         }
         for (rep, count) in Self::steps_per_class(&plan, first, step) {
@@ -693,16 +724,16 @@ impl<'a> Engine<'a> {
                     self.flows_created += 1;
                     continue;
                 }
-                MemberState::Waiting(offset) => step_start + offset,
-                MemberState::Moving(_) => step_start + x.latency(&self.routes[route as usize]),
+                MemberState::Waiting(offset) => step_start.saturating_add(offset),
+                MemberState::Moving(_) => step_start.saturating_add(x.latency(&self.routes[route as usize])),
             };
             outstanding += 1;
             let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began, cap: x.cap };
             let pslot = self.new_pending(p);
             match state {
                 MemberState::Moving(mut fs) => {
-                    fs.last += step_start;
-                    fs.due = fs.due.map(|d| d + step_start);
+                    fs.last = fs.last.saturating_add(step_start);
+                    fs.due = fs.due.map(|d| d.saturating_add(step_start));
                     let links = std::mem::take(&mut self.routes[route as usize].links);
                     let (f, version) = self.net.insert_state(&links, fs);
                     self.routes[route as usize].links = links;
@@ -769,8 +800,9 @@ impl<'a> Engine<'a> {
         let route = self.route(x.src, x.dst, x.rail)?;
         let latency = x.latency(&self.routes[route as usize]);
         let (src, dst, bytes, cap) = (x.src, x.dst, x.bytes, x.cap);
-        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: self.now + latency, cap });
-        self.push(self.now + latency, EventKind::FlowActivate(slot));
+        let at = self.now.saturating_add(latency);
+        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at, cap });
+        self.push(at, EventKind::FlowActivate(slot));
         Ok(())
     }
 
@@ -878,6 +910,37 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(())
+    }
+
+    /// An event past the engine's range: names the task it belongs to. Durations and rates are
+    /// range-checked where they are read, so this takes many long tasks in a row (or a huge
+    /// iteration count); the time is never wrapped into a smaller one.
+    fn overflowed(&self, ev: EventKind) -> Error {
+        let task = match ev {
+            EventKind::TaskDone(t) => Some(t),
+            EventKind::FlowActivate(slot) => Some(self.owner_task(self.pending[slot as usize].owner)),
+            EventKind::FlowDone(f, _) => Some(self.owner_task(self.pending[self.flow_slot[f as usize] as usize].owner)),
+            EventKind::CollectiveDone(c, _) => Some(self.collectives[c as usize].task),
+        };
+        let what = match task {
+            Some(t) => format!("task {t} ({})", self.dag.task(t).label()),
+            None => "an event".to_string(),
+        };
+        Error::overflow(
+            format!("simulated time in {what}"),
+            format!(
+                "it would end after 2^62 ns (146 years of simulated time), at {:.3e} s or later; a duration, size or rate \
+                 in the input is out of scale",
+                self.now as f64 * 1e-9
+            ),
+        )
+    }
+
+    fn owner_task(&self, owner: Owner) -> TaskId {
+        match owner {
+            Owner::Task(t) => t,
+            Owner::Collective(c) => self.collectives[c as usize].task,
+        }
     }
 
     fn stalled(&self) -> Error {

@@ -148,7 +148,7 @@ fn solo(m: &Member, capacity: &[f64]) -> Nanos {
     if !moves(m) {
         return m.latency;
     }
-    m.latency + transfer_ns(m.bytes as f64, solo_rate(m, capacity))
+    m.latency.saturating_add(transfer_ns(m.bytes as f64, solo_rate(m, capacity)))
 }
 
 fn solo_state(m: &Member, capacity: &[f64], at: Nanos) -> MemberState {

@@ -5,11 +5,13 @@
 
 pub mod compress;
 pub mod hybrid;
+pub mod runtime;
 
 use crate::collective::Algorithm;
 use crate::error::{Error, Result};
 use crate::units::Nanos;
 use compress::{Codec, CodecCost};
+pub use runtime::Runtime;
 use serde::Serialize;
 
 /// Where gradient-communication (and data-load) times come from.
@@ -71,6 +73,10 @@ pub struct Strategy {
     /// with one worker (`load_us`), workers per process, and CPU cores per node shared by all the
     /// node's processes. `None` = loading is not modelled as CPU work.
     pub loader: Option<Loader>,
+    /// The framework runtime that groups and launches gradient communication (`runtime=NAME`);
+    /// `None`: one all-reduce per layer (Caffe-MPI, as the DAG paper models it) or the
+    /// `fusion=`/`priority=` variants.
+    pub runtime: Option<Runtime>,
 }
 
 /// The fraction of the GPU an MPS client's kernels need when they run alone (AccDP Sec. III).
@@ -151,8 +157,12 @@ impl Strategy {
             util: Util::Default,
             threads: 1.0,
             loader: None,
+            runtime: None,
         };
         let mut loader = (None, 1u32, None);
+        // `runtime=NAME` and its settings, applied once every token is read.
+        let mut runtime_name: Option<String> = None;
+        let mut runtime_settings: Vec<(String, String)> = Vec::new();
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
         let positive = |k: &str, v: &str| -> Result<f64> {
             v.parse::<f64>()
@@ -236,10 +246,18 @@ impl Strategy {
                     s.allreduce = Algorithm::parse(v)
                         .ok_or_else(|| bad(format!("unknown all-reduce algorithm `{v}` (known: ring)")))?
                 }
+                Some(("runtime", v)) => runtime_name = Some(v.to_string()),
+                Some((k, v)) if runtime::SETTINGS.contains(&k) => runtime_settings.push((k.to_string(), v.to_string())),
                 Some(("comm", "model")) => s.comm_source = CommSource::Model,
                 Some(("comm", "trace")) => s.comm_source = CommSource::Trace,
                 Some(("comm", v)) => return Err(bad(format!("comm must be `model` or `trace`, not `{v}`"))),
-                Some((k, _)) => return Err(bad(format!("unknown setting `{k}` (known: {})", SETTINGS.join(", ")))),
+                Some((k, _)) => {
+                    return Err(bad(format!(
+                        "unknown setting `{k}` (known: {}; with a runtime: {})",
+                        SETTINGS.join(", "),
+                        runtime::SETTINGS.join(", ")
+                    )))
+                }
                 None => match token {
                     "none" | "cntk" => {}
                     "io" => s.io_overlap = true,
@@ -261,6 +279,7 @@ impl Strategy {
                 },
             }
         }
+        s.apply_runtime(runtime_name, runtime_settings, spec)?;
         if (s.split || s.preload || s.weights != Codec::None) && !s.master {
             return Err(bad("split, preload and weights= belong to master-GPU data parallelism: add `master`".into()));
         }
@@ -293,6 +312,58 @@ impl Strategy {
             return Err(bad("with `master`, use `preload` (ScaleDNN IV-B) rather than `io`".into()));
         }
         Ok(s)
+    }
+
+    /// Sets the runtime from `runtime=NAME` and its settings, and checks what it combines with.
+    /// A runtime implies I/O overlap and overlapped gradients (every framework's loader prefetches
+    /// and every runtime communicates during the backward pass). With Horovod, `fusion=` is its
+    /// fusion threshold.
+    fn apply_runtime(&mut self, name: Option<String>, mut settings: Vec<(String, String)>, spec: &str) -> Result<()> {
+        let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
+        let Some(name) = name else {
+            return match settings.first() {
+                Some((k, _)) => Err(Error::invalid(
+                    format!("strategy field `{k}`"),
+                    format!("`{k}` is a runtime setting: add `runtime=NAME` ({})", runtime::NAMES.join(", ")),
+                )),
+                None => Ok(()),
+            };
+        };
+        if name == "horovod" {
+            if let Some(f) = self.fusion.take() {
+                let v = if f == u64::MAX { "inf".to_string() } else { f.to_string() };
+                settings.insert(0, ("fusion".to_string(), v));
+            }
+        }
+        let rt = Runtime::parse(&name, &settings)?;
+        let conflict = |what: &str| bad(format!("`runtime={name}` decides {what}; drop it or the runtime"));
+        if self.master {
+            return Err(bad("`master` is PyTorch DataParallel, not a runtime of all-reduce or servers".into()));
+        }
+        if self.fusion.is_some() {
+            return Err(conflict("how gradients are grouped (`fusion=` is Horovod's threshold with runtime=horovod)"));
+        }
+        if self.priority_partition.is_some() {
+            return Err(conflict("the order of gradient pieces (runtime=bytescheduler partitions by priority)"));
+        }
+        if self.sparse.is_some() {
+            return Err(conflict("what is sent (`sparse=` is GradientFlow's own runtime)"));
+        }
+        if self.comm_source == CommSource::Trace && rt != Runtime::CaffeMpi {
+            return Err(bad(
+                "comm=trace replays per-layer measured times: only runtime=caffe-mpi groups by layer".into()
+            ));
+        }
+        if self.mps.is_some() && rt != Runtime::CaffeMpi {
+            return Err(bad("`mps` clients exchange gradients one all-reduce per layer: use runtime=caffe-mpi".into()));
+        }
+        if rt.uses_servers() && self.allreduce != Algorithm::default() {
+            return Err(bad(format!("runtime={name} sends gradients to parameter servers, not through `allreduce=`")));
+        }
+        self.io_overlap = true;
+        self.wfbp = true;
+        self.runtime = Some(rt);
+        Ok(())
     }
 
     /// Training processes per GPU (MPS clients; 1 without MPS).
@@ -405,6 +476,9 @@ impl Strategy {
         if self.output_bytes_per_sample != 4000 {
             parts.push(format!("outputs={}", self.output_bytes_per_sample));
         }
+        if let Some(rt) = &self.runtime {
+            parts.push(rt.spec());
+        }
         if self.allreduce != Algorithm::default() {
             parts.push(format!("allreduce={}", self.allreduce.name()));
         }
@@ -436,6 +510,7 @@ pub const SETTINGS: &[&str] = &[
     "load_us",
     "workers",
     "cores",
+    "runtime",
 ];
 
 /// Bytes with the largest K/M/G suffix that divides them exactly (the inverse of [`parse_bytes`]).

@@ -19,9 +19,45 @@ pub struct Record {
     pub cells: Vec<(String, String)>,
 }
 
+/// Column holding the hash of every input a result was computed from (see [`inputs_hash`]).
+pub const INPUTS_COLUMN: &str = "inputs_hash";
+
+/// A hash of everything a prediction depends on: the resolved setup (workload as read from its
+/// trace or synthesised, topology with its calibration, strategy, iterations) and the dagsim
+/// version. Editing a trace, topology, calibration or scenario, or upgrading dagsim, changes it,
+/// so a resumed sweep recomputes exactly the results whose inputs changed. FNV-1a over the setup's
+/// debug form: stable across runs, machines and thread counts (the setup holds no hash maps).
+pub fn inputs_hash(setup: &Setup) -> String {
+    let text = format!("dagsim {}\n{setup:?}", env!("CARGO_PKG_VERSION"));
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// The setup of every configuration that has a point in `shard` (None for the others).
+pub fn setups(sweep: &Sweep, shard: Shard) -> Result<Vec<Option<Setup>>> {
+    let g = sweep.gpus.len();
+    (0..sweep.config_count())
+        .map(|c| {
+            if !(0..g).any(|k| shard.contains(c * g + k)) {
+                return Ok(None);
+            }
+            let setup = sweep.scenario(c)?.setup().map_err(|e| {
+                let what = format!("sweep {}, configuration `{}`", sweep.path.display(), sweep.config_label(c));
+                Error::invalid(what, e.to_string())
+            })?;
+            Ok(Some(setup))
+        })
+        .collect()
+}
+
 impl Record {
-    fn new(sweep: &Sweep, point: Point, p: &Prediction) -> Record {
+    fn new(sweep: &Sweep, point: Point, p: &Prediction, inputs: String) -> Record {
         let mut cells = sweep.config_cells(point.config);
+        cells.push((INPUTS_COLUMN.to_string(), inputs));
         cells.extend(csv_fields(p).into_iter().map(|(k, v)| (k.to_string(), v)));
         cells.extend(p.utilisation.iter().map(|(k, v)| (format!("util_{k}"), v.to_string())));
         Record { point: point.index, cells }
@@ -42,15 +78,30 @@ pub fn journal_path(output: &Path) -> PathBuf {
 /// Records already in a journal that belong to this sweep and shard. A record whose grid cells
 /// do not match the sweep file means the journal is from another sweep: that is an error, not
 /// something to silently mix in.
-pub fn read_journal(path: &Path, sweep: &Sweep, shard: Shard) -> Result<Vec<Record>> {
+/// What a journal holds: its records, and whether it was started by `--fresh` (then the results
+/// of the output file from before it do not count, even when the fresh run was interrupted).
+#[derive(Debug, Default)]
+pub struct JournalContents {
+    pub records: Vec<Record>,
+    pub fresh: bool,
+}
+
+/// First line of a journal started by `--fresh`.
+const FRESH_MARK: &str = "{\"store\":\"fresh\"}";
+
+pub fn read_journal(path: &Path, sweep: &Sweep, shard: Shard) -> Result<JournalContents> {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(JournalContents::default()),
         Err(e) => return Err(Error::io(path, e)),
     };
-    let mut out = Vec::new();
+    let mut out = JournalContents::default();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| Error::io(path, e))?;
+        if i == 0 && line == FRESH_MARK {
+            out.fresh = true;
+            continue;
+        }
         // A line cut short by a kill does not parse; that point is simply run again.
         let Ok(rec) = serde_json::from_str::<Record>(&line) else { continue };
         check_record(&rec, sweep, shard).map_err(|msg| {
@@ -59,7 +110,7 @@ pub fn read_journal(path: &Path, sweep: &Sweep, shard: Shard) -> Result<Vec<Reco
                 format!("{msg}; this journal is from another sweep: delete it to start afresh"),
             )
         })?;
-        out.push(rec);
+        out.records.push(rec);
     }
     Ok(out)
 }
@@ -96,6 +147,13 @@ impl Journal {
     pub fn open(path: &Path) -> Result<Journal> {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
         Ok(Journal { file: Mutex::new(file), path: path.into() })
+    }
+
+    /// Starts a new, empty journal for a `--fresh` run, marked so that a resumed run ignores the
+    /// results of the output file from before (written atomically, so the mark is never torn).
+    pub fn start_fresh(path: &Path) -> Result<Journal> {
+        crate::atomic_file::write_atomically(path, |w| writeln!(w, "{FRESH_MARK}"))?;
+        Journal::open(path)
     }
 
     fn append(&self, rec: &Record) -> Result<()> {
@@ -136,6 +194,7 @@ pub fn run_points(
             setups[p.config] = Some(setup);
         }
     }
+    let hashes: Vec<Option<String>> = setups.iter().map(|s| s.as_ref().map(inputs_hash)).collect();
     let single_gpu: Vec<OnceLock<Result<Prediction, String>>> = (0..configs).map(|_| OnceLock::new()).collect();
     let results: Vec<Result<Record>> = points
         .par_iter()
@@ -147,7 +206,8 @@ pub fn run_points(
                 .map_err(|e| Error::invalid(format!("sweep point {}", point.index), e.clone()))?;
             let mut pred = if point.gpus == 1 { base.clone() } else { setup.predict(point.gpus)? };
             pred.set_baseline(base.throughput_samples_per_s);
-            let rec = Record::new(sweep, point, &pred);
+            let inputs = hashes[point.config].clone().expect("hashed above");
+            let rec = Record::new(sweep, point, &pred, inputs);
             if let Some(j) = journal {
                 j.append(&rec)?;
             }

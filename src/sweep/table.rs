@@ -172,8 +172,13 @@ fn csv_error(path: &Path, e: csv::Error) -> Error {
 
 /// Joins shard tables: every point once (a point in two inputs must have identical cells), sorted
 /// by point. Inputs must share their non-utilisation columns.
-pub fn merge(paths: &[PathBuf]) -> Result<Table> {
-    let mut by_point: BTreeMap<usize, (Record, &Path)> = BTreeMap::new();
+pub fn merge(paths: &[PathBuf], on_conflict: OnConflict) -> Result<Table> {
+    // Rows are the same scenario when their grid cells and GPU count agree (their point numbers
+    // should too); two such rows that differ in any other cell conflict.
+    let key = |r: &Record| -> Vec<(String, String)> {
+        r.cells.iter().filter(|(k, _)| k.starts_with("grid.") || k == "gpus").cloned().collect()
+    };
+    let mut by_key: BTreeMap<Vec<(String, String)>, (Record, &Path)> = BTreeMap::new();
     let mut first_header: Option<(Vec<String>, &Path)> = None;
     for path in paths {
         let table = Table::read_csv(path)?;
@@ -188,23 +193,66 @@ pub fn merge(paths: &[PathBuf]) -> Result<Table> {
             }
             Some(_) => {}
         }
-        for rec in table.records(path)? {
-            match by_point.get(&rec.point) {
-                Some((other, p)) if *other != rec => {
-                    return Err(Error::parse(
-                        Location::file(path).with_field("point"),
-                        format!("point {} differs from the same point in {}", rec.point, p.display()),
-                    ))
-                }
+        for (i, rec) in table.records(path)?.into_iter().enumerate() {
+            let k = key(&rec);
+            match by_key.get(&k) {
+                Some((other, p)) if *other != rec => match on_conflict {
+                    OnConflict::Refuse => {
+                        let differ: Vec<&str> = rec
+                            .cells
+                            .iter()
+                            .filter(|(c, v)| other.get(c) != Some(v.as_str()))
+                            .map(|(c, _)| c.as_str())
+                            .take(4)
+                            .collect();
+                        let what = if rec.point != other.point {
+                            format!("point {} is the same scenario as point {}", rec.point, other.point)
+                        } else {
+                            format!("point {}", rec.point)
+                        };
+                        return Err(Error::parse(
+                            Location::line(path, i + 2),
+                            format!(
+                                "{what} of {} but differs in {}; rerun the stale shard, or choose with \
+                                     --on-conflict first|last",
+                                p.display(),
+                                differ.join(", ")
+                            ),
+                        ));
+                    }
+                    OnConflict::First => {}
+                    OnConflict::Last => {
+                        by_key.insert(k, (rec, path));
+                    }
+                },
                 Some(_) => {}
                 None => {
-                    by_point.insert(rec.point, (rec, path));
+                    by_key.insert(k, (rec, path));
                 }
             }
         }
     }
-    let records: Vec<Record> = by_point.into_values().map(|(r, _)| r).collect();
+    let mut records: Vec<Record> = by_key.into_values().map(|(r, _)| r).collect();
+    records.sort_by_key(|r| r.point);
+    if let Some(w) = records.windows(2).find(|w| w[0].point == w[1].point) {
+        return Err(Error::invalid(
+            "merged sweep",
+            format!("point {} names two different scenarios (the inputs come from different sweeps)", w[0].point),
+        ));
+    }
     Ok(Table::from_records(&records))
+}
+
+/// What `sweep merge` does with two rows for the same scenario that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Refuse to merge, naming both files and the cells that differ.
+    #[default]
+    Refuse,
+    /// Keep the row from the file listed first.
+    First,
+    /// Keep the row from the file listed last.
+    Last,
 }
 
 /// Files written by [`write_plots`].
@@ -220,6 +268,19 @@ pub fn write_plots(table: &Table, title: &str, dir: &Path) -> Result<Vec<PathBuf
     let parts = [col("compute_s")?, col("communication_s")?, col("io_s")?, col("idle_s")?];
     let grid: Vec<usize> = (0..table.header.len()).filter(|&i| table.header[i].starts_with("grid.")).collect();
     let num = |row: &[String], i: usize| row[i].parse::<f64>().unwrap_or(f64::NAN);
+    // A plot's axes grow to its largest value: refuse what no axis can hold (an infinite or absurd
+    // value made the chart library loop forever) before drawing anything.
+    for (r, row) in table.rows.iter().enumerate() {
+        for &c in [gpus, speedup].iter().chain(&parts) {
+            let v = num(row, c);
+            if !(v.is_finite() && (0.0..=1e12).contains(&v)) {
+                return Err(Error::invalid(
+                    format!("sweep table, row {} (point {}), column `{}`", r + 2, row[0], table.header[c]),
+                    format!("`{}` cannot be plotted: expected a finite number between 0 and 1e12", row[c]),
+                ));
+            }
+        }
+    }
     let label = |row: &[String]| {
         let l = grid.iter().map(|&i| format!("{}={}", &table.header[i]["grid.".len()..], row[i])).collect::<Vec<_>>();
         if l.is_empty() {

@@ -1,54 +1,85 @@
-//! Baselines: the same rows predicted another way, reported beside dagsim's own predictions so a
-//! gain (or a loss) is visible row by row and set by set (`dagsim validate --baseline NAME`).
-//!
-//! A baseline is a named change to each row's setup before it is simulated; to add one, add an
-//! entry to [`BASELINES`]. Baselines never see a row's measured value.
+//! Baselines: the same rows predicted under a simpler model, so that a reader can see what
+//! dagsim's mechanisms buy. `ideal-ring` re-simulates every row with the idealised collectives
+//! (rings and the other textbook schedules at link rates: no NCCL protocols, channels or library
+//! latencies; the model before NCCL's mechanics), so the gain of the collective model shows row by
+//! row. `alpha-beta` is the estimate people write on a whiteboard: the
+//! single-GPU iteration (dagsim's own one-GPU prediction of the row's setup, which is the measured
+//! one when the row is calibrated) plus one flat-ring all-reduce of all gradients, nothing
+//! overlapped, at the links' rates as the topology states them:
+//! `T(N) = T(1) + 2 (N - 1) (alpha + M / (N beta))`, where `M` is the gradient bytes on the wire,
+//! and `alpha` and `beta` are the largest latency and the lowest rate of the routes between
+//! neighbouring ranks of the ring (rank i to i + 1, and the last back to the first).
 
-use crate::collective::CollectiveModel;
 use crate::error::{Error, Result};
 use crate::predict::Setup;
-use crate::predict_hybrid::HybridSetup;
+use serde::Serialize;
 
-/// One way of predicting the rows other than dagsim's default.
-#[derive(Debug)]
-pub struct Baseline {
-    /// Name given to `--baseline`.
-    pub name: &'static str,
-    /// One line for help and reports.
-    pub about: &'static str,
-    /// Turns a row's setup into the baseline's.
-    pub setup: fn(&mut Setup),
-    /// The same for rows of Dettmers' hybrid scheme.
-    pub hybrid: fn(&mut HybridSetup),
+/// A baseline model `dagsim validate --baseline NAME` compares against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Baseline {
+    AlphaBeta,
+    IdealRing,
 }
 
-/// The baselines dagsim knows.
-pub const BASELINES: &[Baseline] = &[Baseline {
-    name: "ideal-ring",
-    about: "collectives as idealised rings at link rates: no NCCL protocols, channels or library latencies",
-    setup: |s| s.topology.collectives = CollectiveModel::Ideal,
-    hybrid: |h| h.topology.collectives = CollectiveModel::Ideal,
-}];
+impl Baseline {
+    pub const NAMES: &'static [&'static str] = &["alpha-beta", "ideal-ring"];
 
-/// The baseline called `name`; the error names `--baseline` and lists the known ones.
-pub fn find(name: &str) -> Result<&'static Baseline> {
-    BASELINES.iter().find(|b| b.name == name).ok_or_else(|| {
-        let known: Vec<&str> = BASELINES.iter().map(|b| b.name).collect();
-        Error::invalid("--baseline", format!("unknown baseline `{name}` (known: {})", known.join(", ")))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_unique_and_unknown_ones_are_refused() {
-        for (i, b) in BASELINES.iter().enumerate() {
-            assert!(BASELINES[i + 1..].iter().all(|o| o.name != b.name), "{}", b.name);
-            assert!(find(b.name).is_ok());
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "alpha-beta" | "alphabeta" => Ok(Baseline::AlphaBeta),
+            "ideal-ring" => Ok(Baseline::IdealRing),
+            _ => Err(Error::invalid(
+                "--baseline",
+                format!("unknown baseline `{name}` (known: {})", Self::NAMES.join(", ")),
+            )),
         }
-        let e = find("oracle").unwrap_err().to_string();
-        assert!(e.contains("--baseline") && e.contains("ideal-ring"), "{e}");
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Baseline::AlphaBeta => "alpha-beta",
+            Baseline::IdealRing => "ideal-ring",
+        }
+    }
+}
+
+/// The baseline's throughput (samples/s) for `setup` on `gpus` GPUs, given its one-GPU iteration
+/// time in seconds.
+pub fn alpha_beta_throughput(setup: &Setup, gpus: u32, one_gpu_iteration_s: f64) -> Result<f64> {
+    let samples = setup.workload.batch_per_gpu as f64 * gpus as f64 * setup.strategy.clients_per_gpu() as f64;
+    Ok(samples / (one_gpu_iteration_s + ring_seconds(setup, gpus)?))
+}
+
+/// One flat-ring all-reduce of the whole gradient over `gpus` ranks, alpha-beta.
+fn ring_seconds(setup: &Setup, gpus: u32) -> Result<f64> {
+    let ranks = gpus * setup.strategy.clients_per_gpu();
+    if ranks < 2 {
+        return Ok(0.0);
+    }
+    let machine = setup.topology.instantiate(gpus)?;
+    let bytes = setup.strategy.grad_codec().codec.wire_bytes(setup.workload.grad_bytes()) as f64;
+    let chunk = (bytes / ranks as f64).ceil() as u64;
+    let (mut alpha_ns, mut beta) = (0u64, f64::INFINITY);
+    for g in 0..gpus {
+        let (a, b) = (machine.gpus[g as usize].device, machine.gpus[((g + 1) % gpus) as usize].device);
+        if a == b {
+            continue;
+        }
+        let route = machine.shortest_path(a, b).ok_or_else(|| {
+            Error::invalid(
+                "alpha-beta baseline",
+                format!("no route between GPU {g} and the next in `{}`", machine.name),
+            )
+        })?;
+        alpha_ns = alpha_ns.max(route.latency_ns);
+        beta = beta.min(route.rate_cap(&machine, chunk.max(1)));
+    }
+    // Clients of one GPU (MPS) exchange through its memory: the ring's slowest hop is still a
+    // link between GPUs.
+    if !beta.is_finite() {
+        return Ok(0.0);
+    }
+    let steps = 2.0 * (ranks - 1) as f64;
+    Ok(steps * (alpha_ns as f64 * 1e-9 + chunk as f64 / beta * 1e-9))
 }

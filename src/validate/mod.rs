@@ -11,6 +11,7 @@ mod output;
 pub mod run;
 pub mod stats;
 
+pub use baseline::Baseline;
 pub use format::{read_measurements, MeasurementSet, Metric, Row};
 pub use output::{write_csv, write_json, write_text};
 
@@ -68,6 +69,11 @@ pub struct RowResult {
     pub predicted: f64,
     /// (predicted - measured) / measured.
     pub error: Option<f64>,
+    /// The same metric under the baseline model (`--baseline`), and its error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_error: Option<f64>,
     /// The prediction lies within measured +- spread.
     pub within_spread: Option<bool>,
     pub status: Status,
@@ -76,35 +82,6 @@ pub struct RowResult {
     pub source: String,
     /// How the collectives ran in the row's simulation (model, and per operation what it chose).
     pub collectives: String,
-    /// The same row under each baseline asked for, in order.
-    pub baselines: Vec<BaselineValue>,
-}
-
-/// A row's prediction under a baseline.
-#[derive(Debug, Clone, Serialize)]
-pub struct BaselineValue {
-    pub baseline: String,
-    pub predicted: f64,
-    pub error: Option<f64>,
-}
-
-/// A baseline's error summaries, per set and over all.
-#[derive(Debug, Clone, Serialize)]
-pub struct BaselineReport {
-    pub baseline: String,
-    pub about: String,
-    pub sets: Vec<SetSummary>,
-    pub overall: Option<SetSummary>,
-}
-
-/// What `validate` is asked for beyond the gate.
-#[derive(Default)]
-pub struct Options {
-    pub gate: Gate,
-    /// Baselines to predict the rows with as well.
-    pub baselines: Vec<&'static baseline::Baseline>,
-    /// A collective model for every row (else each row's own, i.e. the default).
-    pub collectives: Option<CollectiveModel>,
 }
 
 /// Error summary of one set (or of all sets together).
@@ -123,6 +100,12 @@ pub struct SetSummary {
     pub worst_row: String,
     /// Positive: the model predicts more than was measured, on average.
     pub mean_signed_error: f64,
+    /// With `--baseline`: the baseline's mean |error| over the rows it predicts, and dagsim's
+    /// over the same rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_mean_abs_error: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_abs_error_baseline_rows: Option<f64>,
 }
 
 /// Rank agreement of the rows of one group (same setup, different strategies).
@@ -141,11 +124,12 @@ pub struct GroupResult {
 pub struct Report {
     pub dagsim_version: &'static str,
     pub gate: Gate,
+    /// The baseline model compared against, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     pub rows: Vec<RowResult>,
     pub sets: Vec<SetSummary>,
     pub overall: Option<SetSummary>,
-    /// Per baseline asked for, its summaries (the rows carry their values).
-    pub baselines: Vec<BaselineReport>,
     pub groups: Vec<GroupResult>,
     /// Concordant and discordant strategy pairs over all groups.
     pub rank_concordant: u64,
@@ -155,77 +139,43 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
-/// Reads, predicts and compares the given measurement files.
-pub fn validate_files(paths: &[&Path], gate: Gate) -> Result<Report> {
-    validate_files_with(paths, &Options { gate, ..Default::default() })
+/// Reads, predicts and compares the given measurement files (and, with `baseline`, the same rows
+/// under the baseline model: the gate then also fails where the baseline is closer on a set).
+pub fn validate_files(paths: &[&Path], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
+    validate_files_with(paths, gate, baseline, None)
 }
 
-/// [`validate_files`] with baselines and a collective model.
-pub fn validate_files_with(paths: &[&Path], options: &Options) -> Result<Report> {
+/// [`validate_files`] with every row's collectives under `collectives` (else each row's own).
+pub fn validate_files_with(
+    paths: &[&Path],
+    gate: Gate,
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Report> {
     let sets = paths.iter().map(|p| read_measurements(p)).collect::<Result<Vec<_>>>()?;
-    validate_sets_with(&sets, options)
+    validate_sets_with(&sets, gate, baseline, collectives)
 }
 
 /// Predicts and compares already-read sets.
-pub fn validate_sets(sets: &[MeasurementSet], gate: Gate) -> Result<Report> {
-    validate_sets_with(sets, &Options { gate, ..Default::default() })
+pub fn validate_sets(sets: &[MeasurementSet], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
+    validate_sets_with(sets, gate, baseline, None)
 }
 
-/// [`validate_sets`] with baselines and a collective model.
-pub fn validate_sets_with(sets: &[MeasurementSet], options: &Options) -> Result<Report> {
-    let model = options.collectives;
-    let set_model = move |s: &mut crate::predict::Setup| {
-        if let Some(m) = model {
-            s.topology.collectives = m;
-        }
-    };
-    let set_hybrid = move |h: &mut crate::predict_hybrid::HybridSetup| {
-        if let Some(m) = model {
-            h.topology.collectives = m;
-        }
-    };
-    let predicted = run::predict_rows_with(sets, &run::Adapt { setup: &set_model, hybrid: &set_hybrid })?;
-    let baseline_predictions = options
-        .baselines
-        .iter()
-        .map(|b| run::predict_rows_with(sets, &run::Adapt { setup: &b.setup, hybrid: &b.hybrid }))
-        .collect::<Result<Vec<_>>>()?;
+/// [`validate_sets`] with every row's collectives under `collectives` (else each row's own).
+pub fn validate_sets_with(
+    sets: &[MeasurementSet],
+    gate: Gate,
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Report> {
+    let predicted = run::predict_rows_with(sets, baseline, collectives)?;
     let mut rows = Vec::new();
-    for (si, (set, preds)) in sets.iter().zip(predicted).enumerate() {
-        for (ri, (row, p)) in set.rows.iter().zip(preds).enumerate() {
-            let mut r = compare(&set.name, row, p, options.gate);
-            for (b, bp) in options.baselines.iter().zip(&baseline_predictions) {
-                let v = bp[si][ri].value;
-                r.baselines.push(BaselineValue {
-                    baseline: b.name.to_string(),
-                    predicted: v,
-                    error: row.measured.map(|m| relative_error(v, m)),
-                });
-            }
-            rows.push(r);
+    for (set, preds) in sets.iter().zip(predicted) {
+        for (row, p) in set.rows.iter().zip(preds) {
+            rows.push(compare(&set.name, row, p, gate));
         }
     }
-    let mut report = assemble(sets, rows, options.gate);
-    for (k, b) in options.baselines.iter().enumerate() {
-        // The same summaries, with each row's error replaced by the baseline's.
-        let as_baseline: Vec<RowResult> = report
-            .rows
-            .iter()
-            .map(|r| RowResult { error: r.baselines[k].error, predicted: r.baselines[k].predicted, ..r.clone() })
-            .collect();
-        let sets_summary = sets
-            .iter()
-            .filter_map(|set| summary(&set.name, &as_baseline.iter().filter(|r| r.set == set.name).collect::<Vec<_>>()))
-            .collect();
-        let overall = summary("all", &as_baseline.iter().collect::<Vec<_>>());
-        report.baselines.push(BaselineReport {
-            baseline: b.name.to_string(),
-            about: b.about.to_string(),
-            sets: sets_summary,
-            overall,
-        });
-    }
-    Ok(report)
+    Ok(assemble(sets, rows, gate, baseline))
 }
 
 fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
@@ -237,6 +187,7 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         (Some(e), Some(_)) if e.abs() <= gate.max_error => Status::KnownMissNowOk,
         (Some(_), Some(_)) => Status::KnownMiss,
     };
+    let baseline_error = row.measured.zip(p.baseline).map(|(m, b)| relative_error(b, m));
     let within_spread = match (row.measured, row.spread) {
         (Some(m), Some(s)) => Some((p.value - m).abs() <= s),
         _ => None,
@@ -255,13 +206,14 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         spread: row.spread,
         predicted: p.value,
         error,
+        baseline: p.baseline,
+        baseline_error,
         within_spread,
         status,
         group: row.group.clone(),
         known_miss: row.known_miss.clone(),
         source: row.source.clone(),
         collectives: p.simulated.collectives,
-        baselines: Vec::new(),
     }
 }
 
@@ -271,7 +223,14 @@ fn summary(name: &str, rows: &[&RowResult]) -> Option<SetSummary> {
     let s: ErrorSummary = summarize(&errors)?;
     let unmarked: Vec<f64> = scored.iter().filter(|r| r.known_miss.is_none()).filter_map(|r| r.error).collect();
     let worst = scored[s.worst_index];
+    let with_baseline: Vec<&RowResult> = scored.iter().map(|r| **r).filter(|r| r.baseline_error.is_some()).collect();
+    let mean_abs = |f: &dyn Fn(&RowResult) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = with_baseline.iter().filter_map(|r| f(r)).map(f64::abs).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
     Some(SetSummary {
+        baseline_mean_abs_error: mean_abs(&|r| r.baseline_error),
+        mean_abs_error_baseline_rows: mean_abs(&|r| r.error),
         set: name.to_string(),
         rows: s.rows,
         known_misses: scored.iter().filter(|r| r.known_miss.is_some()).count(),
@@ -284,7 +243,7 @@ fn summary(name: &str, rows: &[&RowResult]) -> Option<SetSummary> {
     })
 }
 
-fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report {
+fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate, baseline: Option<Baseline>) -> Report {
     let mut set_summaries = Vec::new();
     let mut groups = Vec::new();
     for set in sets {
@@ -328,6 +287,21 @@ fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report
             ));
         }
     }
+    if let Some(b) = baseline {
+        for s in &set_summaries {
+            if let (Some(base), Some(own)) = (s.baseline_mean_abs_error, s.mean_abs_error_baseline_rows) {
+                if base < own {
+                    failures.push(format!(
+                        "set {}: the {} baseline is closer to the measurements (mean |error| {:.1}%) than dagsim ({:.1}%)",
+                        s.set,
+                        b.name(),
+                        base * 100.0,
+                        own * 100.0
+                    ));
+                }
+            }
+        }
+    }
     for r in rows.iter().filter(|r| r.status == Status::Miss) {
         failures.push(format!(
             "{}/{} (line {}): error {:+.1}% exceeds --max-error {:.1}% and is not marked known_miss",
@@ -341,12 +315,12 @@ fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report
     Report {
         dagsim_version: env!("CARGO_PKG_VERSION"),
         gate,
+        baseline,
         rank_concordant: groups.iter().map(|g| g.concordant).sum(),
         rank_discordant: groups.iter().map(|g| g.discordant).sum(),
         rows,
         sets: set_summaries,
         overall,
-        baselines: Vec::new(),
         groups,
         passed: failures.is_empty(),
         failures,

@@ -44,23 +44,28 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         super::Metric::Speedup => format!("speedup ({})", x.unit),
     };
     let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
-    // One error column per baseline, headed by its name.
-    let b_names: Vec<&str> = r.baselines.iter().map(|b| b.baseline.as_str()).collect();
-    let b_head: String = b_names.iter().map(|n| format!("  {:>w$}", n, w = n.len().max(8))).collect();
+    // With a baseline, two more columns: its prediction and its error.
+    let base_head = match r.baseline {
+        Some(b) => format!("  {:>10}  {:>8}", b.name(), "error"),
+        None => String::new(),
+    };
     writeln!(
         w,
-        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{b_head}  status",
+        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{base_head}  status",
         "set", "id", "gpus", "strategy", "metric", "measured", "predicted", "error"
     )?;
     for x in &r.rows {
-        let b_cols: String = b_names
-            .iter()
-            .zip(&x.baselines)
-            .map(|(n, b)| format!("  {:>w$}", b.error.map_or("-".to_string(), percent), w = n.len().max(8)))
-            .collect();
+        let base = match r.baseline {
+            Some(_) => format!(
+                "  {:>10}  {:>8}",
+                x.baseline.map_or("-".to_string(), value),
+                x.baseline_error.map_or("-".to_string(), percent)
+            ),
+            None => String::new(),
+        };
         writeln!(
             w,
-            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{b_cols}  {}",
+            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{base}  {}",
             x.set,
             x.id,
             x.gpus,
@@ -73,15 +78,25 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         )?;
     }
     writeln!(w)?;
+    let (base_head, base_rule) = match r.baseline {
+        Some(b) => (format!(" {} baseline mean abs error |", b.name()), "---:|"),
+        None => (String::new(), ""),
+    };
     writeln!(
         w,
-        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |"
+        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |{base_head}"
     )?;
-    writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|")?;
+    writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|{base_rule}")?;
     for s in r.sets.iter().chain(&r.overall) {
+        let base = match r.baseline {
+            Some(_) => {
+                format!(" {} |", s.baseline_mean_abs_error.map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0)))
+            }
+            None => String::new(),
+        };
         writeln!(
             w,
-            "| {} | {} | {} | {:.1}% | {} | {:.1}% | {:.1}% ({}) | {} |",
+            "| {} | {} | {} | {:.1}% | {} | {:.1}% | {:.1}% ({}) | {} |{base}",
             s.set,
             s.rows,
             s.known_misses,
@@ -92,30 +107,6 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             s.worst_row,
             percent(s.mean_signed_error),
         )?;
-    }
-    for b in &r.baselines {
-        writeln!(w)?;
-        writeln!(w, "Baseline {} ({}), the same rows, beside dagsim's:", b.baseline, b.about)?;
-        writeln!(
-            w,
-            "| set | rows | dagsim mean abs error | {0} mean abs error | dagsim median | {0} median | dagsim mean signed | {0} mean signed |",
-            b.baseline
-        )?;
-        writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
-        for (ours, theirs) in r.sets.iter().chain(&r.overall).zip(b.sets.iter().chain(&b.overall)) {
-            writeln!(
-                w,
-                "| {} | {} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {} | {} |",
-                ours.set,
-                ours.rows,
-                ours.mean_abs_error * 100.0,
-                theirs.mean_abs_error * 100.0,
-                ours.median_abs_error * 100.0,
-                theirs.median_abs_error * 100.0,
-                percent(ours.mean_signed_error),
-                percent(theirs.mean_signed_error),
-            )?;
-        }
     }
     if !r.groups.is_empty() {
         writeln!(w)?;
@@ -153,68 +144,39 @@ pub fn write_json(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w)
 }
 
-/// One CSV line per row, with the measured and predicted values and the error; then, per
-/// baseline, `<name>_predicted` and `<name>_error`.
+/// One CSV line per row, with the measured and predicted values and the error. Every line has
+/// every column: a field some rows leave out (a baseline's error on a reference row) is blank.
 pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
-    let mut out = csv::Writer::from_writer(w);
-    let mut header: Vec<String> = [
-        "set",
-        "id",
-        "line",
-        "workload",
-        "topology",
-        "gpus",
-        "strategy",
-        "metric",
-        "unit",
-        "measured",
-        "spread",
-        "predicted",
-        "error",
-        "within_spread",
-        "status",
-        "group",
-        "known_miss",
-        "source",
-        "collectives",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for b in &r.baselines {
-        header.push(format!("{}_predicted", b.baseline));
-        header.push(format!("{}_error", b.baseline));
+    // Each row as (column, value) pairs, by serialising it alone with its header.
+    let mut rows: Vec<Vec<(String, String)>> = Vec::new();
+    for row in &r.rows {
+        let mut one = csv::Writer::from_writer(Vec::new());
+        one.serialize(row).map_err(std::io::Error::other)?;
+        let bytes = one.into_inner().map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut back = csv::Reader::from_reader(bytes.as_slice());
+        let header = back.headers().map_err(std::io::Error::other)?.clone();
+        let values = back.records().next().transpose().map_err(std::io::Error::other)?.unwrap_or_default();
+        rows.push(header.iter().zip(values.iter()).map(|(h, v)| (h.to_string(), v.to_string())).collect());
     }
-    out.write_record(&header)?;
-    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
-    let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
-    for x in &r.rows {
-        let mut rec = vec![
-            x.set.clone(),
-            x.id.clone(),
-            x.line.to_string(),
-            x.workload.clone(),
-            x.topology.clone(),
-            x.gpus.to_string(),
-            x.strategy.clone(),
-            name(serde_json::to_value(x.metric).map_err(std::io::Error::other)?),
-            x.unit.to_string(),
-            opt(x.measured),
-            opt(x.spread),
-            x.predicted.to_string(),
-            opt(x.error),
-            x.within_spread.map_or(String::new(), |b| b.to_string()),
-            name(serde_json::to_value(x.status).map_err(std::io::Error::other)?),
-            x.group.clone().unwrap_or_default(),
-            x.known_miss.clone().unwrap_or_default(),
-            x.source.clone(),
-            x.collectives.clone(),
-        ];
-        for b in &x.baselines {
-            rec.push(b.predicted.to_string());
-            rec.push(opt(b.error));
+    // The columns in order of first appearance, each after the column that precedes it in a row.
+    let mut columns: Vec<String> = Vec::new();
+    for row in &rows {
+        let mut at = 0;
+        for (name, _) in row {
+            match columns.iter().position(|c| c == name) {
+                Some(i) => at = i + 1,
+                None => {
+                    columns.insert(at, name.clone());
+                    at += 1;
+                }
+            }
         }
-        out.write_record(&rec)?;
+    }
+    let mut out = csv::Writer::from_writer(w);
+    out.write_record(&columns)?;
+    for row in &rows {
+        let value = |c: &String| row.iter().find(|(n, _)| n == c).map_or("", |(_, v)| v.as_str());
+        out.write_record(columns.iter().map(value))?;
     }
     out.flush()
 }

@@ -4,7 +4,9 @@
 //! run Dettmers' data/model-parallel DAG from a hybrid table instead. Reads rows, calls the
 //! pipeline in `predict` (or `predict_hybrid`); computes no statistics.
 
+use super::baseline::{alpha_beta_throughput, Baseline};
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use crate::collective::CollectiveModel;
 use crate::dag::hybrid::Channels;
 use crate::error::{Error, Location, Result};
 use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
@@ -34,6 +36,8 @@ pub struct Simulated {
 pub struct Predicted {
     /// The row's metric, predicted, in the metric's canonical unit.
     pub value: f64,
+    /// The same metric under the baseline model, when one was asked for and applies.
+    pub baseline: Option<f64>,
     /// The simulated configuration of the row itself (its GPU count).
     pub simulated: Simulated,
 }
@@ -46,28 +50,31 @@ enum Model {
     Hybrid(Box<HybridSetup>),
 }
 
-/// A change applied to every row's setup before it is simulated (a baseline, or the collective
-/// model asked for on the command line).
-pub struct Adapt<'a> {
-    pub setup: &'a (dyn Fn(&mut Setup) + Sync),
-    pub hybrid: &'a (dyn Fn(&mut HybridSetup) + Sync),
-}
-
-impl Adapt<'_> {
-    /// Leaves every setup as its row describes it.
-    pub fn none() -> Adapt<'static> {
-        Adapt { setup: &|_| {}, hybrid: &|_| {} }
-    }
-}
-
 impl Model {
-    fn build(row: &RowSetup, adapt: &Adapt) -> Result<Self> {
+    /// The row's setup, with its collectives under `collectives` when given (else the setup's own).
+    fn build(row: &RowSetup, collectives: Option<CollectiveModel>) -> Result<Self> {
         let mut m = Self::build_plain(row)?;
-        match &mut m {
-            Model::Pipeline(s) => (adapt.setup)(s),
-            Model::Hybrid(h) => (adapt.hybrid)(h),
+        if let Some(c) = collectives {
+            m.set_collectives(c);
         }
         Ok(m)
+    }
+
+    fn set_collectives(&mut self, c: CollectiveModel) {
+        match self {
+            Model::Pipeline(s) => s.topology.collectives = c,
+            Model::Hybrid(h) => h.topology.collectives = c,
+        }
+    }
+
+    /// A copy of the setup with its collectives under `c`.
+    fn with_collectives(&self, c: CollectiveModel) -> Self {
+        let mut m = match self {
+            Model::Pipeline(s) => Model::Pipeline(s.clone()),
+            Model::Hybrid(h) => Model::Hybrid(h.clone()),
+        };
+        m.set_collectives(c);
+        m
     }
 
     fn build_plain(row: &RowSetup) -> Result<Self> {
@@ -100,6 +107,19 @@ impl Model {
         })))
     }
 
+    /// The baseline's throughput on `gpus` GPUs, given the one-GPU prediction of the same setup;
+    /// `None` where the baseline cannot express the setup (the hybrid model-parallel scheme).
+    fn baseline(&self, baseline: Baseline, gpus: u32, one_gpu: &Simulated) -> Result<Option<f64>> {
+        match (self, baseline) {
+            (Model::Pipeline(setup), Baseline::AlphaBeta) => {
+                alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
+            }
+            (Model::Hybrid(_), Baseline::AlphaBeta) => Ok(None),
+            // Re-simulated in `predict_rows`, not derived from the one-GPU run.
+            (_, Baseline::IdealRing) => Ok(None),
+        }
+    }
+
     fn simulate(&self, gpus: u32) -> Result<Simulated> {
         let p = match self {
             Model::Pipeline(setup) => setup.predict(gpus)?,
@@ -118,14 +138,18 @@ impl Model {
     }
 }
 
-/// Predicts every row of every set. Results are in set order, then row order. An error names the
-/// file, line and row id.
-pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
-    predict_rows_with(sets, &Adapt::none())
+/// Predicts every row of every set (and, with `baseline`, the same rows under the baseline model).
+/// Results are in set order, then row order. An error names the file, line and row id.
+pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Result<Vec<Vec<Predicted>>> {
+    predict_rows_with(sets, baseline, None)
 }
 
-/// [`predict_rows`] with every row's setup changed by `adapt` first.
-pub fn predict_rows_with(sets: &[MeasurementSet], adapt: &Adapt) -> Result<Vec<Vec<Predicted>>> {
+/// [`predict_rows`] with every row's collectives under `collectives` (else each setup's own).
+pub fn predict_rows_with(
+    sets: &[MeasurementSet],
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
     let mut setups: BTreeMap<String, Model> = BTreeMap::new();
     let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -136,12 +160,12 @@ pub fn predict_rows_with(sets: &[MeasurementSet], adapt: &Adapt) -> Result<Vec<V
             let key = setup_key(&row.setup);
             let at = |e: Error| in_row(&set.path, row, e);
             if !setups.contains_key(&key) {
-                let setup = Model::build(&row.setup, adapt).map_err(at)?;
+                let setup = Model::build(&row.setup, collectives).map_err(at)?;
                 setups.insert(key.clone(), setup);
             }
             let gpus = gpu_count(row).map_err(at)?;
             jobs.insert((key.clone(), gpus));
-            if row.metric == Metric::Speedup && row.relative_to.is_none() {
+            if (row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some() {
                 jobs.insert((key.clone(), 1));
             }
             own_jobs.push((key, gpus));
@@ -150,7 +174,32 @@ pub fn predict_rows_with(sets: &[MeasurementSet], adapt: &Adapt) -> Result<Vec<V
     }
     let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
     let results: Vec<Result<Simulated>> = jobs.par_iter().map(|(key, gpus)| setups[key].simulate(*gpus)).collect();
-    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.into_iter().zip(results).collect();
+    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.iter().cloned().zip(results).collect();
+    // The baseline of every job, from the same setup's one-GPU prediction.
+    let base: BTreeMap<(String, u32), Option<f64>> = match baseline {
+        None => BTreeMap::new(),
+        Some(Baseline::IdealRing) => {
+            // Every job again, with the idealised collectives.
+            let ideal: BTreeMap<&String, Model> =
+                setups.iter().map(|(k, m)| (k, m.with_collectives(CollectiveModel::Ideal))).collect();
+            let values: Vec<Option<f64>> = jobs
+                .par_iter()
+                .map(|(key, gpus)| ideal[key].simulate(*gpus).ok().map(|s| s.throughput_samples_per_s))
+                .collect();
+            jobs.iter().cloned().zip(values).collect()
+        }
+        Some(b) => jobs
+            .iter()
+            .map(|(key, gpus)| {
+                let one = done[&(key.clone(), 1)].as_ref().ok();
+                let value = match one {
+                    Some(one) => setups[key].baseline(b, *gpus, one).ok().flatten(),
+                    None => None,
+                };
+                ((key.clone(), *gpus), value)
+            })
+            .collect(),
+    };
 
     let mut out = Vec::new();
     for (set, own_jobs) in sets.iter().zip(row_jobs) {
@@ -175,7 +224,17 @@ pub fn predict_rows_with(sets: &[MeasurementSet], adapt: &Adapt) -> Result<Vec<V
                     own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
                 }
             };
-            predicted.push(Predicted { value, simulated: own.clone() });
+            let base_of = |job: &(String, u32)| base.get(job).copied().flatten();
+            let baseline = match (row.metric, &row.relative_to) {
+                (Metric::Throughput, _) => base_of(job),
+                (Metric::IterationTime, _) => base_of(job).map(|thr| {
+                    let samples = own.throughput_samples_per_s * own.iteration_time_s;
+                    samples / thr
+                }),
+                (Metric::Speedup, None) => base_of(job).zip(base_of(&(job.0.clone(), 1))).map(|(n, one)| n / one),
+                (Metric::Speedup, Some(b)) => base_of(job).zip(base_of(job_of[b.as_str()])).map(|(n, one)| n / one),
+            };
+            predicted.push(Predicted { value, baseline, simulated: own.clone() });
         }
         out.push(predicted);
     }

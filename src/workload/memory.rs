@@ -112,7 +112,7 @@ pub fn footprint(
     let elem = precision.bytes();
     let weights = match precision {
         Precision::Fp32 => params * 4,
-        Precision::Fp16 => params * (4 + 2),
+        Precision::Fp16 | Precision::Bf16 | Precision::Fp8 => params * (4 + 2),
     };
     let gradients = params * elem;
     let optimizer_state = params * 4 * optimizer.state_per_param();

@@ -6,10 +6,12 @@
 pub mod compare;
 pub mod gpu;
 pub mod import;
+pub mod llm;
 pub mod memory;
 pub mod source;
 pub mod synth;
 mod trace;
+pub mod transformer;
 mod write;
 pub mod zoo;
 
@@ -54,10 +56,37 @@ pub struct Layer {
     pub comm: Option<Stat>,
     /// Bytes of gradient this layer exchanges (equal to its parameter bytes; 0 if not learnable).
     pub grad_bytes: u64,
+    /// The layer's gradient tensors in bytes (weight, bias, ...), summing to `grad_bytes`, when
+    /// the source lists them (the zoo, a trace with a `grad_tensors` column, a per-blob profile).
+    /// Empty: not listed, and the layer counts as one tensor (see [`Layer::tensors`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grad_tensors: Vec<u64>,
     /// Fraction of the GPU the layer's kernels keep busy when one process runs them alone.
     /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub util: Option<KernelUtil>,
+    /// Tensor-parallel collectives the layer runs (transformer workloads split over a TP group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp: Option<TpComm>,
+}
+
+/// A collective among the GPUs of a tensor-parallel group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TpCollective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// The tensor-parallel collectives of one layer: those that follow its forward compute and those
+/// that follow its backward compute, in order, each on `bytes` (the full activation of the
+/// micro-batch, as Megatron's all-reduce, all-gather and reduce-scatter move it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TpComm {
+    pub bytes: u64,
+    pub forward: Vec<TpCollective>,
+    pub backward: Vec<TpCollective>,
 }
 
 /// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels
@@ -72,6 +101,44 @@ pub struct KernelUtil {
 impl Layer {
     pub fn is_learnable(&self) -> bool {
         self.grad_bytes > 0
+    }
+
+    /// The layer's gradient tensors in bytes, in registration order: the listed ones, or the
+    /// whole gradient as one tensor when none are listed (none for a layer without parameters).
+    pub fn tensors(&self) -> &[u64] {
+        match (self.grad_tensors.is_empty(), self.grad_bytes) {
+            (false, _) => &self.grad_tensors,
+            (true, 0) => &[],
+            (true, _) => std::slice::from_ref(&self.grad_bytes),
+        }
+    }
+}
+
+/// Where a workload's list of gradient tensors comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorSource {
+    /// Every learnable layer lists its tensors (zoo models, traces and profiles that carry them).
+    Listed,
+    /// The source gives one gradient size per layer; each learnable layer counts as one tensor.
+    /// Per-tensor mechanics (fusion, buckets, negotiation) then see fewer, larger tensors.
+    PerLayer,
+}
+
+impl TensorSource {
+    /// The value in CSV and JSON output.
+    pub fn key(self) -> &'static str {
+        match self {
+            TensorSource::Listed => "listed",
+            TensorSource::PerLayer => "per_layer",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorSource::Listed => "listed",
+            TensorSource::PerLayer => "one per layer (derived: the source lists none)",
+        }
     }
 }
 
@@ -100,20 +167,62 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Runs the workload at `batch` samples per GPU by the stated rule for measured traces: forward,
+    /// backward and data-layer times scale linearly with the batch (per-sample cost constant);
+    /// the update and the gradients, which depend on the model only, do not. Real GPUs are less
+    /// efficient at small batches, so a smaller batch comes out optimistic and a larger one
+    /// pessimistic until the GPU is full. Returns the factor (1 when the batch was unknown: then
+    /// only the batch changes).
+    pub fn scale_batch(&mut self, batch: u32) -> f64 {
+        let from = self.batch_per_gpu;
+        self.batch_per_gpu = batch;
+        if from == 0 || from == batch {
+            return 1.0;
+        }
+        let f = batch as f64 / from as f64;
+        let scale = |s: &mut Stat| {
+            s.mean_ns = (s.mean_ns as f64 * f).round() as Nanos;
+            s.std_ns *= f;
+        };
+        for l in &mut self.layers {
+            scale(&mut l.forward);
+            scale(&mut l.backward);
+        }
+        if let Some(d) = &mut self.data_load {
+            scale(d);
+        }
+        f
+    }
+
     /// Sum of mean forward times.
     pub fn forward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.forward.mean_ns).sum()
+        self.layers.iter().map(|l| l.forward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Sum of mean backward times.
     pub fn backward_ns(&self) -> Nanos {
-        self.layers.iter().map(|l| l.backward.mean_ns).sum()
+        self.layers.iter().map(|l| l.backward.mean_ns).fold(0, u64::saturating_add)
     }
     /// Total gradient bytes exchanged per iteration.
     pub fn grad_bytes(&self) -> u64 {
-        self.layers.iter().map(|l| l.grad_bytes).sum()
+        self.layers.iter().map(|l| l.grad_bytes).fold(0, u64::saturating_add)
     }
+    /// Number of gradient tensors (see [`Layer::tensors`]).
+    pub fn tensor_count(&self) -> usize {
+        self.layers.iter().map(|l| l.tensors().len()).sum()
+    }
+
+    /// Whether the tensors are listed by the source or derived one per layer.
+    pub fn tensor_source(&self) -> TensorSource {
+        let listed = self.layers.iter().filter(|l| l.is_learnable()).all(|l| !l.grad_tensors.is_empty());
+        if listed && self.layers.iter().any(|l| l.is_learnable()) {
+            TensorSource::Listed
+        } else {
+            TensorSource::PerLayer
+        }
+    }
+
     /// Sum of the measured communication column (zero where absent).
     pub fn measured_comm_ns(&self) -> Nanos {
-        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).sum()
+        self.layers.iter().filter_map(|l| l.comm).map(|s| s.mean_ns).fold(0, u64::saturating_add)
     }
 }

@@ -5,8 +5,10 @@
 
 use super::gpu::{GpuSpec, Precision};
 use super::import::{read_profile, ProfileFormat};
+use super::llm::{cost, CostOptions, Recompute};
 use super::memory::{footprint, Footprint, Optimizer};
 use super::synth::{synthesize, SynthOptions};
+use super::transformer::TransformerConfig;
 use super::zoo::Model;
 use super::{read_trace, TraceFormat, Workload};
 use crate::error::{Error, Result};
@@ -39,6 +41,9 @@ impl WorkloadSource {
     pub fn load(&self) -> Result<Workload> {
         match (&self.model, &self.trace) {
             (Some(_), Some(_)) => Err(Error::invalid("workload", "give either a trace or a model, not both")),
+            (Some(name), None) if !super::zoo::is_zoo_name(name) => {
+                self.load_transformer(name)
+            }
             (Some(model), None) => {
                 let model = Model::by_name(model, self.seq_len)?;
                 let gpu = self.gpu_spec()?;
@@ -73,6 +78,39 @@ impl WorkloadSource {
         }
     }
 
+    /// A transformer (named config or Hugging Face config.json) on one GPU, whole (no tensor
+    /// parallelism): one micro-batch of `batch` sequences per iteration.
+    fn load_transformer(&self, name: &str) -> Result<Workload> {
+        let cfg = TransformerConfig::resolve(name).map_err(|e| match e {
+            Error::Invalid { .. } => Error::invalid(
+                "model",
+                format!(
+                    "unknown model `{name}`; zoo models: {}; transformer configs: {} (or a Hugging Face config.json path)",
+                    super::zoo::MODEL_NAMES.join(", "),
+                    super::transformer::NAMED.iter().map(|n| n.name).collect::<Vec<_>>().join(", ")
+                ),
+            ),
+            other => other,
+        })?;
+        let gpu = self.gpu_spec()?;
+        let batch = self.batch.ok_or_else(|| Error::invalid("--batch", "a synthetic workload needs a batch size"))?;
+        let opts = CostOptions {
+            micro_batch: batch,
+            seq_len: self.seq_len.unwrap_or(cfg.seq_len),
+            precision: self.precision.unwrap_or(if gpu.bf16 { Precision::Bf16 } else { Precision::Fp16 }),
+            tp: 1,
+            sequence_parallel: false,
+            recompute: Recompute::None,
+            flash_attention: gpu.bf16,
+            matmul_tflops: None,
+        };
+        let mut c = cost(&cfg, gpu, &opts)?;
+        if let Some(x) = self.calibrate_throughput {
+            c.calibrate_throughput(x)?;
+        }
+        Ok(c.to_workload())
+    }
+
     fn gpu_spec(&self) -> Result<&'static GpuSpec> {
         let name = self.gpu.as_deref().ok_or_else(|| Error::invalid("--gpu", "a synthetic workload needs a GPU"))?;
         GpuSpec::by_name(name)
@@ -81,6 +119,9 @@ impl WorkloadSource {
     /// Memory footprint per GPU of a synthetic workload (None for traces, whose shapes are unknown).
     pub fn footprint(&self, preload_batches: u32) -> Result<Option<Footprint>> {
         let Some(model) = &self.model else { return Ok(None) };
+        if !super::zoo::is_zoo_name(model) {
+            return Ok(None); // transformer configs: the parallel plan reports their memory
+        }
         let model = Model::by_name(model, self.seq_len)?;
         let gpu = self.gpu_spec()?;
         let batch = self.batch.unwrap_or(1);

@@ -12,12 +12,12 @@ use serde::Serialize;
 
 /// Fraction of peak math a well-tuned library reaches on a large dense layer (cuDNN/cuBLAS SGEMM
 /// class kernels reach 60-80% of FP32 peak; tensor cores sit further from their peak).
-const DENSE_EFFICIENCY_FP32: f64 = 0.70;
-const DENSE_EFFICIENCY_TENSOR: f64 = 0.35;
+pub(crate) const DENSE_EFFICIENCY_FP32: f64 = 0.70;
+pub(crate) const DENSE_EFFICIENCY_TENSOR: f64 = 0.35;
 /// Fraction of peak math reached by element-wise and depthwise kernels.
 const VECTOR_EFFICIENCY: f64 = 0.30;
 /// Fraction of peak memory bandwidth streaming kernels reach (STREAM-like, ~75-85%).
-const MEMORY_EFFICIENCY: f64 = 0.75;
+pub(crate) const MEMORY_EFFICIENCY: f64 = 0.75;
 /// GEMM reduction length at which a dense kernel reaches half its efficiency: a convolution over
 /// 3 input channels (reduction 27 for a 3x3 kernel) cannot keep the math pipelines busy.
 const HALF_EFFICIENCY_REDUCTION: f64 = 32.0;
@@ -27,7 +27,7 @@ const HALF_EFFICIENCY_REDUCTION: f64 = 32.0;
 const WINOGRAD_SAVING: f64 = 2.25;
 const WINOGRAD_MIN_CHANNELS: u64 = 128;
 /// Fixed cost per kernel launch and per layer pass (framework + driver), nanoseconds.
-const LAUNCH_NS: f64 = 5_000.0;
+pub(crate) const LAUNCH_NS: f64 = 5_000.0;
 /// Threads an SM keeps resident; a layer with fewer parallel outputs than `sms * this` cannot fill
 /// the GPU (half efficiency at exactly that many).
 const THREADS_PER_SM: f64 = 2048.0;
@@ -53,6 +53,8 @@ pub struct SynthLayer {
     pub name: String,
     pub kind: LayerKind,
     pub params: u64,
+    /// Element counts of the layer's parameter tensors (see [`super::zoo::ZooLayer::tensors`]).
+    pub tensors: Vec<u64>,
     pub forward_ns: f64,
     pub backward_ns: f64,
     /// Fraction of the GPU the forward and backward kernels keep busy alone (see [`KernelUtil`]).
@@ -134,13 +136,15 @@ impl Synthetic {
                     backward: ns(l.backward_ns),
                     comm: None,
                     grad_bytes: l.params * grad_bytes_per_param,
+                    grad_tensors: l.tensors.iter().map(|t| t * grad_bytes_per_param).collect(),
                     util: Some(KernelUtil { forward: l.forward_util, backward: l.backward_util }),
+                    tp: None,
                 })
                 .collect(),
             update: ns(self.update_ns),
             data_load: None,
             trace_iterations: 1,
-            fp16: self.precision == Precision::Fp16,
+            fp16: self.precision.is_mixed(),
         }
     }
 }
@@ -158,12 +162,27 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
     if opts.batch == 0 {
         return Err(Error::invalid("--batch", "batch size must be at least 1"));
     }
+    if opts.precision == Precision::Fp8 {
+        return Err(Error::invalid(
+            "--precision",
+            format!(
+                "fp8 applies to transformer models (Transformer Engine), not to `{}`; use fp32, fp16 or bf16",
+                model.name
+            ),
+        ));
+    }
+    if !gpu.supports(opts.precision) {
+        return Err(Error::invalid(
+            "--precision",
+            format!("{} has no {} tensor cores; use fp32 or fp16", gpu.name, opts.precision.name()),
+        ));
+    }
     let b = opts.batch as f64;
     let elem = opts.precision.bytes() as f64;
     let mem = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
     let vector = gpu.vector_flops_per_ns(opts.precision) * VECTOR_EFFICIENCY;
     let dense_eff = match (opts.precision, gpu.tensor_tflops) {
-        (Precision::Fp16, Some(_)) => DENSE_EFFICIENCY_TENSOR,
+        (Precision::Fp16 | Precision::Bf16 | Precision::Fp8, Some(_)) => DENSE_EFFICIENCY_TENSOR,
         _ => DENSE_EFFICIENCY_FP32,
     };
     let dense = gpu.peak_flops_per_ns(opts.precision) * dense_eff;
@@ -221,6 +240,7 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
             name: l.name.clone(),
             kind: l.kind,
             params: l.params,
+            tensors: l.tensors.clone(),
             forward_ns: fwd,
             backward_ns: bwd,
             forward_util: busy(fwd_full, fwd),

@@ -5,7 +5,9 @@
 //! * **Native CSV** (documented in `traces/README.md`): `# key: value` metadata lines, then a header
 //!   row naming at least `name,forward_us,backward_us,grad_bytes` (optional `layer`, `comm_us`,
 //!   `iteration`, and `forward_util,backward_util`: the fraction of the GPU the layer's kernels
-//!   keep busy alone, as synthesis derives it), then one row per layer per iteration.
+//!   keep busy alone, as synthesis derives it; `grad_tensors`: the layer's gradient tensors in bytes
+//!   separated by `;`, summing to `grad_bytes`), then one row per layer per iteration. Without
+//!   `grad_tensors` each learnable layer counts as one tensor.
 //! * **Shi et al. table** (the DAG paper's Table VI and its published trace files): whitespace-,
 //!   tab- or comma-separated `id name forward backward comm size`, times in microseconds, sizes in
 //!   bytes, optional header line; a file may hold many iterations, each restarting at the first id.
@@ -38,6 +40,8 @@ struct Row {
     grad_bytes: u64,
     /// Forward and backward utilisation alone, when the trace has those columns.
     util: Option<(f64, f64)>,
+    /// The layer's gradient tensors in bytes, when the trace lists them.
+    tensors: Vec<u64>,
 }
 
 /// Values from `# key: value` lines of a native trace.
@@ -60,8 +64,10 @@ pub fn read_trace(path: &Path, format: TraceFormat) -> Result<Workload> {
 
 /// Same as [`read_trace`] on text already in memory; `path` is used for names and messages.
 pub fn read_trace_str(text: &str, path: &Path, format: TraceFormat) -> Result<Workload> {
+    // A byte-order mark (spreadsheets write one) is not part of the first header name.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = match format {
-        TraceFormat::Auto => detect(text),
+        TraceFormat::Auto => detect(text, path)?,
         f => f,
     };
     let (meta, rows) = match format {
@@ -74,12 +80,35 @@ pub fn read_trace_str(text: &str, path: &Path, format: TraceFormat) -> Result<Wo
     summarise(rows, meta, path)
 }
 
-fn detect(text: &str) -> TraceFormat {
-    let first = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'));
-    match first {
-        Some(l) if l.to_ascii_lowercase().contains("forward_us") => TraceFormat::Native,
-        _ => TraceFormat::ShiTable,
+/// What the first line that is not a comment must look like, per format (for error messages).
+pub const EXPECTED_HEADERS: &str = "a native trace's header names name,forward_us,backward_us,grad_bytes (optional \
+     layer, comm_us, iteration, forward_util, backward_util); a Table VI trace starts with a header such as \
+     `Id Name Forward Backward Comm Size` or directly with a row `1 conv1 <forward_us> <backward_us> <comm_us> <bytes>`";
+
+/// Picks the format by the first line that is not a comment: a header naming `forward_us` is
+/// native; a row starting with a layer id, or a header naming id, forward and backward, is a Table
+/// VI trace. Anything else is refused rather than guessed.
+fn detect(text: &str, path: &Path) -> Result<TraceFormat> {
+    let Some((i, first)) = text.lines().map(str::trim).enumerate().find(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+    else {
+        return Ok(TraceFormat::ShiTable); // nothing to read: the caller reports "no layer rows"
+    };
+    let lower = first.to_ascii_lowercase();
+    let words: Vec<&str> = lower.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).collect();
+    if words.contains(&"forward_us") {
+        return Ok(TraceFormat::Native);
     }
+    let shi_header = words.first().is_some_and(|w| w.trim_end_matches('.') == "id")
+        && words.iter().any(|w| w.starts_with("forward"))
+        && words.iter().any(|w| w.starts_with("backward"));
+    if shi_header || words.first().is_some_and(|w| w.parse::<i64>().is_ok()) {
+        return Ok(TraceFormat::ShiTable);
+    }
+    let shown: String = first.chars().take(80).collect();
+    Err(Error::parse(
+        Location::line(path, i + 1),
+        format!("unknown header `{shown}`: {EXPECTED_HEADERS}; or give --profile-format for a profiler's output"),
+    ))
 }
 
 fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
@@ -90,6 +119,7 @@ fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
         let Some((key, value)) = body.split_once(':') else { continue };
         let (key, value) = (key.trim(), value.trim());
         let at = || Location::line(path, i + 1).with_field(key.to_string());
+        let bytes = |v: &str| -> Result<u64> { crate::units::parse_bytes(v).map_err(|m| Error::parse(at(), m)) };
         let int = |v: &str| -> Result<u64> {
             parse_count(v).ok_or_else(|| Error::parse(at(), format!("expected a non-negative integer, found `{v}`")))
         };
@@ -99,8 +129,8 @@ fn parse_meta(text: &str, path: &Path) -> Result<Meta> {
                 let b = int(value)?;
                 meta.batch_per_gpu = Some(u32::try_from(b).map_err(|_| Error::parse(at(), "batch size too large"))?);
             }
-            "sample_bytes" => meta.sample_bytes = Some(int(value)?),
-            "device_sample_bytes" => meta.device_sample_bytes = Some(int(value)?),
+            "sample_bytes" => meta.sample_bytes = Some(bytes(value)?),
+            "device_sample_bytes" => meta.device_sample_bytes = Some(bytes(value)?),
             "update_us" => meta.update_us = Some(parse_time(value).map_err(|m| Error::parse(at(), m))?),
             "precision" => {
                 meta.fp16 = match value {
@@ -141,6 +171,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
     let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
     let c_util = col("forward_util").zip(col("backward_util"));
+    let c_tensors = col("grad_tensors");
 
     let mut rows = Vec::new();
     for record in reader.records() {
@@ -186,8 +217,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             None => None,
         };
         let (bytes, at) = field(c_bytes, "grad_bytes");
-        let grad_bytes = parse_count(&bytes)
-            .ok_or_else(|| Error::parse(at, format!("expected a non-negative byte count, found `{bytes}`")))?;
+        let grad_bytes = crate::units::parse_bytes(&bytes).map_err(|m| Error::parse(at, m))?;
         let fraction = |c: usize, name: &str| -> Result<f64> {
             let (v, at) = field(c, name);
             v.parse::<f64>()
@@ -198,6 +228,13 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         let util = match c_util {
             Some((f, b)) => Some((fraction(f, "forward_util")?, fraction(b, "backward_util")?)),
             None => None,
+        };
+        let tensors = match c_tensors {
+            Some(c) => {
+                let (v, at) = field(c, "grad_tensors");
+                parse_tensors(&v, grad_bytes).map_err(|m| Error::parse(at, m))?
+            }
+            None => Vec::new(),
         };
         rows.push(Row {
             line,
@@ -212,6 +249,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             },
             grad_bytes,
             util,
+            tensors,
         });
     }
     Ok((meta, rows))
@@ -220,6 +258,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
 fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
     const FIELDS: [&str; 6] = ["id", "name", "forward", "backward", "comm", "size"];
     let mut rows = Vec::new();
+    let mut seen_header = false;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let trimmed = raw.trim();
@@ -228,8 +267,10 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
         }
         let parts: Vec<&str> =
             trimmed.split(|c: char| c.is_whitespace() || c == ',').filter(|s| !s.is_empty()).collect();
-        // A header line (e.g. "Id Name Forward Backward Comm. Size") starts with a non-number.
-        if rows.is_empty() && parts.first().is_some_and(|p| p.parse::<i64>().is_err()) {
+        // A header line (e.g. "Id Name Forward Backward Comm. Size") starts with a non-number; only
+        // the first line that is not a comment may be one.
+        if rows.is_empty() && !seen_header && parts.first().is_some_and(|p| p.parse::<i64>().is_err()) {
+            seen_header = true;
             continue;
         }
         if parts.len() != FIELDS.len() {
@@ -243,8 +284,7 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
             .parse::<i64>()
             .map_err(|_| Error::parse(at(0), format!("expected an integer layer id, found `{}`", parts[0])))?;
         let time = |k: usize| parse_time(parts[k]).map_err(|m| Error::parse(at(k), m));
-        let grad_bytes = parse_count(parts[5])
-            .ok_or_else(|| Error::parse(at(5), format!("expected a non-negative byte count, found `{}`", parts[5])))?;
+        let grad_bytes = crate::units::parse_bytes(parts[5]).map_err(|m| Error::parse(at(5), m))?;
         rows.push(Row {
             line,
             id: Some(id),
@@ -255,18 +295,36 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
             comm_us: time(4)?,
             grad_bytes,
             util: None,
+            tensors: Vec::new(),
         });
     }
     Ok(rows)
 }
 
-/// A time in microseconds: finite and non-negative.
+/// A time in microseconds: finite, non-negative, within the range of `units`.
 fn parse_time(v: &str) -> std::result::Result<f64, String> {
-    match v.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        Ok(x) if x < 0.0 => Err(format!("time must not be negative, found `{v}`")),
-        _ => Err(format!("expected a time in microseconds, found `{v}`")),
+    crate::units::parse_duration_us(v)
+}
+
+/// A `grad_tensors` cell: positive byte counts separated by `;` that sum to the layer's
+/// `grad_bytes` (an empty cell for a layer without parameters).
+fn parse_tensors(v: &str, grad_bytes: u64) -> std::result::Result<Vec<u64>, String> {
+    if v.is_empty() {
+        return match grad_bytes {
+            0 => Ok(Vec::new()),
+            _ => Err(format!("empty, but the layer has {grad_bytes} gradient bytes")),
+        };
     }
+    let tensors = v
+        .split(';')
+        .map(|t| parse_count(t.trim()).filter(|&b| b > 0))
+        .collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| format!("expected positive byte counts separated by `;`, found `{v}`"))?;
+    let sum: u64 = tensors.iter().sum();
+    if sum != grad_bytes {
+        return Err(format!("the tensors sum to {sum} bytes, but grad_bytes is {grad_bytes}"));
+    }
+    Ok(tensors)
 }
 
 /// A byte or sample count: a non-negative integer, also written in float notation (`1.5e+07`).
@@ -297,6 +355,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
         }
     }
     let n_layers = first.len();
+    crate::limits::check("layers", n_layers as u64)?;
     let mut layers = Vec::with_capacity(n_layers);
     for k in 0..n_layers {
         let samples = |f: &dyn Fn(&Row) -> f64| -> Vec<f64> { iterations.iter().map(|it| f(it[k]) * 1e3).collect() };
@@ -318,7 +377,9 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             backward: Stat::from_samples(&samples(&|r| r.backward_us)),
             comm: (comm.mean_ns > 0).then_some(comm),
             grad_bytes: bytes,
+            grad_tensors: first[k].tensors.clone(),
             util,
+            tp: None,
         });
     }
     // The data layer (Caffe's input layer) is the per-iteration batch load, not network compute.
@@ -419,6 +480,24 @@ mod tests {
         assert!(e.contains("t.csv:3") && e.contains("forward_util") && e.contains("(0, 1]"), "{e}");
         let plain = read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\n", p(), TraceFormat::Auto);
         assert!(plain.unwrap().layers[0].util.is_none());
+    }
+
+    #[test]
+    fn native_csv_reads_gradient_tensors() {
+        let text = "name,forward_us,backward_us,grad_bytes,grad_tensors\na,1,2,0,\nb,1,2,1000,996;4\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        assert_eq!(w.layers[1].tensors(), [996, 4]);
+        assert_eq!(w.tensor_source(), crate::workload::TensorSource::Listed);
+        assert_eq!(w.tensor_count(), 2);
+        let e = read_trace_str(&text.replace("996;4", "996;5"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:3") && e.contains("grad_tensors") && e.contains("sum to 1001"), "{e}");
+        let e = read_trace_str(&text.replace("996;4", "996;x"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("grad_tensors") && e.contains("separated by `;`"), "{e}");
+        // Without the column every learnable layer is one tensor, and the workload says so.
+        let plain =
+            read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\nb,1,2,8\n", p(), TraceFormat::Auto);
+        let plain = plain.unwrap();
+        assert_eq!((plain.tensor_count(), plain.tensor_source()), (1, crate::workload::TensorSource::PerLayer));
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct ZooLayer {
     pub kind: LayerKind,
     /// Learnable parameters (weights and biases; batch-norm running statistics are not counted).
     pub params: u64,
+    /// The layer's parameter tensors, in the order the framework registers them (weight before
+    /// bias; BN gamma before beta; BERT's query, key, value each with its bias), as element
+    /// counts summing to `params`. Gradient fusion, buckets and negotiation act per tensor.
+    pub tensors: Vec<u64>,
     /// Forward floating-point operations per sample (a multiply-add counts as 2).
     pub flops: f64,
     /// Input elements read per sample (all inputs).
@@ -112,6 +116,11 @@ impl Model {
     }
 }
 
+/// True when `name` is one of the zoo's models (any accepted spelling).
+pub fn is_zoo_name(name: &str) -> bool {
+    Model::by_name(name, None).is_ok()
+}
+
 /// Names accepted by [`Model::by_name`] (canonical spellings).
 pub const MODEL_NAMES: &[&str] = &[
     "alexnet",
@@ -163,12 +172,13 @@ impl Cnn {
     fn set_shape(&mut self, s: (u64, u64, u64)) {
         (self.c, self.h, self.w) = s;
     }
-    fn push(&mut self, name: &str, kind: LayerKind, params: u64, flops: f64, in_elems: u64) {
+    fn push(&mut self, name: &str, kind: LayerKind, tensors: Vec<u64>, flops: f64, in_elems: u64) {
         let out_elems = self.elems();
         self.layers.push(ZooLayer {
             name: name.to_string(),
             kind,
-            params,
+            params: tensors.iter().sum(),
+            tensors,
             flops,
             in_elems,
             out_elems,
@@ -189,7 +199,8 @@ impl Cnn {
         let flops = 2.0 * weights as f64 * (self.h * self.w) as f64;
         let depthwise = groups > 1 && cin / groups <= 8;
         let kind = if depthwise { LayerKind::DepthwiseConv } else { LayerKind::Conv };
-        self.push(name, kind, weights + if bias { out } else { 0 }, flops, ine);
+        let tensors = if bias { vec![weights, out] } else { vec![weights] };
+        self.push(name, kind, tensors, flops, ine);
         let last = self.layers.last_mut().expect("just pushed");
         (last.reduction, last.kernel, last.stride) = ((cin / groups) * k * k, k, stride);
     }
@@ -198,48 +209,48 @@ impl Cnn {
     }
     fn bn(&mut self, name: &str) {
         let e = self.elems();
-        self.push(name, LayerKind::BatchNorm, 2 * self.c, 4.0 * e as f64, e);
+        self.push(name, LayerKind::BatchNorm, vec![self.c, self.c], 4.0 * e as f64, e);
     }
     fn act(&mut self, name: &str) {
         let e = self.elems();
-        self.push(name, LayerKind::Activation, 0, e as f64, e);
+        self.push(name, LayerKind::Activation, vec![], e as f64, e);
     }
     fn lrn(&mut self, name: &str, size: u64) {
         let e = self.elems();
-        self.push(name, LayerKind::Lrn, 0, (2 * size + 4) as f64 * e as f64, e);
+        self.push(name, LayerKind::Lrn, vec![], (2 * size + 4) as f64 * e as f64, e);
     }
     fn pool(&mut self, name: &str, k: u64, stride: u64, pad: u64, ceil: bool) {
         let ine = self.elems();
         self.h = out_dim(self.h, k, stride, pad, ceil);
         self.w = out_dim(self.w, k, stride, pad, ceil);
         let flops = (k * k * self.elems()) as f64;
-        self.push(name, LayerKind::Pool, 0, flops, ine);
+        self.push(name, LayerKind::Pool, vec![], flops, ine);
     }
     fn global_pool(&mut self, name: &str) {
         let ine = self.elems();
         (self.h, self.w) = (1, 1);
-        self.push(name, LayerKind::Pool, 0, ine as f64, ine);
+        self.push(name, LayerKind::Pool, vec![], ine as f64, ine);
     }
     fn dropout(&mut self, name: &str) {
         let e = self.elems();
-        self.push(name, LayerKind::Dropout, 0, e as f64, e);
+        self.push(name, LayerKind::Dropout, vec![], e as f64, e);
     }
     fn fc(&mut self, name: &str, out: u64) {
         let inp = self.elems();
         (self.c, self.h, self.w) = (out, 1, 1);
-        self.push(name, LayerKind::Linear, inp * out + out, 2.0 * (inp * out) as f64, inp);
+        self.push(name, LayerKind::Linear, vec![inp * out, out], 2.0 * (inp * out) as f64, inp);
         self.layers.last_mut().expect("just pushed").reduction = inp;
     }
     /// Residual addition of two tensors of the current shape.
     fn add(&mut self, name: &str) {
         let e = self.elems();
-        self.push(name, LayerKind::Add, 0, e as f64, 2 * e);
+        self.push(name, LayerKind::Add, vec![], e as f64, 2 * e);
     }
     /// Concatenation of branches whose channel counts sum to `channels` (spatial size unchanged).
     fn concat(&mut self, name: &str, channels: u64) {
         self.c = channels;
         let e = self.elems();
-        self.push(name, LayerKind::Concat, 0, 0.0, e);
+        self.push(name, LayerKind::Concat, vec![], 0.0, e);
     }
     fn finish(self, name: &'static str, input_elems: u64) -> Model {
         Model { name, layers: self.layers, input_elems }
@@ -595,47 +606,74 @@ fn bert(name: &'static str, depth: u32, hidden: u64, heads: u64, seq: u64) -> Mo
     let ffn = 4 * hidden;
     let tok = seq * hidden;
     let mut layers = Vec::new();
-    let mut push = |name: String, kind: LayerKind, params: u64, flops: f64, in_elems: u64, out_elems: u64| {
+    let mut push = |name: String, kind: LayerKind, tensors: Vec<u64>, flops: f64, in_elems: u64, out_elems: u64| {
         // GEMM reduction length: input features of a linear layer, the head size for attention.
         let reduction = match kind {
             LayerKind::Linear => (in_elems / seq).max(hidden),
             LayerKind::MatMul => hidden / heads,
             _ => 0,
         };
-        layers.push(ZooLayer { name, kind, params, flops, in_elems, out_elems, reduction, kernel: 0, stride: 0 });
+        let params = tensors.iter().sum();
+        layers.push(ZooLayer {
+            name,
+            kind,
+            params,
+            tensors,
+            flops,
+            in_elems,
+            out_elems,
+            reduction,
+            kernel: 0,
+            stride: 0,
+        });
     };
-    let linear = |inp: u64, out: u64| (inp * out + out, 2.0 * (seq * inp * out) as f64);
-    push("embeddings".into(), LayerKind::Embedding, (VOCAB + 512 + 2) * hidden, 3.0 * tok as f64, seq, tok);
-    push("embeddings.layernorm".into(), LayerKind::LayerNorm, 2 * hidden, 8.0 * tok as f64, tok, tok);
+    // A linear layer's tensors (weight, bias) and its FLOPs over the sequence.
+    let linear = |inp: u64, out: u64| (vec![inp * out, out], 2.0 * (seq * inp * out) as f64);
+    let norm = || vec![hidden, hidden];
+    // Word, position and token-type tables, as in Google's BERT and Hugging Face.
+    let tables = vec![VOCAB * hidden, 512 * hidden, 2 * hidden];
+    push("embeddings".into(), LayerKind::Embedding, tables, 3.0 * tok as f64, seq, tok);
+    push("embeddings.layernorm".into(), LayerKind::LayerNorm, norm(), 8.0 * tok as f64, tok, tok);
     for l in 0..depth {
         let p = format!("encoder.{l}");
-        let (qkv_p, qkv_f) = linear(hidden, 3 * hidden);
-        push(format!("{p}.attention.qkv"), LayerKind::Linear, qkv_p, qkv_f, tok, 3 * tok);
+        // Query, key and value are three linear layers (three weights, three biases) run as one
+        // GEMM here.
+        let (_, qkv_f) = linear(hidden, 3 * hidden);
+        let qkv_t = [hidden * hidden, hidden].repeat(3);
+        push(format!("{p}.attention.qkv"), LayerKind::Linear, qkv_t, qkv_f, tok, 3 * tok);
         let scores = heads * seq * seq;
-        push(format!("{p}.attention.scores"), LayerKind::MatMul, 0, 2.0 * (seq * seq * hidden) as f64, 2 * tok, scores);
-        push(format!("{p}.attention.softmax"), LayerKind::Softmax, 0, 5.0 * scores as f64, scores, scores);
-        push(format!("{p}.attention.dropout"), LayerKind::Dropout, 0, scores as f64, scores, scores);
+        push(
+            format!("{p}.attention.scores"),
+            LayerKind::MatMul,
+            vec![],
+            2.0 * (seq * seq * hidden) as f64,
+            2 * tok,
+            scores,
+        );
+        push(format!("{p}.attention.softmax"), LayerKind::Softmax, vec![], 5.0 * scores as f64, scores, scores);
+        push(format!("{p}.attention.dropout"), LayerKind::Dropout, vec![], scores as f64, scores, scores);
         push(
             format!("{p}.attention.context"),
             LayerKind::MatMul,
-            0,
+            vec![],
             2.0 * (seq * seq * hidden) as f64,
             scores + tok,
             tok,
         );
-        let (o_p, o_f) = linear(hidden, hidden);
-        push(format!("{p}.attention.output"), LayerKind::Linear, o_p, o_f, tok, tok);
-        push(format!("{p}.attention.add"), LayerKind::Add, 0, tok as f64, 2 * tok, tok);
-        push(format!("{p}.attention.layernorm"), LayerKind::LayerNorm, 2 * hidden, 8.0 * tok as f64, tok, tok);
-        let (i_p, i_f) = linear(hidden, ffn);
-        push(format!("{p}.intermediate"), LayerKind::Linear, i_p, i_f, tok, seq * ffn);
-        push(format!("{p}.gelu"), LayerKind::Activation, 0, 8.0 * (seq * ffn) as f64, seq * ffn, seq * ffn);
-        let (f_p, f_f) = linear(ffn, hidden);
-        push(format!("{p}.output"), LayerKind::Linear, f_p, f_f, seq * ffn, tok);
-        push(format!("{p}.output.add"), LayerKind::Add, 0, tok as f64, 2 * tok, tok);
-        push(format!("{p}.output.layernorm"), LayerKind::LayerNorm, 2 * hidden, 8.0 * tok as f64, tok, tok);
+        let (o_t, o_f) = linear(hidden, hidden);
+        push(format!("{p}.attention.output"), LayerKind::Linear, o_t, o_f, tok, tok);
+        push(format!("{p}.attention.add"), LayerKind::Add, vec![], tok as f64, 2 * tok, tok);
+        push(format!("{p}.attention.layernorm"), LayerKind::LayerNorm, norm(), 8.0 * tok as f64, tok, tok);
+        let (i_t, i_f) = linear(hidden, ffn);
+        push(format!("{p}.intermediate"), LayerKind::Linear, i_t, i_f, tok, seq * ffn);
+        push(format!("{p}.gelu"), LayerKind::Activation, vec![], 8.0 * (seq * ffn) as f64, seq * ffn, seq * ffn);
+        let (f_t, f_f) = linear(ffn, hidden);
+        push(format!("{p}.output"), LayerKind::Linear, f_t, f_f, seq * ffn, tok);
+        push(format!("{p}.output.add"), LayerKind::Add, vec![], tok as f64, 2 * tok, tok);
+        push(format!("{p}.output.layernorm"), LayerKind::LayerNorm, norm(), 8.0 * tok as f64, tok, tok);
     }
-    push("pooler".into(), LayerKind::Linear, hidden * hidden + hidden, 2.0 * (hidden * hidden) as f64, hidden, hidden);
+    let (pool_t, _) = linear(hidden, hidden);
+    push("pooler".into(), LayerKind::Linear, pool_t, 2.0 * (hidden * hidden) as f64, hidden, hidden);
     Model { name, layers, input_elems: seq }
 }
 
@@ -682,6 +720,27 @@ mod tests {
             })
             .sum();
         assert_eq!(tensors, 26);
+    }
+
+    #[test]
+    fn tensors_are_listed_per_layer_and_sum_to_the_parameters() {
+        let count = |name: &str| -> usize {
+            let m = Model::by_name(name, None).unwrap();
+            for l in &m.layers {
+                assert_eq!(l.tensors.iter().sum::<u64>(), l.params, "{name} {}", l.name);
+                assert!(l.tensors.iter().all(|&t| t > 0), "{name} {}", l.name);
+            }
+            m.layers.iter().map(|l| l.tensors.len()).sum()
+        };
+        // torchvision's `len(list(model.parameters()))`: ResNet-50 has 53 convolutions without
+        // bias, 53 batch norms (gamma, beta) and the classifier (weight, bias).
+        assert_eq!(count("resnet50"), 161);
+        assert_eq!(count("resnet18"), 62);
+        assert_eq!(count("vgg16"), 32);
+        // Hugging Face BertModel: 3 embedding tables, 2 LayerNorm tensors, 16 per encoder layer,
+        // and the pooler's weight and bias.
+        assert_eq!(count("bert-base"), 3 + 2 + 12 * 16 + 2);
+        assert_eq!(count("bert-large"), 3 + 2 + 24 * 16 + 2);
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub fn read_bcaffe_comm_log(text: &str, path: &Path) -> Result<Profile> {
             backward_us: mean(&|b| b.backward_us, i),
             comm_us: Some(blobs.clone().map(|j| mean(&|b| b.comm_us, j)).sum()),
             param_bytes: blobs.clone().map(|j| measured[0][j].elements * 4).sum(),
+            tensors: blobs.clone().map(|j| measured[0][j].elements * 4).collect(),
         });
         i = blobs.end;
     }
@@ -108,6 +109,7 @@ mod tests {
         assert_eq!(p.iterations, 1);
         assert_eq!(p.layers.len(), 2);
         assert_eq!(p.layers[0].param_bytes, 440);
+        assert_eq!(p.layers[0].tensors, [400, 40], "weights and bias blobs are the layer's tensors");
         assert_eq!(p.layers[0].comm_us, Some(10.0));
         assert_eq!(p.layers[1].backward_us, 9.0);
     }

@@ -85,6 +85,7 @@ pub fn read_kineto_trace(text: &str, path: &Path) -> Result<Profile> {
                 backward_us: a.backward_us / steps as f64,
                 comm_us: None,
                 param_bytes: a.param_bytes,
+                tensors: Vec::new(),
             })
             .collect(),
         input_us: None,

@@ -70,6 +70,9 @@ pub struct ProfiledLayer {
     pub comm_us: Option<f64>,
     /// Bytes of learnable parameters (= gradient bytes in FP32 training).
     pub param_bytes: u64,
+    /// The parameter tensors in bytes (summing to `param_bytes`) when the profile lists them
+    /// (B-Caffe's per-blob logs); empty otherwise.
+    pub tensors: Vec<u64>,
 }
 
 /// A measured per-layer profile of one training iteration on one GPU.
@@ -111,7 +114,9 @@ impl Profile {
                     backward: t(l.backward_us),
                     comm: l.comm_us.filter(|c| *c > 0.0).map(t),
                     grad_bytes: l.param_bytes,
+                    grad_tensors: l.tensors.clone(),
                     util: None,
+                    tp: None,
                 })
                 .collect(),
             update: Stat::exact(0),
@@ -175,7 +180,11 @@ pub fn kind_of(op: &str) -> LayerKind {
 /// A finite non-negative number or an error at `at`.
 fn number(v: &str, at: impl FnOnce() -> Location) -> Result<f64> {
     match v.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        // Times in profiles are us or ms; 1e9 of either is beyond any layer (units::MAX_DURATION_US).
+        Ok(x) if x.is_finite() && (0.0..=1e9).contains(&x) => Ok(x),
+        Ok(x) if x.is_finite() && x > 1e9 => {
+            Err(Error::parse(at(), format!("`{}` is beyond the limit of 1e9 for a time in this profile", v.trim())))
+        }
         _ => Err(Error::parse(at(), format!("expected a non-negative number, found `{}`", v.trim()))),
     }
 }

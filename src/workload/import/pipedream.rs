@@ -89,6 +89,7 @@ pub fn read_pipedream_graph(text: &str, path: &Path) -> Result<Profile> {
             backward_us: n.backward_ms * 1e3,
             comm_us: None,
             param_bytes: n.param_bytes.round() as u64,
+            tensors: Vec::new(),
         });
     }
     Ok(profile)

@@ -1,0 +1,637 @@
+//! The one DAG builder for a parallel plan: tensor, pipeline and data parallelism (with ZeRO or
+//! FSDP sharding) over a workload, for several iterations. Plain data parallelism, the S-SGD DAG
+//! of Shi, Wang & Chu (Fig. 1), is the plan tp = 1, pp = 1, dp = N with one micro-batch: per GPU
+//! and iteration, read a batch (`io`), copy it to the GPU (`h2d`), forward layer 1..L, backward
+//! layer L..1, update; one gradient aggregation per bucket shared by all GPUs, with the edges the
+//! paper gives for no overlap (Eq. 2), I/O overlap (Eq. 3) and WFBP (Eq. 4-5).
+//!
+//! In general, each stage runs its steps (a pass of one micro-batch through one of its model
+//! chunks) in the order [`super::schedule`] gives, chained on its compute stream. A layer carrying
+//! tensor-parallel collectives is followed by them, over its TP group. Steps that need another
+//! stage's output wait for a transfer from it (activations forward, their gradients backward).
+//! Gradients of the last micro-batch go through the data-parallel exchange
+//! ([`super::exchange`], the strategy's runtime grouping the gradients) per DP group; ZeRO-1/2 reduce-scatter them and
+//! all-gather the updated parameters, which the next iteration's first forward of each layer waits
+//! for; ZeRO-3/FSDP gather each layer's parameters before each use (prefetching one layer ahead)
+//! and reduce-scatter its gradient after every micro-batch. Tied embeddings are all-reduced between
+//! the first and last stage.
+//!
+//! Only the ranks a [`PlanLayout`] represents get tasks of their own; the others behave as one of
+//! them by symmetry, and every collective still spans all its ranks, so contention on shared
+//! links is modelled.
+
+use super::build::{check_input, BuildInput};
+use super::exchange::{self, add_gradient_exchange, add_server_exchange, Bucket, Exchange, Queues, ServerSetup};
+use super::schedule::{stage_order, upstream, Pass, Step};
+use super::{Dag, DagBuilder, DagMeta, Discipline, GroupId, Phase, QueueId, Task, TaskId, Work};
+use crate::collective::CollectiveOp;
+use crate::error::{Error, Result};
+use crate::parallel::{Coords, ParallelPlan, Sharding};
+use crate::strategy::CommSource;
+use crate::units::Nanos;
+use crate::workload::{TpCollective, Workload};
+use std::collections::HashMap;
+
+/// The DAG builder's view of a parallel plan over one workload.
+#[derive(Debug, Clone)]
+pub struct PlanLayout {
+    pub plan: ParallelPlan,
+    /// Per stage, per model chunk: the workload layers it runs, in forward order.
+    pub chunks: Vec<Vec<Vec<usize>>>,
+    /// Ranks that get tasks, ascending; the others are symmetric images of them.
+    pub represented: Vec<u32>,
+    /// Bytes each TP rank sends to the next stage per micro-batch (and the gradient back).
+    pub pp_bytes: u64,
+    /// Bytes of a parameter as gathered, per byte of its gradient (ZeRO and FSDP all-gathers).
+    pub param_per_grad_byte: f64,
+    /// Gradient bytes of tied embedding weights all-reduced between the first and the last stage
+    /// (0: none).
+    pub tied_bytes: u64,
+    /// GPUs per FSDP shard group (hybrid sharding); the DP degree otherwise.
+    pub shard_group: u32,
+}
+
+impl PlanLayout {
+    /// Data parallelism over `gpus` GPUs of which the first `represented` get tasks.
+    pub fn data_parallel(gpus: u32, represented: u32, layers: usize) -> Self {
+        PlanLayout {
+            plan: ParallelPlan::data_parallel(gpus, 1),
+            chunks: vec![vec![(0..layers).collect()]],
+            represented: (0..represented).collect(),
+            pp_bytes: 0,
+            param_per_grad_byte: 0.0,
+            tied_bytes: 0,
+            shard_group: gpus,
+        }
+    }
+
+    /// Layers of a stage over all its chunks, ascending.
+    fn stage_layers(&self, stage: u32) -> Vec<usize> {
+        let mut v: Vec<usize> = self.chunks[stage as usize].iter().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// One DP communicator: a (stage, TP rank) pair's data-parallel ranks (or an FSDP shard group).
+struct DpGroup {
+    stage: u32,
+    group: GroupId,
+    queues: Queues,
+    gather: Option<QueueId>,
+    /// Its represented members' GPU indices, in group order.
+    members: Vec<u32>,
+    /// FSDP hybrid: the replica group that all-reduces this shard's gradients, and its queue.
+    replicas: Option<(GroupId, QueueId)>,
+}
+
+/// Builds the DAG of `input` under `layout`.
+pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
+    let BuildInput { workload: w, machine: m, gpus: ranks, strategy: s, iterations, .. } = *input;
+    check_input(input)?;
+    let plan = &layout.plan;
+    let rep = &layout.represented;
+    let n = rep.len() as u32;
+    if n == 0 || n > ranks || rep.iter().any(|&r| r >= ranks) || plan.gpus() != ranks {
+        return Err(Error::invalid("represented GPUs", format!("{n} ranks of {ranks} cannot stand for the plan")));
+    }
+    if s.comm_source == CommSource::Trace && ranks > 1 {
+        if let Some(l) = w.layers.iter().find(|l| l.is_learnable() && l.comm.is_none()) {
+            return Err(Error::invalid(
+                "strategy",
+                format!("comm=trace needs measured communication times, but layer `{}` has none", l.name),
+            ));
+        }
+    }
+    let identity = rep.iter().enumerate().all(|(i, &r)| i as u32 == r);
+    let local: HashMap<u32, u32> = rep.iter().enumerate().map(|(i, &r)| (r, i as u32)).collect();
+    let layers = &w.layers;
+    let nl = layers.len();
+    let (tp, pp, dp) = (plan.tp, plan.pp, plan.dp);
+    let micro_batches = plan.micro_batches().max(1);
+
+    let mut b = DagBuilder::new();
+    if !identity {
+        b.set_ranks(rep.clone());
+    }
+    let compute_q: Vec<_> = (0..n).map(|g| b.add_queue(format!("gpu{g}.compute"), Discipline::Fifo, Some(g))).collect();
+
+    // Per stage: its layers, a workload of just those, and how the strategy's runtime groups its
+    // gradients for the DP exchange.
+    let shard = layout.shard_group.clamp(1, dp);
+    let stage_layers: Vec<Vec<usize>> = (0..pp).map(|st| layout.stage_layers(st)).collect();
+    let stage_workloads: Vec<Option<Workload>> = stage_layers
+        .iter()
+        .map(|ls| (pp > 1).then(|| Workload { layers: ls.iter().map(|&l| layers[l].clone()).collect(), ..w.clone() }))
+        .collect();
+    let stage_w = |st: u32| stage_workloads[st as usize].as_ref().unwrap_or(w);
+    let dp_width = if plan.sharding == Sharding::FsdpHybrid { shard } else { dp };
+    let exchange_plans: Vec<exchange::Plan> =
+        (0..pp).map(|st| exchange::plan(stage_w(st), s, m, dp_width)).collect::<Result<_>>()?;
+    let servers_wanted = exchange_plans[0].servers;
+    if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None) && dp > 1 {
+        return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
+    }
+
+    // Data-parallel communicators, one per (stage, TP rank) (FSDP hybrid: per shard group).
+    let hybrid = plan.sharding == Sharding::FsdpHybrid && shard < dp;
+    let mut dp_groups: Vec<DpGroup> = Vec::new();
+    for stage in 0..pp {
+        for t in 0..tp {
+            for first in (0..dp).step_by(if hybrid { shard as usize } else { dp as usize }) {
+                let width = if hybrid { shard } else { dp };
+                let ranks_of: Vec<u32> =
+                    (first..first + width).map(|d| plan.rank(Coords { tp: t, dp: d, stage })).collect();
+                let members: Vec<u32> = ranks_of.iter().filter_map(|r| local.get(r).copied()).collect();
+                if members.is_empty() {
+                    continue;
+                }
+                let queues = Queues::new(&mut b, &exchange_plans[stage as usize]);
+                let group = b.add_group(ranks_of);
+                let gather = plan
+                    .sharding
+                    .shards_optimizer()
+                    .then(|| b.add_queue(format!("dp{stage}.{t}.{first}.gather"), Discipline::Fifo, None));
+                let replicas = hybrid.then(|| {
+                    let d0 = first;
+                    let ranks_of: Vec<u32> = (0..dp)
+                        .filter(|d| d % shard == d0 % shard)
+                        .map(|d| plan.rank(Coords { tp: t, dp: d, stage }))
+                        .collect();
+                    (
+                        b.add_group(ranks_of),
+                        b.add_queue(format!("dp{stage}.{t}.{first}.replicas"), Discipline::Fifo, None),
+                    )
+                });
+                dp_groups.push(DpGroup { stage, group, queues, gather, members, replicas });
+            }
+        }
+    }
+    // Parameter servers (plain data parallelism): set up once, as the S-SGD builder does.
+    let servers = match (servers_wanted, ranks > 1) {
+        (Some(srv), true) if n == ranks => Some(ServerSetup::new(&mut b, m, ranks, &srv)),
+        (Some(_), true) => {
+            return Err(Error::invalid("represented GPUs", "parameter-server runtimes need every GPU simulated"))
+        }
+        _ => None,
+    };
+    // Each represented GPU's DP group.
+    let mut dp_group_of = vec![usize::MAX; n as usize];
+    for (i, dpg) in dp_groups.iter().enumerate() {
+        for &g in &dpg.members {
+            dp_group_of[g as usize] = i;
+        }
+    }
+    // Tensor-parallel groups of the represented ranks: (group, queue) by the group's first rank.
+    let mut tp_groups: Vec<(Vec<u32>, GroupId, QueueId)> = Vec::new();
+    for &r in rep {
+        let c = plan.coords(r);
+        if c.tp != 0 {
+            continue;
+        }
+        let members = plan.tp_group(r);
+        let locals: Vec<u32> =
+            members.iter().map(|x| local.get(x).copied()).collect::<Option<_>>().ok_or_else(|| {
+                Error::invalid("represented GPUs", "a TP group must be represented whole".to_string())
+            })?;
+        let (group, queue) = if tp > 1 {
+            (b.add_group(members), b.add_queue(format!("tp{}.{}.comm", c.stage, c.dp), Discipline::Fifo, None))
+        } else {
+            (0, 0)
+        };
+        tp_groups.push((locals, group, queue));
+    }
+    // Tied embeddings: the first and last stage of each pipeline all-reduce the shared gradient.
+    let mut tied: HashMap<(u32, u32), (GroupId, QueueId)> = HashMap::new();
+    if layout.tied_bytes > 0 && pp > 1 {
+        for &r in rep {
+            let c = plan.coords(r);
+            if c.stage == 0 {
+                let last = plan.rank(Coords { stage: pp - 1, ..c });
+                let g = b.add_group(vec![r, last]);
+                let q = b.add_queue(format!("tied{}.{}", c.tp, c.dp), Discipline::Fifo, None);
+                tied.insert((c.tp, c.dp), (g, q));
+            }
+        }
+    }
+
+    let task = |work, queue, phase, gpu, iteration, layer: Option<usize>| Task {
+        work,
+        queue,
+        phase,
+        gpu,
+        iteration,
+        layer: layer.map(|l| l as u32),
+        priority: layer.map(|l| l as i32).unwrap_or(0),
+    };
+
+    let total_grad = w.grad_bytes().max(1);
+    let update_ns: Vec<Nanos> = (0..pp)
+        .map(|st| {
+            let sharded = if plan.sharding.shards_optimizer() { shard } else { 1 };
+            if pp == 1 && sharded == 1 {
+                w.update.mean_ns
+            } else {
+                let bytes: u64 = stage_layers[st as usize].iter().map(|&l| layers[l].grad_bytes).sum();
+                (w.update.mean_ns as f64 * bytes as f64 / total_grad as f64 / sharded as f64).round() as Nanos
+            }
+        })
+        .collect();
+    let param_bytes = |grad_bytes: u64| (grad_bytes as f64 * layout.param_per_grad_byte).round() as u64;
+    let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(plan.schedule, pp, plan.vp, micro_batches, st)).collect();
+
+    let mut iteration_end = Vec::with_capacity((iterations * n) as usize);
+    let mut prev_update: Vec<Option<TaskId>> = vec![None; n as usize];
+    let mut prev_h2d: Vec<Option<TaskId>> = vec![None; n as usize];
+    let mut prev_first_fwd: Vec<Option<TaskId>> = vec![None; n as usize];
+    // Priority scheduling and ZeRO parameter gathers: per GPU and layer, what the next forward of
+    // that layer waits for.
+    let per_layer_sync = exchange_plans[0].priority && ranks > 1;
+    let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
+    let mut param_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
+    let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len()];
+    let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
+    let gather_params = plan.sharding.shards_params() && dp > 1;
+
+    for it in 0..iterations {
+        // Per GPU: the backward task of every layer in each micro-batch, the update, and where
+        // each step starts and ends (for pipeline transfers).
+        let mut bwd: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); micro_batches as usize]; n as usize];
+        let mut updates: Vec<TaskId> = vec![0; n as usize];
+        let mut step_ends: Vec<HashMap<Step, (TaskId, TaskId)>> = vec![HashMap::new(); n as usize];
+        for (members, tp_group, tp_queue) in &tp_groups {
+            let stage = plan.coords(rep[members[0] as usize]).stage;
+            let mut last: Vec<Option<TaskId>> = vec![None; members.len()];
+            let mut first_compute: Vec<Option<TaskId>> = vec![None; members.len()];
+            for (k, &g) in members.iter().enumerate() {
+                let gi = g as usize;
+                if stage != 0 {
+                    continue;
+                }
+                let info = m.gpus[rep[gi] as usize];
+                let batch = w.batch_per_gpu as u64 * micro_batches as u64;
+                let io = b.add_task(task(
+                    Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) },
+                    None,
+                    Phase::Io,
+                    Some(g),
+                    it,
+                    None,
+                ));
+                let h2d_work = match (s.comm_source, w.data_load) {
+                    (CommSource::Trace, Some(load)) => Work::Fixed { ns: load.mean_ns },
+                    _ => Work::Transfer {
+                        src: info.host,
+                        dst: info.device,
+                        bytes: batch.saturating_mul(w.device_sample_bytes),
+                    },
+                };
+                let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
+                b.add_edge(io, h2d);
+                if s.io_overlap {
+                    if let Some(p) = prev_h2d[gi] {
+                        b.add_edge(p, io);
+                    }
+                    if let Some(p) = prev_first_fwd[gi] {
+                        b.add_edge(p, h2d);
+                    }
+                } else if let Some(p) = prev_update[gi] {
+                    b.add_edge(p, io);
+                }
+                prev_h2d[gi] = Some(h2d);
+                last[k] = Some(h2d);
+            }
+            // The compute tasks of the last few layers, for ZeRO-3 prefetch (gather layer l once
+            // layer l - 2 is done, so at most two layers' parameters are gathered).
+            let mut recent: Vec<TaskId> = Vec::new();
+            for step in &orders[stage as usize] {
+                let chunk = &layout.chunks[stage as usize][step.chunk as usize];
+                let seq: Vec<usize> = match step.pass {
+                    Pass::Forward => chunk.clone(),
+                    Pass::Backward => chunk.iter().rev().copied().collect(),
+                };
+                let mut entry: Vec<Option<TaskId>> = vec![None; members.len()];
+                for &l in &seq {
+                    let layer = &layers[l];
+                    let (phase, ns) = match step.pass {
+                        Pass::Forward => (Phase::Forward, layer.forward.mean_ns),
+                        Pass::Backward => (Phase::Backward, layer.backward.mean_ns),
+                    };
+                    // ZeRO-3 / FSDP: every member gathers the layer's parameters over its own DP
+                    // group before each use, once the layer two before it is done (one ahead).
+                    let gathered: Vec<Option<TaskId>> = members
+                        .iter()
+                        .map(|&g| {
+                            (gather_params && layer.is_learnable()).then(|| {
+                                let dpg = &dp_groups[dp_group_of[g as usize]];
+                                let ag = b.add_task(task(
+                                    Work::Collective {
+                                        group: dpg.group,
+                                        op: CollectiveOp::AllGather,
+                                        algorithm: s.allreduce,
+                                        bytes: param_bytes(layer.grad_bytes),
+                                    },
+                                    dpg.gather,
+                                    Phase::ParamGather,
+                                    None,
+                                    it,
+                                    Some(l),
+                                ));
+                                if recent.len() >= 2 {
+                                    b.add_edge(recent[recent.len() - 2], ag);
+                                }
+                                ag
+                            })
+                        })
+                        .collect();
+                    let mut made = Vec::with_capacity(members.len());
+                    for (k, &g) in members.iter().enumerate() {
+                        let gi = g as usize;
+                        let t = b.add_task(task(
+                            Work::Fixed { ns: s.compute_ns(ns) },
+                            Some(compute_q[gi]),
+                            phase,
+                            Some(g),
+                            it,
+                            Some(l),
+                        ));
+                        if let Some(p) = last[k] {
+                            b.add_edge(p, t);
+                        }
+                        if let Some(ag) = gathered[k] {
+                            b.add_edge(ag, t);
+                        }
+                        if step.pass == Pass::Forward && step.micro_batch == 0 {
+                            for &p in layer_ready[gi][l].iter().chain(&param_ready[gi][l]) {
+                                b.add_edge(p, t);
+                            }
+                        }
+                        if first_compute[k].is_none() {
+                            if let (Some(p), false) = (prev_update[gi], per_layer_sync) {
+                                b.add_edge(p, t);
+                            }
+                            first_compute[k] = Some(t);
+                        }
+                        if step.pass == Pass::Forward {
+                            last_forward[gi] = Some(t);
+                        }
+                        if step.pass == Pass::Backward {
+                            if bwd[gi][step.micro_batch as usize].is_empty() {
+                                bwd[gi][step.micro_batch as usize] = vec![0; nl];
+                            }
+                            bwd[gi][step.micro_batch as usize][l] = t;
+                        }
+                        entry[k].get_or_insert(t);
+                        last[k] = Some(t);
+                        made.push(t);
+                    }
+                    recent.push(made[0]);
+                    // The layer's tensor-parallel collectives follow it on every member.
+                    if let (Some(comm), true) = (&layer.tp, tp > 1) {
+                        let ops = if step.pass == Pass::Forward { &comm.forward } else { &comm.backward };
+                        for &op in ops {
+                            let op = match op {
+                                TpCollective::AllReduce => CollectiveOp::AllReduce,
+                                TpCollective::AllGather => CollectiveOp::AllGather,
+                                TpCollective::ReduceScatter => CollectiveOp::ReduceScatter,
+                            };
+                            let c = b.add_task(task(
+                                Work::Collective { group: *tp_group, op, algorithm: s.allreduce, bytes: comm.bytes },
+                                Some(*tp_queue),
+                                Phase::TensorParallel,
+                                None,
+                                it,
+                                Some(l),
+                            ));
+                            for p in last.iter_mut() {
+                                if let Some(x) = *p {
+                                    b.add_edge(x, c);
+                                }
+                                *p = Some(c);
+                            }
+                        }
+                    }
+                }
+                for (k, &g) in members.iter().enumerate() {
+                    if let (Some(e), Some(x)) = (entry[k], last[k]) {
+                        step_ends[g as usize].insert(*step, (e, x));
+                    }
+                }
+            }
+            for (k, &g) in members.iter().enumerate() {
+                let gi = g as usize;
+                let upd = b.add_task(task(
+                    Work::Fixed { ns: update_ns[stage as usize] },
+                    Some(compute_q[gi]),
+                    Phase::Update,
+                    Some(g),
+                    it,
+                    None,
+                ));
+                if let Some(p) = last[k] {
+                    b.add_edge(p, upd);
+                }
+                updates[gi] = upd;
+                prev_first_fwd[gi] = first_compute[k];
+            }
+        }
+
+        // Pipeline transfers: a step that needs another stage's output waits for it to arrive.
+        if pp > 1 {
+            for (gi, &r) in rep.iter().enumerate() {
+                let c = plan.coords(r);
+                for step in &orders[c.stage as usize] {
+                    let Some((src_stage, src_step)) = upstream(*step, c.stage, pp, plan.vp) else { continue };
+                    let Some(&(entry, _)) = step_ends[gi].get(step) else { continue };
+                    let src_rank = plan.rank(Coords { stage: src_stage, ..c });
+                    let src_local = local[&src_rank] as usize;
+                    let Some(&(_, exit)) = step_ends[src_local].get(&src_step) else { continue };
+                    if src_stage == c.stage {
+                        b.add_edge(exit, entry);
+                        continue;
+                    }
+                    let x = b.add_task(task(
+                        Work::Transfer {
+                            src: m.gpus[src_rank as usize].device,
+                            dst: m.gpus[r as usize].device,
+                            bytes: layout.pp_bytes,
+                        },
+                        None,
+                        Phase::PipelineTransfer,
+                        Some(gi as u32),
+                        it,
+                        None,
+                    ));
+                    b.add_edge(exit, x);
+                    b.add_edge(x, entry);
+                }
+            }
+        }
+
+        // Gradient exchange per DP group: all-reduce (or reduce-scatter under ZeRO) per bucket of
+        // the last micro-batch's gradients; every micro-batch's under ZeRO-2/3.
+        let op = if plan.sharding.shards_optimizer() && dp > 1 {
+            CollectiveOp::ReduceScatter
+        } else {
+            CollectiveOp::AllReduce
+        };
+        let every_micro_batch = plan.sharding.shards_grads();
+        for (gidx, dpg) in dp_groups.iter().enumerate() {
+            if ranks <= 1 || dp == 1 && !hybrid {
+                break;
+            }
+            let st = dpg.stage;
+            let sl = &stage_layers[st as usize];
+            let to_global = |l: usize| if pp > 1 { sl[l] } else { l };
+            let explan = &exchange_plans[st as usize];
+            let bucket_plan = &explan.buckets;
+            let members = &dpg.members;
+            let upd: Vec<TaskId> = members.iter().map(|&g| updates[g as usize]).collect();
+            let mbs: Vec<u32> = if every_micro_batch { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
+            for mb in mbs {
+                let grads: Vec<Vec<TaskId>> = members
+                    .iter()
+                    .map(|&g| sl.iter().map(|&l| bwd[g as usize][mb as usize][l]).collect::<Vec<_>>())
+                    .collect();
+                let exchange = Exchange {
+                    workload: stage_w(st),
+                    strategy: s,
+                    plan: explan,
+                    group: dpg.group,
+                    queues: &dpg.queues,
+                    iteration: it,
+                    backward_start: last_forward[members[0] as usize],
+                    op,
+                };
+                if let Some(setup) = &servers {
+                    add_server_exchange(&mut b, &exchange, setup, m, &grads, &upd);
+                    continue;
+                }
+                let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l: usize| {
+                    let g = members[r];
+                    b.add_task(task(
+                        Work::Fixed { ns },
+                        Some(compute_q[g as usize]),
+                        Phase::Codec,
+                        Some(g),
+                        it,
+                        Some(to_global(l)),
+                    ))
+                };
+                let mut done_tasks: Vec<(usize, usize, TaskId)> = Vec::new();
+                let mut on_done = |r: usize, bucket: &Bucket, done: TaskId| {
+                    let g = members[r] as usize;
+                    if per_layer_sync {
+                        let l = to_global(bucket.last);
+                        if exchange::bucket_starts_layer(bucket_plan, bucket) {
+                            layer_ready[g][l].clear();
+                        }
+                        layer_ready[g][l].push(done);
+                    }
+                    done_tasks.push((r, bucket.last, done));
+                };
+                add_gradient_exchange(
+                    &mut b,
+                    &exchange,
+                    &grads,
+                    &upd,
+                    &mut prev_picks[gidx],
+                    &mut codec_task,
+                    &mut on_done,
+                );
+                // FSDP hybrid: the shard's reduced gradient is all-reduced across replicas.
+                if let (Some((group, queue)), true) = (dpg.replicas, mb == micro_batches - 1) {
+                    for bucket in bucket_plan {
+                        let done: Vec<TaskId> = done_tasks.iter().filter(|d| d.1 == bucket.last).map(|d| d.2).collect();
+                        let ar = b.add_task(task(
+                            Work::Collective {
+                                group,
+                                op: CollectiveOp::AllReduce,
+                                algorithm: s.allreduce,
+                                bytes: bucket.fp32_bytes / shard as u64,
+                            },
+                            Some(queue),
+                            Phase::GradientAggregation,
+                            None,
+                            it,
+                            Some(to_global(bucket.last)),
+                        ));
+                        done.iter().for_each(|&d| b.add_edge(d, ar));
+                        upd.iter().for_each(|&u| b.add_edge(ar, u));
+                    }
+                }
+            }
+            // ZeRO-1/2: every rank's updated shard is all-gathered per bucket; the next iteration's
+            // first forward of each layer waits for it (Megatron's overlapped parameter gather).
+            if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
+                for &g in members {
+                    for &l in sl {
+                        param_ready[g as usize][l].clear();
+                    }
+                }
+                for bucket in bucket_plan {
+                    let ag = b.add_task(task(
+                        Work::Collective {
+                            group: dpg.group,
+                            op: CollectiveOp::AllGather,
+                            algorithm: s.allreduce,
+                            bytes: param_bytes(bucket.fp32_bytes),
+                        },
+                        dpg.gather,
+                        Phase::ParamGather,
+                        None,
+                        it,
+                        Some(to_global(bucket.last)),
+                    ));
+                    upd.iter().for_each(|&u| b.add_edge(u, ag));
+                    for &g in members {
+                        for &l in &bucket.layers {
+                            param_ready[g as usize][to_global(l)].push(ag);
+                        }
+                    }
+                }
+            }
+        }
+
+        // Tied embeddings: after both ends' last backward, before both updates.
+        for ((t, d), (group, queue)) in sorted(&tied) {
+            let first = local[&plan.rank(Coords { tp: t, dp: d, stage: 0 })] as usize;
+            let last = local[&plan.rank(Coords { tp: t, dp: d, stage: pp - 1 })] as usize;
+            let ar = b.add_task(task(
+                Work::Collective {
+                    group,
+                    op: CollectiveOp::AllReduce,
+                    algorithm: s.allreduce,
+                    bytes: layout.tied_bytes,
+                },
+                Some(queue),
+                Phase::ParamGather,
+                None,
+                it,
+                None,
+            ));
+            for g in [first, last] {
+                let stage = plan.coords(rep[g]).stage;
+                if let Some(step) = orders[stage as usize].last() {
+                    if let Some(&(_, exit)) = step_ends[g].get(step) {
+                        b.add_edge(exit, ar);
+                    }
+                }
+                b.add_edge(ar, updates[g]);
+            }
+        }
+
+        for g in 0..n as usize {
+            prev_update[g] = Some(updates[g]);
+        }
+        iteration_end.extend_from_slice(&updates);
+    }
+    b.build(DagMeta { gpus: n, iterations, iteration_end })
+}
+
+/// A map's entries in key order (deterministic task ids).
+fn sorted<K: Ord + Copy, V: Copy>(m: &HashMap<K, V>) -> Vec<(K, V)> {
+    let mut v: Vec<(K, V)> = m.iter().map(|(k, v)| (*k, *v)).collect();
+    v.sort_by_key(|x| x.0);
+    v
+}

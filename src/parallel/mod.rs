@@ -1,0 +1,421 @@
+//! A parallel plan as one small validated value (TorchTitan's `ParallelDims`, Megatron's
+//! `parallel_state`): tensor, pipeline and data parallel degrees, virtual stages, sequence
+//! parallelism, micro-batch and global batch, ZeRO stage or FSDP sharding, activation
+//! recomputation and the pipeline schedule. It answers "which ranks form my group" for the DAG
+//! builder and the reports, which never redo rank arithmetic themselves. [`memory`] gives the
+//! memory per GPU a plan needs. Knows ranks and layers, not machines or time.
+//!
+//! Rank order is Megatron's default (`tp` fastest, then `dp`, then `pp`): rank = t + tp (d + dp s),
+//! so a TP group is `tp` consecutive ranks and sits inside one NVLink domain whenever `tp` divides
+//! the GPUs per node.
+
+pub mod memory;
+
+pub use crate::dag::schedule::Schedule;
+pub use crate::workload::llm::Recompute;
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::ops::Range;
+
+/// How data-parallel ranks share model state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharding {
+    /// Every DP rank holds everything; gradients are all-reduced.
+    #[default]
+    None,
+    /// ZeRO-1 / Megatron's distributed optimizer: optimizer state sharded; gradients
+    /// reduce-scattered, updated parameters all-gathered.
+    Zero1,
+    /// ZeRO-2: gradients sharded too.
+    Zero2,
+    /// ZeRO-3 / FSDP full sharding: parameters sharded too, all-gathered before each use.
+    Zero3,
+    /// FSDP hybrid sharding: ZeRO-3 inside each node, replicas across nodes (gradients all-reduced
+    /// between replicas).
+    FsdpHybrid,
+}
+
+impl Sharding {
+    pub fn name(self) -> &'static str {
+        match self {
+            Sharding::None => "none",
+            Sharding::Zero1 => "zero1",
+            Sharding::Zero2 => "zero2",
+            Sharding::Zero3 => "zero3",
+            Sharding::FsdpHybrid => "fsdp-hybrid",
+        }
+    }
+
+    /// Parameters are sharded and gathered before each use (ZeRO-3, FSDP).
+    pub fn shards_params(self) -> bool {
+        matches!(self, Sharding::Zero3 | Sharding::FsdpHybrid)
+    }
+    pub fn shards_grads(self) -> bool {
+        matches!(self, Sharding::Zero2 | Sharding::Zero3 | Sharding::FsdpHybrid)
+    }
+    pub fn shards_optimizer(self) -> bool {
+        self != Sharding::None
+    }
+}
+
+/// A parallel plan. Build with [`ParallelPlan::parse`] or by hand, then [`ParallelPlan::check`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ParallelPlan {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+    /// Model chunks per pipeline stage (interleaved schedule); 1 otherwise.
+    pub vp: u32,
+    /// Sequence parallelism over the TP group.
+    pub sp: bool,
+    pub micro_batch: u32,
+    pub global_batch: u32,
+    pub sharding: Sharding,
+    pub recompute: Recompute,
+    pub schedule: Schedule,
+    /// Fused flash attention (default on GPUs that run it).
+    pub flash: Option<bool>,
+    /// Let a TP group span nodes (otherwise refused when `tp` exceeds the GPUs per node).
+    pub tp_across_nodes: bool,
+    /// GPUs per FSDP shard group under hybrid sharding (0: the GPUs per node).
+    pub shard_group: u32,
+}
+
+impl Default for ParallelPlan {
+    fn default() -> Self {
+        ParallelPlan {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            vp: 1,
+            sp: false,
+            micro_batch: 1,
+            global_batch: 1,
+            sharding: Sharding::None,
+            recompute: Recompute::None,
+            schedule: Schedule::OneFOneB,
+            flash: None,
+            tp_across_nodes: false,
+            shard_group: 0,
+        }
+    }
+}
+
+/// Coordinates of a rank in the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coords {
+    pub tp: u32,
+    pub dp: u32,
+    pub stage: u32,
+}
+
+impl ParallelPlan {
+    /// Plain data parallelism on `gpus` GPUs: the plan today's S-SGD builder follows.
+    pub fn data_parallel(gpus: u32, batch_per_gpu: u32) -> Self {
+        ParallelPlan { dp: gpus, micro_batch: batch_per_gpu, global_batch: batch_per_gpu * gpus, ..Default::default() }
+    }
+
+    /// Parses `tp=8,pp=4,dp=8,vp=2,sp=on,zero=1,fsdp=full|hybrid,recompute=selective,
+    /// schedule=1f1b,flash=off,tp-across-nodes=on` (any subset; missing degrees are 1). Micro and
+    /// global batch come from their own flags.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let mut p = ParallelPlan::default();
+        let err = |msg: String| Error::invalid("--parallel", msg);
+        let mut schedule_given = false;
+        for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) =
+                part.split_once('=').ok_or_else(|| err(format!("`{part}` is not key=value (e.g. tp=8,pp=4,dp=8)")))?;
+            let (key, value) = (key.trim().to_ascii_lowercase(), value.trim().to_ascii_lowercase());
+            let degree = |v: &str| -> Result<u32> {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or_else(|| err(format!("{key}={v}: expected a whole number of at least 1")))
+            };
+            let on_off = |v: &str| -> Result<bool> {
+                match v {
+                    "on" | "true" | "1" | "yes" => Ok(true),
+                    "off" | "false" | "0" | "no" => Ok(false),
+                    _ => Err(err(format!("{key}={v}: expected on or off"))),
+                }
+            };
+            match key.as_str() {
+                "tp" => p.tp = degree(&value)?,
+                "pp" => p.pp = degree(&value)?,
+                "dp" => p.dp = degree(&value)?,
+                "vp" => p.vp = degree(&value)?,
+                "sp" => p.sp = on_off(&value)?,
+                "flash" => p.flash = Some(on_off(&value)?),
+                "tp-across-nodes" | "tp_across_nodes" => p.tp_across_nodes = on_off(&value)?,
+                "zero" => {
+                    p.sharding = match value.as_str() {
+                        "0" => Sharding::None,
+                        "1" => Sharding::Zero1,
+                        "2" => Sharding::Zero2,
+                        "3" => Sharding::Zero3,
+                        v => return Err(err(format!("zero={v}: expected 0, 1, 2 or 3"))),
+                    }
+                }
+                "fsdp" => {
+                    p.sharding = match value.as_str() {
+                        "full" => Sharding::Zero3,
+                        "hybrid" => Sharding::FsdpHybrid,
+                        "off" | "none" => Sharding::None,
+                        v => return Err(err(format!("fsdp={v}: expected full or hybrid"))),
+                    }
+                }
+                "shard-group" | "shard_group" => p.shard_group = degree(&value)?,
+                "recompute" => {
+                    p.recompute = Recompute::parse(&value)
+                        .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
+                }
+                "schedule" => {
+                    p.schedule = Schedule::parse(&value)
+                        .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
+                    schedule_given = true;
+                }
+                other => {
+                    return Err(err(format!(
+                        "unknown key `{other}`; expected tp, pp, dp, vp, sp, zero, fsdp, shard-group, recompute, \
+                         schedule, flash, tp-across-nodes"
+                    )))
+                }
+            }
+        }
+        if p.vp > 1 && !schedule_given {
+            p.schedule = Schedule::Interleaved;
+        }
+        Ok(p)
+    }
+
+    /// A compact description, e.g. `tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective`.
+    pub fn name(&self) -> String {
+        let mut s = format!("tp={},pp={},dp={}", self.tp, self.pp, self.dp);
+        if self.vp > 1 {
+            s += &format!(",vp={}", self.vp);
+        }
+        if self.sp {
+            s += ",sp=on";
+        }
+        s += &format!(",mb={},gbs={}", self.micro_batch, self.global_batch);
+        match self.sharding {
+            Sharding::None => {}
+            Sharding::FsdpHybrid => s += ",fsdp=hybrid",
+            z => s += &format!(",zero={}", &z.name()[4..]),
+        }
+        if self.recompute != Recompute::None {
+            s += &format!(",recompute={}", self.recompute.name());
+        }
+        if self.pp > 1
+            && self.schedule != Schedule::OneFOneB
+            && !(self.vp > 1 && self.schedule == Schedule::Interleaved)
+        {
+            s += &format!(",schedule={}", self.schedule.name());
+        }
+        if self.flash == Some(false) {
+            s += ",flash=off";
+        }
+        s
+    }
+
+    pub fn gpus(&self) -> u32 {
+        self.tp * self.pp * self.dp
+    }
+
+    /// Micro-batches each pipeline runs per iteration (the gradient-accumulation steps).
+    pub fn micro_batches(&self) -> u32 {
+        self.global_batch / (self.dp * self.micro_batch)
+    }
+
+    /// Checks the plan against itself, a GPU count and a model's layer count. Errors name the flag
+    /// and say what would be valid.
+    pub fn check(&self, gpus: u32, layers: u32) -> Result<()> {
+        let bad = |what: &str, msg: String| Err(Error::invalid(what, msg));
+        if self.gpus() != gpus {
+            return bad(
+                "--parallel",
+                format!(
+                    "tp x pp x dp = {} x {} x {} = {} but {gpus} GPUs are asked for (--gpus); pick degrees whose product is {gpus}",
+                    self.tp,
+                    self.pp,
+                    self.dp,
+                    self.gpus()
+                ),
+            );
+        }
+        if layers % (self.pp * self.vp) != 0 {
+            let divisors: Vec<String> = (1..=layers).filter(|d| layers % d == 0).map(|d| d.to_string()).collect();
+            return bad(
+                "--parallel",
+                format!(
+                    "pp x vp = {} x {} = {} does not divide the model's {layers} layers; pp x vp must be one of {}",
+                    self.pp,
+                    self.vp,
+                    self.pp * self.vp,
+                    divisors.join(", ")
+                ),
+            );
+        }
+        if self.vp > 1 && self.schedule != Schedule::Interleaved {
+            return bad("--parallel", format!("vp={} needs schedule=interleaved", self.vp));
+        }
+        if self.schedule == Schedule::Interleaved && self.pp == 1 {
+            return bad("--parallel", "the interleaved schedule needs pp of at least 2".into());
+        }
+        if self.micro_batch == 0 {
+            return bad("--micro-batch", "must be at least 1".into());
+        }
+        if self.global_batch == 0 || self.global_batch % self.dp != 0 {
+            return bad(
+                "--global-batch",
+                format!(
+                    "{} is not a multiple of dp={} (each DP rank takes an equal share)",
+                    self.global_batch, self.dp
+                ),
+            );
+        }
+        let per_rank = self.global_batch / self.dp;
+        if per_rank % self.micro_batch != 0 {
+            return bad(
+                "--micro-batch",
+                format!(
+                    "{} does not divide the {per_rank} sequences each DP rank gets per iteration (--global-batch {} / dp {}); \
+                     use a divisor of {per_rank}",
+                    self.micro_batch, self.global_batch, self.dp
+                ),
+            );
+        }
+        if self.schedule == Schedule::Interleaved && self.micro_batches() % self.pp != 0 {
+            return bad(
+                "--global-batch",
+                format!(
+                    "the interleaved schedule needs the micro-batches per pipeline ({}) to be a multiple of pp={} (Megatron)",
+                    self.micro_batches(),
+                    self.pp
+                ),
+            );
+        }
+        if self.pp > 1 && matches!(self.sharding, Sharding::Zero2 | Sharding::Zero3 | Sharding::FsdpHybrid) {
+            return bad(
+                "--parallel",
+                format!(
+                    "{} with pipeline parallelism is not supported by DeepSpeed or Megatron (gradients and parameters \
+                     would be gathered every micro-batch); use zero=1 with pp > 1",
+                    self.sharding.name()
+                ),
+            );
+        }
+        if self.sp && self.tp == 1 {
+            return bad(
+                "--parallel",
+                "sp=on needs tp of at least 2 (sequence parallelism splits over the TP group)".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// A rank's coordinates.
+    pub fn coords(&self, rank: u32) -> Coords {
+        Coords { tp: rank % self.tp, dp: (rank / self.tp) % self.dp, stage: rank / (self.tp * self.dp) }
+    }
+
+    /// The rank at the given coordinates.
+    pub fn rank(&self, c: Coords) -> u32 {
+        c.tp + self.tp * (c.dp + self.dp * c.stage)
+    }
+
+    /// The TP group of `rank`, in TP order.
+    pub fn tp_group(&self, rank: u32) -> Vec<u32> {
+        let c = self.coords(rank);
+        (0..self.tp).map(|t| self.rank(Coords { tp: t, ..c })).collect()
+    }
+
+    /// The DP group of `rank`, in DP order.
+    pub fn dp_group(&self, rank: u32) -> Vec<u32> {
+        let c = self.coords(rank);
+        (0..self.dp).map(|d| self.rank(Coords { dp: d, ..c })).collect()
+    }
+
+    /// The pipeline `rank` belongs to, stage by stage.
+    pub fn pp_group(&self, rank: u32) -> Vec<u32> {
+        let c = self.coords(rank);
+        (0..self.pp).map(|s| self.rank(Coords { stage: s, ..c })).collect()
+    }
+
+    /// Transformer layers of each model chunk of `stage` (Megatron's interleaved assignment:
+    /// chunk c of stage s holds the (c pp + s)-th slice of L / (pp vp) layers).
+    pub fn stage_layers(&self, layers: u32, stage: u32) -> Vec<Range<u32>> {
+        let per = layers / (self.pp * self.vp);
+        (0..self.vp)
+            .map(|c| {
+                let first = (c * self.pp + stage) * per;
+                first..first + per
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_names_a_plan() {
+        let mut p = ParallelPlan::parse("tp=8,pp=4,dp=8,vp=2,sp=on,zero=1,recompute=selective").unwrap();
+        assert_eq!((p.tp, p.pp, p.dp, p.vp, p.sp), (8, 4, 8, 2, true));
+        assert_eq!(p.schedule, Schedule::Interleaved);
+        assert_eq!(p.sharding, Sharding::Zero1);
+        (p.micro_batch, p.global_batch) = (1, 512);
+        assert_eq!(p.name(), "tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective");
+        assert_eq!(ParallelPlan::parse("fsdp=hybrid").unwrap().sharding, Sharding::FsdpHybrid);
+        for (bad, says) in [
+            ("tp=0", "at least 1"),
+            ("tp8", "key=value"),
+            ("zero=4", "0, 1, 2 or 3"),
+            ("ep=2", "unknown key `ep`"),
+            ("recompute=some", "none, selective or full"),
+            ("sp=maybe", "on or off"),
+        ] {
+            let e = ParallelPlan::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--parallel") && e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn ranks_and_groups_follow_megatron_order() {
+        let p = ParallelPlan { tp: 8, pp: 4, dp: 2, ..Default::default() };
+        assert_eq!(p.tp_group(13), (8..16).collect::<Vec<_>>());
+        assert_eq!(p.dp_group(13), vec![5, 13]);
+        assert_eq!(p.pp_group(13), vec![13, 29, 45, 61]);
+        for r in 0..64 {
+            assert_eq!(p.rank(p.coords(r)), r);
+        }
+        assert_eq!(p.coords(45), Coords { tp: 5, dp: 1, stage: 2 });
+        let i = ParallelPlan { pp: 4, vp: 2, ..Default::default() };
+        assert_eq!(i.stage_layers(16, 1), vec![2..4, 10..12]);
+    }
+
+    #[test]
+    fn bad_plans_say_what_would_be_valid() {
+        let p =
+            |s: &str, mb, gbs| ParallelPlan { micro_batch: mb, global_batch: gbs, ..ParallelPlan::parse(s).unwrap() };
+        let check = |plan: ParallelPlan, gpus, layers| plan.check(gpus, layers).unwrap_err().to_string();
+        let e = check(p("tp=8,pp=4,dp=8", 1, 512), 128, 96);
+        assert!(e.contains("8 x 4 x 8 = 256") && e.contains("128 GPUs"), "{e}");
+        let e = check(p("tp=8,pp=5,dp=1", 1, 64), 40, 96);
+        assert!(e.contains("does not divide") && e.contains("96 layers") && e.contains("32"), "{e}");
+        let e = check(p("tp=8,pp=1,dp=2", 3, 16), 16, 96);
+        assert!(e.contains("--micro-batch") && e.contains("divisor of 8"), "{e}");
+        let e = check(p("tp=8,pp=1,dp=4", 1, 18), 32, 96);
+        assert!(e.contains("--global-batch") && e.contains("dp=4"), "{e}");
+        let e = check(p("tp=8,pp=4,dp=1,vp=2", 1, 6), 32, 96);
+        assert!(e.contains("multiple of pp=4"), "{e}");
+        let e = check(p("tp=8,pp=4,dp=2,zero=3", 1, 64), 64, 96);
+        assert!(e.contains("zero=1"), "{e}");
+        let e = check(p("sp=on,dp=8", 1, 64), 8, 96);
+        assert!(e.contains("tp of at least 2"), "{e}");
+        assert!(p("tp=8,pp=4,dp=8,vp=3", 1, 512).check(256, 96).is_ok());
+    }
+}

@@ -1,0 +1,485 @@
+//! Training frameworks' gradient runtimes: how a framework groups per-tensor gradients into
+//! collectives (or pushes to parameter servers), when it launches them and which fixed costs it
+//! pays. Written `runtime=NAME` in a strategy spec, with the runtime's own `key=value` settings
+//! (`io+wfbp+runtime=horovod+cycle_ms=1`). Each default comes from the framework's source or docs
+//! at the version named next to it (docs/strategies.md has the table with file paths). This module
+//! parses and names; `dag::exchange` turns a runtime into tasks.
+
+use crate::error::{Error, Result};
+use crate::units::Nanos;
+use serde::Serialize;
+
+/// One framework runtime with its settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "name")]
+pub enum Runtime {
+    /// Caffe-MPI as the DAG paper models it: one all-reduce per learnable layer, launched as the
+    /// layer's backward ends. The behaviour of strategies without a runtime.
+    CaffeMpi,
+    /// Plain NCCL from a framework hook: one all-reduce per gradient tensor, in the order backward
+    /// produces them, each paying the framework's call cost.
+    Nccl(Calls),
+    /// Horovod's background loop: every cycle it agrees with all ranks on the tensors ready
+    /// everywhere and all-reduces them fused into buffers of at most `fusion` bytes.
+    Horovod(Horovod),
+    /// PyTorch DistributedDataParallel: gradients fill buckets (the first one small) in the
+    /// order backward produces them; a full bucket is all-reduced, buckets in order.
+    Ddp(Ddp),
+    /// BytePS: per partition, reduce-scatter inside a node, copy to host, one push per node to
+    /// the partition's CPU server, summation on the server's CPU, pull, copy back, all-gather.
+    BytePs(BytePs),
+    /// ByteScheduler over all-reduce: tensors cut into partitions, sent lowest layer first, at
+    /// most `credit` bytes in flight, each partition paying the scheduler's overhead.
+    ByteScheduler(ByteScheduler),
+    /// TensorFlow/MXNet parameter servers: every tensor lives on one server (round robin; MXNet
+    /// splits large ones across all servers); workers push gradients, the server sums and
+    /// updates on its CPU, workers pull the parameters back.
+    Ps(Ps),
+}
+
+/// The framework-side cost of one communication call (dispatch from the framework's thread and
+/// the CUDA launch), paid on the communicator before the transfer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Calls {
+    pub call_ns: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Horovod {
+    /// HOROVOD_FUSION_THRESHOLD: largest fused buffer, bytes (0: no fusion).
+    pub fusion: u64,
+    /// HOROVOD_CYCLE_TIME: period of the background loop.
+    pub cycle_ns: Nanos,
+    /// HOROVOD_CACHE_CAPACITY > 0: steady-state negotiation is one bit-vector all-reduce per
+    /// cycle; 0 (and Horovod before 0.17): every rank sends rank 0 a request per ready tensor
+    /// and rank 0 broadcasts the responses.
+    pub cache: bool,
+    pub call_ns: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Ddp {
+    /// bucket_cap_mb, in bytes.
+    pub bucket: u64,
+    /// The first bucket's cap (dist._DEFAULT_FIRST_BUCKET_BYTES), bytes.
+    pub first_bucket: u64,
+    pub call_ns: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BytePs {
+    /// BYTEPS_PARTITION_BYTES.
+    pub partition: u64,
+    /// BYTEPS_SCHEDULING_CREDIT in partitions (0: FIFO without credit control, the default).
+    pub credit: u32,
+    /// Server processes, one per node from the first (co-located mode); None: one per node.
+    pub servers: Option<u32>,
+    /// Bytes per second one server sums (all its engine threads together).
+    pub sum_bytes_per_s: f64,
+    pub call_ns: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ByteScheduler {
+    /// BYTESCHEDULER_PARTITION, bytes.
+    pub partition: u64,
+    /// BYTESCHEDULER_CREDIT, bytes in flight.
+    pub credit: u64,
+    /// The scheduler's own cost per partition (Python core loop, callbacks).
+    pub sched_ns: Nanos,
+    pub call_ns: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Ps {
+    pub servers: Option<u32>,
+    /// Sum a node's GPUs' gradients before pushing (MXNet's kvstore, tf_cnn_benchmarks'
+    /// distributed_replicated); false: every GPU pushes its own (TF parameter_server).
+    pub local: bool,
+    /// Tensors larger than this are split evenly over all servers (MXNET_KVSTORE_BIGARRAY_BOUND
+    /// elements x 4 bytes); u64::MAX: never (TensorFlow places whole variables).
+    pub split_above: u64,
+    /// Bytes per second a server handles per push (receive and sum) and per pull (serialise and
+    /// send), on its CPU.
+    pub sum_bytes_per_s: f64,
+    pub call_ns: Nanos,
+}
+
+/// Framework-side cost of one communication call: one CUDA kernel launch, the same 5 us
+/// assumption as a codec kernel's (`compress::LAUNCH_NS`).
+pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
+
+/// Horovod 0.19.5 (`horovod/common/operations.cc`, BackgroundThreadLoop): fusion threshold
+/// 64 MiB, cycle time 5 ms, response cache of 1024 entries (on since 0.17).
+pub const HOROVOD_FUSION: u64 = 64 << 20;
+pub const HOROVOD_CYCLE_NS: Nanos = 5_000_000;
+
+/// PyTorch DDP (`torch/nn/parallel/distributed.py`, bucket_cap_mb=25, and
+/// `dist._DEFAULT_FIRST_BUCKET_BYTES` = 1 MiB, v1.8 to v2.x).
+pub const DDP_BUCKET: u64 = 25 << 20;
+pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
+
+/// BytePS 0.2.5 (`byteps/common/global.cc`: `_partition_bytes = 4096000`;
+/// `scheduled_queue.cc`: BYTEPS_SCHEDULING_CREDIT unset disables scheduling).
+pub const BYTEPS_PARTITION: u64 = 4_096_000;
+
+/// ByteScheduler (bytedance/byteps branch `bytescheduler`, `bytescheduler/common/bytecore.py`):
+/// BYTESCHEDULER_PARTITION 1,000,000 and BYTESCHEDULER_CREDIT 4,000,000 (bytes of the
+/// partitioned tensors).
+pub const BYTESCHEDULER_PARTITION: u64 = 1_000_000;
+pub const BYTESCHEDULER_CREDIT: u64 = 4_000_000;
+
+/// MXNet 1.x `src/kvstore/kvstore_dist.h`: MXNET_KVSTORE_BIGARRAY_BOUND = 1,000,000 elements.
+pub const MXNET_BIGARRAY_BYTES: u64 = 1_000_000 * 4;
+
+/// A server's summation rate: one pass that reads an incoming gradient and adds it into the
+/// accumulator (read two streams, write one) at one core's streaming bandwidth. A single
+/// Skylake-class core streams about 12 GB/s (a serial sum reads 13-17 GB/s on an i7-12700H,
+/// duvanenko.tech.blog "Maximum read bandwidth", 2023), so a pass that moves 3 bytes per byte
+/// summed runs near 4 GB/s per thread; BytePS runs 4 engine threads (BYTEPS_SERVER_ENGINE_THREAD,
+/// `byteps/server/server.cc` 0.2.5): 16 GB/s per server. An estimate from those two sources.
+pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
+
+/// A TensorFlow parameter-server shard's throughput: workers adding tensors into variables on one
+/// ps task over gRPC reach 0.5-0.6 GB/s on a Xeon (Y. Bulatov's sharded-PS benchmark for
+/// tensorflow/tensorflow issue #6116, TF 0.12-1.0, 2017: ps=1 0.5-0.6 GB/s, ps=2 1.1-1.3,
+/// ps=4 1.7-1.9), i.e. the server's serialisation and summation, not the network, set the rate.
+/// The model charges each push and each pull `bytes / rate` on the server's CPU.
+pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
+
+/// The runtime names users write.
+pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps"];
+
+/// Settings each runtime takes (besides the strategy's own).
+fn keys(name: &str) -> &'static [&'static str] {
+    match name {
+        "caffe-mpi" => &[],
+        "nccl" => &["call_us"],
+        "horovod" => &["fusion", "cycle_ms", "cache", "call_us"],
+        "ddp" => &["bucket_mb", "first_bucket_mb", "call_us"],
+        "byteps" => &["partition", "credit", "servers", "sum_gbps", "call_us"],
+        "bytescheduler" => &["partition", "credit", "sched_us", "call_us"],
+        "ps" => &["servers", "local", "split", "sum_gbps", "call_us"],
+        _ => &[],
+    }
+}
+
+/// Every runtime setting key (the strategy parser routes these here).
+pub const SETTINGS: &[&str] = &[
+    "cycle_ms",
+    "cache",
+    "bucket_mb",
+    "first_bucket_mb",
+    "partition",
+    "credit",
+    "servers",
+    "sum_gbps",
+    "sched_us",
+    "call_us",
+    "local",
+    "split",
+];
+
+impl Runtime {
+    /// Builds runtime `name` with `settings` (key, value) over its defaults. A setting the
+    /// runtime does not take, or a bad value, is an error naming it.
+    pub fn parse(name: &str, settings: &[(String, String)]) -> Result<Runtime> {
+        if !NAMES.contains(&name) {
+            return Err(Error::invalid(
+                "strategy field `runtime`",
+                format!("unknown runtime `{name}` (known: {})", NAMES.join(", ")),
+            ));
+        }
+        let taken = keys(name);
+        for (k, _) in settings {
+            if !taken.contains(&k.as_str()) {
+                let takes = if taken.is_empty() { "no settings".to_string() } else { taken.join(", ") };
+                return Err(Error::invalid(
+                    format!("strategy field `{k}`"),
+                    format!("runtime `{name}` does not take `{k}` (it takes {takes})"),
+                ));
+            }
+        }
+        let get = |k: &str| settings.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let bad = |k: &str, v: &str, what: &str| {
+            Error::invalid(format!("strategy field `{k}`"), format!("runtime `{name}`: `{k}` needs {what}, not `{v}`"))
+        };
+        let positive = |k: &str, default: f64| -> Result<f64> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| bad(k, v, "a positive number")),
+            }
+        };
+        let non_negative_us = |k: &str, default: Nanos| -> Result<Nanos> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .map(crate::units::us_to_ns)
+                    .ok_or_else(|| bad(k, v, "a non-negative time in microseconds")),
+            }
+        };
+        let bytes = |k: &str, default: u64| -> Result<u64> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => super::parse_bytes(v).filter(|&b| b > 0).ok_or_else(|| {
+                    bad(k, v, "a size in bytes greater than zero (e.g. 4M; K, M, G are powers of 1024)")
+                }),
+            }
+        };
+        let count = |k: &str| -> Result<Option<u32>> {
+            match get(k) {
+                None => Ok(None),
+                Some(v) => {
+                    v.parse::<u32>().ok().filter(|&n| n > 0).map(Some).ok_or_else(|| bad(k, v, "a positive count"))
+                }
+            }
+        };
+        let flag = |k: &str, default: bool| -> Result<bool> {
+            match get(k) {
+                None => Ok(default),
+                Some("1" | "on" | "true") => Ok(true),
+                Some("0" | "off" | "false") => Ok(false),
+                Some(v) => Err(bad(k, v, "on or off")),
+            }
+        };
+        let call_ns = non_negative_us("call_us", CALL_NS)?;
+        let sum = |default: f64| -> Result<f64> { Ok(positive("sum_gbps", default / 1e9)? * 1e9) };
+        let mb = |k: &str, default: u64| -> Result<u64> {
+            let x = positive(k, default as f64 / (1u64 << 20) as f64)?;
+            Ok((x * (1u64 << 20) as f64).round().max(1.0) as u64)
+        };
+        Ok(match name {
+            "caffe-mpi" => Runtime::CaffeMpi,
+            "nccl" => Runtime::Nccl(Calls { call_ns }),
+            "horovod" => {
+                // fusion=0 disables fusion, as HOROVOD_FUSION_THRESHOLD=0 does.
+                let fusion = match get("fusion") {
+                    None => HOROVOD_FUSION,
+                    Some("inf") => u64::MAX,
+                    Some(v) => super::parse_bytes(v).ok_or_else(|| bad("fusion", v, "bytes (e.g. 64M), 0 or inf"))?,
+                };
+                let cycle_ms = match get("cycle_ms") {
+                    None => HOROVOD_CYCLE_NS as f64 / 1e6,
+                    Some(v) => v
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .ok_or_else(|| bad("cycle_ms", v, "a non-negative time in milliseconds"))?,
+                };
+                let cache = match get("cache") {
+                    None => true,
+                    Some(v) => {
+                        v.parse::<u32>().map(|c| c > 0).map_err(|_| bad("cache", v, "a cache capacity (0 disables)"))?
+                    }
+                };
+                Runtime::Horovod(Horovod { fusion, cycle_ns: (cycle_ms * 1e6).round() as Nanos, cache, call_ns })
+            }
+            "ddp" => Runtime::Ddp(Ddp {
+                bucket: mb("bucket_mb", DDP_BUCKET)?,
+                first_bucket: mb("first_bucket_mb", DDP_FIRST_BUCKET)?,
+                call_ns,
+            }),
+            "byteps" => Runtime::BytePs(BytePs {
+                partition: bytes("partition", BYTEPS_PARTITION)?,
+                credit: match get("credit") {
+                    None => 0,
+                    Some(v) => v
+                        .parse::<u32>()
+                        .map_err(|_| bad("credit", v, "a number of partitions (0: no credit control)"))?,
+                },
+                servers: count("servers")?,
+                sum_bytes_per_s: sum(SERVER_SUM_BYTES_PER_S)?,
+                call_ns,
+            }),
+            "bytescheduler" => Runtime::ByteScheduler(ByteScheduler {
+                partition: bytes("partition", BYTESCHEDULER_PARTITION)?,
+                credit: bytes("credit", BYTESCHEDULER_CREDIT)?,
+                sched_ns: non_negative_us("sched_us", BYTESCHEDULER_SCHED_NS)?,
+                call_ns,
+            }),
+            "ps" => Runtime::Ps(Ps {
+                servers: count("servers")?,
+                local: flag("local", true)?,
+                split_above: match get("split") {
+                    None => MXNET_BIGARRAY_BYTES,
+                    Some("off" | "inf") => u64::MAX,
+                    Some(v) => super::parse_bytes(v)
+                        .filter(|&b| b > 0)
+                        .ok_or_else(|| bad("split", v, "a size in bytes, or off"))?,
+                },
+                sum_bytes_per_s: sum(TF_PS_BYTES_PER_S)?,
+                call_ns,
+            }),
+            _ => unreachable!("checked against NAMES"),
+        })
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Runtime::CaffeMpi => "caffe-mpi",
+            Runtime::Nccl(_) => "nccl",
+            Runtime::Horovod(_) => "horovod",
+            Runtime::Ddp(_) => "ddp",
+            Runtime::BytePs(_) => "byteps",
+            Runtime::ByteScheduler(_) => "bytescheduler",
+            Runtime::Ps(_) => "ps",
+        }
+    }
+
+    /// `runtime=NAME` followed by the settings that differ from the defaults, in a fixed order,
+    /// so that the name parses back to the same runtime.
+    pub fn spec(&self) -> String {
+        let default = Runtime::parse(self.kind_name(), &[]).expect("defaults parse");
+        let mut parts = vec![format!("runtime={}", self.kind_name())];
+        let num = |x: f64| format!("{x}");
+        let us = |ns: Nanos| num(ns as f64 / 1e3);
+        let mut push = |changed: bool, k: &str, v: String| {
+            if changed {
+                parts.push(format!("{k}={v}"));
+            }
+        };
+        match (self, &default) {
+            (Runtime::CaffeMpi, _) => {}
+            (Runtime::Nccl(c), Runtime::Nccl(d)) => push(c.call_ns != d.call_ns, "call_us", us(c.call_ns)),
+            (Runtime::Horovod(h), Runtime::Horovod(d)) => {
+                let fusion = if h.fusion == u64::MAX { "inf".into() } else { super::format_bytes(h.fusion) };
+                push(h.fusion != d.fusion, "fusion", fusion);
+                push(h.cycle_ns != d.cycle_ns, "cycle_ms", num(h.cycle_ns as f64 / 1e6));
+                push(h.cache != d.cache, "cache", if h.cache { "1024".into() } else { "0".into() });
+                push(h.call_ns != d.call_ns, "call_us", us(h.call_ns));
+            }
+            (Runtime::Ddp(x), Runtime::Ddp(d)) => {
+                let mb = |b: u64| num(b as f64 / (1u64 << 20) as f64);
+                push(x.bucket != d.bucket, "bucket_mb", mb(x.bucket));
+                push(x.first_bucket != d.first_bucket, "first_bucket_mb", mb(x.first_bucket));
+                push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+            }
+            (Runtime::BytePs(x), Runtime::BytePs(d)) => {
+                push(x.partition != d.partition, "partition", super::format_bytes(x.partition));
+                push(x.credit != d.credit, "credit", x.credit.to_string());
+                push(x.servers != d.servers, "servers", x.servers.map_or(String::new(), |s| s.to_string()));
+                push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
+                push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+            }
+            (Runtime::ByteScheduler(x), Runtime::ByteScheduler(d)) => {
+                push(x.partition != d.partition, "partition", super::format_bytes(x.partition));
+                push(x.credit != d.credit, "credit", super::format_bytes(x.credit));
+                push(x.sched_ns != d.sched_ns, "sched_us", us(x.sched_ns));
+                push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+            }
+            (Runtime::Ps(x), Runtime::Ps(d)) => {
+                push(x.servers != d.servers, "servers", x.servers.map_or(String::new(), |s| s.to_string()));
+                push(x.local != d.local, "local", if x.local { "on".into() } else { "off".into() });
+                let split = if x.split_above == u64::MAX { "off".into() } else { super::format_bytes(x.split_above) };
+                push(x.split_above != d.split_above, "split", split);
+                push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
+                push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+            }
+            _ => unreachable!("the default has the same kind"),
+        }
+        parts.join("+")
+    }
+
+    /// Runtimes whose gradients go to parameter servers rather than through an all-reduce.
+    pub fn uses_servers(&self) -> bool {
+        matches!(self, Runtime::BytePs(_) | Runtime::Ps(_))
+    }
+
+    /// The framework-side cost of one communication call.
+    pub fn call_ns(&self) -> Nanos {
+        match self {
+            Runtime::CaffeMpi => 0,
+            Runtime::Nccl(c) => c.call_ns,
+            Runtime::Horovod(h) => h.call_ns,
+            Runtime::Ddp(d) => d.call_ns,
+            Runtime::BytePs(b) => b.call_ns,
+            Runtime::ByteScheduler(b) => b.call_ns,
+            Runtime::Ps(p) => p.call_ns,
+        }
+    }
+
+    /// The bucket or partition size that must not exceed the model's gradients, with its name.
+    pub fn unit_bytes(&self) -> Option<(&'static str, u64)> {
+        match self {
+            Runtime::Ddp(d) => Some(("bucket_mb", d.bucket.max(d.first_bucket))),
+            Runtime::BytePs(b) => Some(("partition", b.partition)),
+            Runtime::ByteScheduler(b) => Some(("partition", b.partition)),
+            _ => None,
+        }
+    }
+}
+
+/// ByteScheduler's cost per partition: its Python core loop takes a task from a priority queue,
+/// checks credit, starts it through the framework's engine and runs a completion callback. An
+/// assumption of 50 us (a few Python calls and a thread hand-off), overridable with `sched_us=`.
+pub const BYTESCHEDULER_SCHED_NS: Nanos = 50_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(name: &str, kv: &[(&str, &str)]) -> Result<Runtime> {
+        let settings: Vec<(String, String)> = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Runtime::parse(name, &settings)
+    }
+
+    #[test]
+    fn defaults_come_from_the_frameworks() {
+        let Runtime::Horovod(h) = parse("horovod", &[]).unwrap() else { panic!() };
+        assert_eq!((h.fusion, h.cycle_ns, h.cache), (64 << 20, 5_000_000, true));
+        let Runtime::Ddp(d) = parse("ddp", &[]).unwrap() else { panic!() };
+        assert_eq!((d.bucket, d.first_bucket), (25 << 20, 1 << 20));
+        let Runtime::BytePs(b) = parse("byteps", &[]).unwrap() else { panic!() };
+        assert_eq!((b.partition, b.credit, b.servers), (4_096_000, 0, None));
+        let Runtime::ByteScheduler(s) = parse("bytescheduler", &[]).unwrap() else { panic!() };
+        assert_eq!((s.partition, s.credit), (1_000_000, 4_000_000));
+    }
+
+    #[test]
+    fn settings_print_back_and_parse_to_the_same_runtime() {
+        for (name, kv) in [
+            ("horovod", vec![("cycle_ms", "0.1"), ("fusion", "128M"), ("cache", "0")]),
+            ("ddp", vec![("bucket_mb", "50"), ("first_bucket_mb", "0.5")]),
+            ("byteps", vec![("partition", "2M"), ("servers", "2"), ("credit", "4")]),
+            ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),
+            ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8")]),
+            ("nccl", vec![("call_us", "0")]),
+        ] {
+            let r = parse(name, &kv).unwrap();
+            let spec = r.spec();
+            let mut tokens = spec.split('+');
+            let first = tokens.next().unwrap();
+            assert_eq!(first, format!("runtime={name}"));
+            let back: Vec<(String, String)> =
+                tokens.map(|t| t.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap()).collect();
+            assert_eq!(Runtime::parse(name, &back).unwrap(), r, "{spec}");
+            assert_eq!(back.len(), kv.len(), "only changed settings print: {spec}");
+        }
+    }
+
+    #[test]
+    fn bad_settings_name_the_field() {
+        let e = parse("ddp", &[("cycle_ms", "1")]).unwrap_err().to_string();
+        assert!(
+            e.contains("`cycle_ms`") && e.contains("runtime `ddp` does not take") && e.contains("bucket_mb"),
+            "{e}"
+        );
+        let e = parse("ddp", &[("bucket_mb", "0")]).unwrap_err().to_string();
+        assert!(e.contains("`bucket_mb`") && e.contains("positive"), "{e}");
+        let e = parse("byteps", &[("partition", "0")]).unwrap_err().to_string();
+        assert!(e.contains("`partition`") && e.contains("greater than zero"), "{e}");
+        let e = parse("byteps", &[("servers", "0")]).unwrap_err().to_string();
+        assert!(e.contains("`servers`"), "{e}");
+        let e = parse("caffe-mpi", &[("call_us", "1")]).unwrap_err().to_string();
+        assert!(e.contains("takes no settings"), "{e}");
+        let e = parse("mpi", &[]).unwrap_err().to_string();
+        assert!(e.contains("unknown runtime `mpi`") && e.contains("horovod"), "{e}");
+    }
+}

@@ -1,0 +1,760 @@
+//! Per-operation cost of a transformer on one GPU for one micro-batch: every GEMM by its shape
+//! (a roofline whose math side runs at the GPU's measured best matmul rate, reduced by wave
+//! quantisation, and whose memory side streams the operands), attention with or without a fused
+//! flash-attention kernel, norms, activations, dropout and residual adds as memory passes, the
+//! embedding, the output layer and the loss. Shapes are those of one tensor-parallel rank
+//! (Megatron's column/row split, optionally sequence-parallel). The result is the ordinary
+//! [`Workload`] (embedding, then an attention and an MLP block per layer, then the output layer),
+//! with each block's tensor-parallel collectives attached, plus the FLOP counts reports need.
+//!
+//! Every efficiency below cites the public measurement it comes from; none is fitted to the
+//! validation sets. Knows nothing of plans beyond the TP degree, nor of machines or the engine.
+
+use super::gpu::{GpuSpec, Precision};
+use super::synth::{LAUNCH_NS, MEMORY_EFFICIENCY};
+use super::transformer::{Family, Position, TransformerConfig};
+use super::{Layer, Stat, TpCollective, TpComm, Workload};
+use crate::error::{Error, Result};
+use serde::Serialize;
+
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recompute {
+    /// Keep every activation.
+    #[default]
+    None,
+    /// Recompute the attention core (scores, softmax, dropout, context) in the backward pass.
+    Selective,
+    /// Keep only each layer's input; recompute the whole layer before its backward pass.
+    Full,
+}
+
+impl Recompute {
+    pub fn name(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "none" | "no" => Some(Recompute::None),
+            "selective" | "sel" => Some(Recompute::Selective),
+            "full" => Some(Recompute::Full),
+            _ => None,
+        }
+    }
+}
+
+/// What to cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostOptions {
+    pub micro_batch: u32,
+    pub seq_len: u32,
+    pub precision: Precision,
+    /// Tensor-parallel degree: matrices are split Megatron-style over this many GPUs.
+    pub tp: u32,
+    /// Sequence parallelism: norms, dropout and residuals on 1/tp of the tokens, and all-gather +
+    /// reduce-scatter instead of all-reduce around each block.
+    pub sequence_parallel: bool,
+    pub recompute: Recompute,
+    /// Fused attention (FlashAttention-2 on Ampere, -3 on Hopper and later): no s x s tensors.
+    pub flash_attention: bool,
+    /// Measured best matmul rate (TFLOP/s) replacing the table's for this GPU and precision.
+    pub matmul_tflops: Option<f64>,
+}
+
+/// Fraction of the dense tensor-core peak the best-shaped large matmul reaches (Maximum Achievable
+/// Matmul FLOPS): torch `matmul` measurements in Stas Bekman's ml-engineering,
+/// `compute/accelerator/README.md`, "Maximum Achievable Matmul FLOPS comparison table" (BF16 and
+/// FP8 e4m3 tables; torch 2.6-2.10, CUDA 12.6-13.0). BF16 entries also serve FP16.
+/// (gpu, BF16 measured TFLOP/s / datasheet, FP8 measured / datasheet)
+pub const MATMUL_EFFICIENCY: &[(&str, f64, Option<f64>)] = &[
+    ("a100-sxm4-40gb", 271.2 / 312.0, None), // "A100 SXM 271.2 of 312"
+    ("a100-sxm4-80gb", 271.2 / 312.0, None),
+    ("h100-sxm", 794.5 / 989.0, Some(1402.6 / 1979.0)), // BF16 794.5; FP8 1402.6
+    // Not measured there: the H100 SXM fractions are assumed for the PCIe card.
+    ("h100-pcie", 794.5 / 989.0, Some(1402.6 / 1979.0)),
+    ("h200-sxm", 794.5 / 989.0, Some(1453.4 / 1979.0)), // BF16 "H200 is the same" as H100; FP8 1453.4
+    ("b200", 1745.0 / 2250.0, Some(3432.5 / 4500.0)),   // BF16 1745.0; FP8 3432.5
+    ("gb200", 1822.0 / 2500.0, Some(3615.6 / 5000.0)),  // BF16 1822.0; FP8 3615.6
+];
+
+/// Output tile of one thread block in the wave-quantisation estimate: a GEMM whose tiles do not
+/// fill the last wave of SMs leaves part of the GPU idle (NVIDIA, "Matrix Multiplication
+/// Background User's Guide", sections on tile and wave quantisation; 128 x 128 is one of the
+/// standard cuBLAS tiles it lists).
+const TILE: u64 = 128;
+
+/// FlashAttention-3 forward throughput on an H100 SXM, head dim 128, B x S = 16k tokens, 16 heads
+/// (pytorch/benchmark PR 2391, "flash_v3-tflops"): (sequence length, TFLOP/s). Used as a fraction
+/// of the H100's 989.4 TFLOP/s for Hopper and, for want of a published measurement, Blackwell.
+const FA3_FORWARD_TFLOPS: &[(u32, f64)] =
+    &[(512, 430.32), (1024, 517.1), (2048, 565.54), (4096, 590.23), (8192, 614.23), (16384, 620.73)];
+const FA3_REFERENCE_PEAK: f64 = 989.4;
+/// FlashAttention-2 on an A100 (Dao 2023, arXiv 2307.08691, Sec. 4.1): up to 73% of the
+/// theoretical peak in the forward pass and up to 63% in the backward pass.
+const FA2_FORWARD_FRACTION: f64 = 0.73;
+const FA2_BACKWARD_FRACTION: f64 = 0.63;
+/// Bytes of one gradient element as exchanged between data-parallel ranks: FP32 (Megatron's
+/// `--accumulate-allreduce-grads-in-fp32` default for 16-bit training; FSDP's default reduce type).
+pub const GRAD_BYTES: u64 = 4;
+/// The backward kernel does 2.5x the forward's matmul FLOPs (it recomputes the scores); both
+/// FlashAttention papers count it so when they report backward TFLOP/s.
+const FLASH_BACKWARD_FLOPS: f64 = 2.5;
+
+/// The GPU seen by one op: rates in FLOP/ns and bytes/ns.
+struct Device {
+    /// Achievable dense-matmul rate at the GEMM precision.
+    matmul: f64,
+    /// Achievable BF16/FP16 matmul rate (attention stays in 16 bits under FP8 recipes).
+    matmul16: f64,
+    /// Dense 16-bit tensor peak, for attention fractions.
+    peak16: f64,
+    memory: f64,
+    sms: u64,
+    /// Bytes of an activation element, and of a GEMM input element (1 under FP8).
+    elem: f64,
+    gemm_in: f64,
+    flash: Flash,
+}
+
+#[derive(Clone, Copy)]
+enum Flash {
+    None,
+    Ampere,
+    Hopper,
+}
+
+impl Device {
+    fn new(gpu: &GpuSpec, o: &CostOptions) -> Result<Self> {
+        if !gpu.supports(o.precision) {
+            return Err(Error::invalid(
+                "--precision",
+                format!(
+                    "{} has no {} tensor cores; use {}",
+                    gpu.name,
+                    o.precision.name(),
+                    if gpu.bf16 { "bf16 or fp16" } else { "fp16 or fp32" }
+                ),
+            ));
+        }
+        let row = MATMUL_EFFICIENCY.iter().find(|r| r.0 == gpu.name);
+        let half = if gpu.bf16 { Precision::Bf16 } else { Precision::Fp16 };
+        // GPUs without a measurement: the model zoo's synthesis efficiencies (see synth.rs).
+        let eff16 = row.map(|r| r.1).unwrap_or(super::synth::DENSE_EFFICIENCY_TENSOR);
+        let eff = match o.precision {
+            Precision::Fp32 => super::synth::DENSE_EFFICIENCY_FP32,
+            Precision::Fp8 => row.and_then(|r| r.2).unwrap_or(eff16),
+            _ => eff16,
+        };
+        let mut matmul = gpu.peak_flops_per_ns(o.precision) * eff;
+        let matmul16 = if o.precision == Precision::Fp32 { matmul } else { gpu.peak_flops_per_ns(half) * eff16 };
+        if let Some(t) = o.matmul_tflops {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(Error::invalid("--matmul-tflops", "must be a positive number of TFLOP/s"));
+            }
+            matmul = t * 1e3;
+        }
+        let flash = match (o.flash_attention, gpu.arch) {
+            (false, _) => Flash::None,
+            (true, "Ampere") => Flash::Ampere,
+            (true, "Hopper" | "Blackwell") => Flash::Hopper,
+            (true, arch) => {
+                return Err(Error::invalid(
+                    "flash attention",
+                    format!("FlashAttention needs an Ampere or newer GPU; {} is {arch} (use flash=off)", gpu.name),
+                ))
+            }
+        };
+        Ok(Device {
+            matmul,
+            matmul16,
+            peak16: gpu.peak_flops_per_ns(half),
+            memory: gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY,
+            sms: gpu.sms as u64,
+            elem: o.precision.bytes() as f64,
+            gemm_in: if o.precision == Precision::Fp8 { 1.0 } else { o.precision.bytes() as f64 },
+            flash,
+        })
+    }
+
+    /// A (batched) GEMM C[m x n] = A[m x k] B[k x n], `batch` times: (ns, FLOPs).
+    fn gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
+        let flops = 2.0 * (batch * m * n) as f64 * k as f64;
+        let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
+        let waves = tiles.div_ceil(self.sms);
+        let wave_fill = tiles as f64 / (waves * self.sms) as f64;
+        let math = flops / (rate * wave_fill);
+        let bytes = batch as f64 * ((m * k + k * n) as f64 * self.gemm_in + (m * n) as f64 * self.elem);
+        (math.max(bytes / self.memory) + LAUNCH_NS, flops)
+    }
+
+    /// A kernel that streams `bytes` through memory.
+    fn stream(&self, bytes: f64) -> f64 {
+        bytes / self.memory + LAUNCH_NS
+    }
+}
+
+/// One operation's cost for one micro-batch on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpCost {
+    pub name: &'static str,
+    pub forward_ns: f64,
+    pub backward_ns: f64,
+    /// Matmul FLOPs as the model defines them (full s x s attention, backward = 2 x forward).
+    pub forward_flops: f64,
+    pub backward_flops: f64,
+}
+
+/// A block (attention or MLP half of a layer, embedding, output layer) of one TP rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockCost {
+    pub name: &'static str,
+    pub ops: Vec<OpCost>,
+    /// Forward time recomputed during the backward pass (selective or full recomputation).
+    pub recompute_ns: f64,
+    /// Parameters held by one TP rank.
+    pub params: u64,
+    /// Its parameter tensors (weights, then norm scales and biases together), summing to `params`.
+    pub tensors: Vec<u64>,
+    pub tp: Option<TpComm>,
+}
+
+impl BlockCost {
+    pub fn forward_ns(&self) -> f64 {
+        self.ops.iter().map(|o| o.forward_ns).sum()
+    }
+    /// Backward time including recomputation.
+    pub fn backward_ns(&self) -> f64 {
+        self.ops.iter().map(|o| o.backward_ns).sum::<f64>() + self.recompute_ns
+    }
+    /// Model FLOPs of forward and backward (no recomputation).
+    pub fn model_flops(&self) -> f64 {
+        self.ops.iter().map(|o| o.forward_flops + o.backward_flops).sum()
+    }
+}
+
+/// A transformer costed on one GPU for one micro-batch, per TP rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TransformerCost {
+    pub model: String,
+    pub gpu: String,
+    pub options_micro_batch: u32,
+    pub seq_len: u32,
+    pub precision: Precision,
+    pub tp: u32,
+    pub layers: u32,
+    pub embedding: BlockCost,
+    pub attention: BlockCost,
+    pub mlp: BlockCost,
+    pub head: BlockCost,
+    /// Model FLOPs of one micro-batch for the whole model (all TP ranks), forward and backward,
+    /// and the same with recomputed work (hardware FLOPs).
+    pub model_flops: f64,
+    pub hardware_flops: f64,
+    /// Optimizer step time per parameter held (Adam with FP32 master weights, memory-bound).
+    pub update_ns_per_param: f64,
+    /// The factor calibration applied (1 if none).
+    pub calibration_factor: f64,
+}
+
+/// Costs `cfg` on `gpu`.
+pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<TransformerCost> {
+    cfg.check(&cfg.name)?;
+    if o.micro_batch == 0 {
+        return Err(Error::invalid("--micro-batch", "must be at least 1"));
+    }
+    if o.seq_len == 0 {
+        return Err(Error::invalid("--seq-len", "must be at least 1"));
+    }
+    let tp = o.tp.max(1) as u64;
+    for (what, n) in [("attention heads", cfg.heads), ("key-value heads", cfg.kv_heads)] {
+        if n as u64 % tp != 0 {
+            return Err(Error::invalid(
+                "--parallel tp",
+                format!("tp={tp} does not divide the {n} {what} of {}; use a divisor of {n}", cfg.name),
+            ));
+        }
+    }
+    if cfg.ffn_hidden % tp != 0 {
+        return Err(Error::invalid(
+            "--parallel tp",
+            format!("tp={tp} does not divide the MLP width {} of {}", cfg.ffn_hidden, cfg.name),
+        ));
+    }
+    let d = Device::new(gpu, o)?;
+    let (b, s, h) = (o.micro_batch as u64, o.seq_len as u64, cfg.hidden);
+    let t = b * s; // tokens of the micro-batch
+    let sp = o.sequence_parallel && tp > 1;
+    let t_norm = if sp { t.div_ceil(tp) } else { t }; // tokens in the norm/dropout regions
+    let e = d.elem;
+    let heads_l = cfg.heads as u64 / tp;
+    let hd = cfg.head_dim();
+    let h_l = heads_l * hd; // attention width per rank
+    let kv_l = cfg.kv_width() / tp;
+    let f_l = cfg.ffn_hidden / tp;
+    let gates = if cfg.gated_mlp { 2 } else { 1 };
+    let dropout = cfg.dropout;
+    // Bytes of the residual stream through a norm (fused kernels: fwd reads x and writes y; bwd
+    // reads x and dy and writes dx), and through a fused bias-dropout-add (reads the branch and the
+    // residual, writes the sum and a one-byte mask; bwd reads the gradient and mask, writes two).
+    let norm = |tokens: u64| {
+        let x = (tokens * h) as f64 * e;
+        (d.stream(2.0 * x), d.stream(3.0 * x))
+    };
+    let residual = |tokens: u64| {
+        let x = (tokens * h) as f64;
+        let mask = if dropout { x } else { 0.0 };
+        (d.stream(3.0 * x * e + mask), d.stream(3.0 * x * e + mask))
+    };
+    let op = |name, (forward_ns, backward_ns): (f64, f64), forward_flops: f64| OpCost {
+        name,
+        forward_ns,
+        backward_ns,
+        forward_flops,
+        backward_flops: 2.0 * forward_flops,
+    };
+    // A weight GEMM y[t x n] = x[t x k] W[k x n] and its two backward GEMMs (input and weight
+    // gradients), each timed by its own shape.
+    let linear = |name, tokens: u64, n: u64, k: u64| {
+        let (f, flops) = d.gemm(1, tokens, n, k, d.matmul);
+        let (dx, _) = d.gemm(1, tokens, k, n, d.matmul);
+        let (dw, _) = d.gemm(1, k, n, tokens, d.matmul);
+        op(name, (f, dx + dw), flops)
+    };
+    let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
+        (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward })
+    };
+    // Around each block: all-reduce the output (forward) and the input gradient (backward); with
+    // sequence parallelism an all-gather before and a reduce-scatter after, in both passes.
+    let (block_fwd, block_bwd) = if sp {
+        (
+            vec![TpCollective::AllGather, TpCollective::ReduceScatter],
+            vec![TpCollective::AllGather, TpCollective::ReduceScatter],
+        )
+    } else {
+        (vec![TpCollective::AllReduce], vec![TpCollective::AllReduce])
+    };
+
+    // --- attention block ---
+    let mut attn_ops = vec![op("norm", norm(t_norm), 0.0), linear("qkv", t, h_l + kv_l, h)];
+    if cfg.position == Position::Rotary {
+        let qk = (t * (h_l + kv_l / 2)) as f64 * e;
+        attn_ops.push(op("rotary", (d.stream(2.0 * qk), d.stream(2.0 * qk)), 0.0));
+    }
+    // Model FLOPs of scores and context over the full s x s (Megatron's count).
+    let attn_flops = 4.0 * (b * heads_l) as f64 * (s * s * hd) as f64;
+    let (core, core_recompute) = match d.flash {
+        Flash::None => {
+            let n = (b * heads_l * s * s) as f64; // score elements
+            let (qk, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
+            let (qk_b1, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
+            let (av, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
+            let (av_b1, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
+            // Fused scale-mask-softmax: read scores, write probabilities | read both, write grads.
+            let (sm_f, sm_b) = (d.stream(2.0 * n * e), d.stream(3.0 * n * e));
+            let (dr_f, dr_b) =
+                if dropout { (d.stream(2.0 * n * e + n), d.stream(2.0 * n * e + n)) } else { (0.0, 0.0) };
+            let fwd = qk + sm_f + dr_f + av;
+            let bwd = 2.0 * qk_b1 + sm_b + dr_b + 2.0 * av_b1;
+            (op("attention", (fwd, bwd), attn_flops), fwd)
+        }
+        flash => {
+            let causal = if cfg.causal { 0.5 } else { 1.0 };
+            let executed = attn_flops * causal;
+            let (fwd_frac, bwd_frac) = match flash {
+                Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
+                _ => {
+                    let f = fa3_forward_fraction(o.seq_len);
+                    // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
+                    (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
+                }
+            };
+            let fwd = executed / (d.peak16 * fwd_frac) + LAUNCH_NS;
+            let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + LAUNCH_NS;
+            // The kernel recomputes scores itself; selective recomputation has nothing to redo.
+            (op("flash-attention", (fwd, bwd), attn_flops), 0.0)
+        }
+    };
+    attn_ops.push(core);
+    attn_ops.push(linear("proj", t, h, h_l));
+    attn_ops.push(op("residual", residual(t_norm), 0.0));
+
+    // --- MLP block ---
+    let act_elems = (t * f_l) as f64;
+    let act = if cfg.gated_mlp {
+        (d.stream(3.0 * act_elems * e), d.stream(5.0 * act_elems * e)) // SwiGLU: silu(gate) * up
+    } else {
+        (d.stream(2.0 * act_elems * e), d.stream(3.0 * act_elems * e)) // GELU (fused with bias)
+    };
+    let mlp_ops = vec![
+        op("norm", norm(t_norm), 0.0),
+        linear("fc1", t, gates * f_l, h),
+        op("activation", act, 0.0),
+        linear("fc2", t, h, f_l),
+        op("residual", residual(t_norm), 0.0),
+    ];
+
+    let p = cfg.params();
+    let attn_fwd: f64 = attn_ops.iter().map(|x| x.forward_ns).sum();
+    let mlp_fwd: f64 = mlp_ops.iter().map(|x| x.forward_ns).sum();
+    let (attn_recompute, mlp_recompute) = match o.recompute {
+        Recompute::None => (0.0, 0.0),
+        Recompute::Selective => (core_recompute, 0.0),
+        Recompute::Full => (attn_fwd, mlp_fwd),
+    };
+    // Full recomputation repeats the forward collectives before the backward ones.
+    let bwd_colls = |fwd: &[TpCollective]| {
+        let mut v = Vec::new();
+        if o.recompute == Recompute::Full {
+            v.extend_from_slice(fwd);
+        }
+        v.extend_from_slice(&block_bwd);
+        v
+    };
+    // Norm scales and biases of the output projection are replicated on every TP rank.
+    let attn_small = p.attention_block - cfg.attention_matrix_params();
+    let attention = BlockCost {
+        name: "attention",
+        ops: attn_ops,
+        recompute_ns: attn_recompute,
+        params: attn_small + cfg.attention_matrix_params() / tp,
+        tensors: vec![h * (h + cfg.kv_width()) / tp, h * h / tp, attn_small],
+        tp: tp_comm(block_fwd.clone(), bwd_colls(&block_fwd)),
+    };
+    let mlp_small = p.mlp_block - cfg.mlp_matrix_params();
+    let mlp = BlockCost {
+        name: "mlp",
+        ops: mlp_ops,
+        recompute_ns: mlp_recompute,
+        params: mlp_small + cfg.mlp_matrix_params() / tp,
+        tensors: vec![gates * f_l * h, f_l * h, mlp_small],
+        tp: tp_comm(block_fwd.clone(), bwd_colls(&block_fwd)),
+    };
+
+    // --- embedding (first stage): vocabulary-parallel look-up, then all-reduce (or
+    // reduce-scatter) of the partial sums; positions added; dropout ---
+    let x = (t * h) as f64 * e;
+    let mut emb_ops = vec![op("lookup", (d.stream(2.0 * x), d.stream(2.0 * x)), 0.0)];
+    if matches!(cfg.position, Position::Learned { .. }) || cfg.token_types > 0 || dropout {
+        emb_ops.push(op("add-dropout", residual(t_norm), 0.0));
+    }
+    if matches!(cfg.family, Family::Bloom | Family::Encoder) {
+        emb_ops.push(op("norm", norm(t_norm), 0.0));
+    }
+    let embedding = BlockCost {
+        name: "embedding",
+        ops: emb_ops,
+        recompute_ns: 0.0,
+        params: cfg.vocab * h / tp + (p.embedding - cfg.vocab * h),
+        tensors: vec![cfg.vocab * h / tp, p.embedding - cfg.vocab * h],
+        tp: tp_comm(
+            vec![if sp { TpCollective::ReduceScatter } else { TpCollective::AllReduce }],
+            if sp { vec![TpCollective::AllGather] } else { vec![] },
+        ),
+    };
+
+    // --- output layer (last stage): final norm, vocabulary-parallel logits, cross-entropy in FP32
+    // (read logits, write FP32 copy, read for the softmax | write and read the gradient) ---
+    let v_l = cfg.vocab.div_ceil(tp);
+    let logits = (t * v_l) as f64;
+    let mut head_ops = Vec::new();
+    if p.final_norm > 0 {
+        head_ops.push(op("norm", norm(t_norm), 0.0));
+    }
+    head_ops.push(linear("logits", t, v_l, h));
+    head_ops.push(op("loss", (d.stream(logits * (e + 4.0 + 4.0)), d.stream(logits * (4.0 + 4.0 + e))), 0.0));
+    let head = BlockCost {
+        name: "head",
+        ops: head_ops,
+        recompute_ns: 0.0,
+        // Tied weights live with the embedding; a plan whose last stage is not the first adds
+        // Megatron's copy of them there.
+        params: p.final_norm + p.head / tp,
+        tensors: vec![p.head / tp, p.final_norm],
+        tp: tp_comm(
+            if sp { vec![TpCollective::AllGather] } else { vec![] },
+            vec![if sp { TpCollective::ReduceScatter } else { TpCollective::AllReduce }],
+        ),
+    };
+
+    let layers = cfg.layers as f64;
+    let tpf = tp as f64;
+    let model_flops =
+        tpf * (embedding.model_flops() + layers * (attention.model_flops() + mlp.model_flops()) + head.model_flops());
+    let recompute_flops = match o.recompute {
+        Recompute::None => 0.0,
+        Recompute::Selective if matches!(d.flash, Flash::None) => attn_flops,
+        Recompute::Selective => 0.0,
+        Recompute::Full => attention.ops.iter().chain(&mlp.ops).map(|x| x.forward_flops).sum::<f64>(),
+    };
+    let hardware_flops = model_flops + tpf * layers * recompute_flops;
+    // Adam with FP32 master weights: read gradient, weight, two moments; write weight and moments
+    // (Optimizer::update_passes), plus the 16-bit copy of the weight in mixed precision.
+    let update_bytes =
+        4.0 * super::memory::Optimizer::Adam.update_passes() + if o.precision.is_mixed() { 2.0 } else { 0.0 };
+    Ok(TransformerCost {
+        model: cfg.name.clone(),
+        gpu: gpu.name.to_string(),
+        options_micro_batch: o.micro_batch,
+        seq_len: o.seq_len,
+        precision: o.precision,
+        tp: tp as u32,
+        layers: cfg.layers,
+        embedding,
+        attention,
+        mlp,
+        head,
+        model_flops,
+        hardware_flops,
+        update_ns_per_param: update_bytes / d.memory,
+        calibration_factor: 1.0,
+    })
+}
+
+/// FlashAttention-3's forward fraction of peak at a sequence length (interpolated in log length
+/// between the measured points, flat beyond them).
+fn fa3_forward_fraction(seq: u32) -> f64 {
+    let pts = FA3_FORWARD_TFLOPS;
+    let tflops = if seq <= pts[0].0 {
+        pts[0].1
+    } else if seq >= pts[pts.len() - 1].0 {
+        pts[pts.len() - 1].1
+    } else {
+        let i = pts.iter().position(|p| p.0 >= seq).expect("inside the table");
+        let ((x0, y0), (x1, y1)) = (pts[i - 1], pts[i]);
+        let w = (seq as f64 / x0 as f64).ln() / (x1 as f64 / x0 as f64).ln();
+        y0 + w * (y1 - y0)
+    };
+    tflops / FA3_REFERENCE_PEAK
+}
+
+impl TransformerCost {
+    fn blocks_mut(&mut self) -> [&mut BlockCost; 4] {
+        [&mut self.embedding, &mut self.attention, &mut self.mlp, &mut self.head]
+    }
+
+    /// Forward + backward time of one micro-batch through the whole model on one GPU (tp = 1),
+    /// plus the update: what a single-GPU measurement of this micro-batch would time.
+    pub fn single_gpu_step_ns(&self) -> f64 {
+        let per_layer = |b: &BlockCost| b.forward_ns() + b.backward_ns();
+        let params =
+            self.embedding.params + self.layers as u64 * (self.attention.params + self.mlp.params) + self.head.params;
+        per_layer(&self.embedding)
+            + self.layers as f64 * (per_layer(&self.attention) + per_layer(&self.mlp))
+            + per_layer(&self.head)
+            + params as f64 * self.update_ns_per_param
+    }
+
+    /// Scales every time so one micro-batch step on one GPU runs at `samples_per_s` (a measured
+    /// single-GPU throughput at this micro-batch, as `--calibrate-throughput` does for the zoo).
+    pub fn calibrate_throughput(&mut self, samples_per_s: f64) -> Result<()> {
+        if !(samples_per_s.is_finite() && samples_per_s > 0.0) {
+            return Err(Error::invalid("--calibrate-throughput", "must be a positive number of samples per second"));
+        }
+        let target = self.options_micro_batch as f64 / samples_per_s * 1e9;
+        let factor = target / self.single_gpu_step_ns();
+        for blk in self.blocks_mut() {
+            for o in &mut blk.ops {
+                o.forward_ns *= factor;
+                o.backward_ns *= factor;
+            }
+            blk.recompute_ns *= factor;
+        }
+        self.update_ns_per_param *= factor;
+        self.calibration_factor *= factor;
+        Ok(())
+    }
+
+    /// The workload of one TP rank for one micro-batch: `embedding`, then `L<i>.attn` and
+    /// `L<i>.mlp` for every layer, then `head`; FP32 gradients (Megatron's `main_grad` buffer and
+    /// FSDP's default reduce type, whatever the training precision); the update of the whole model
+    /// (the plan builder takes each stage's share by parameters).
+    pub fn to_workload(&self) -> Workload {
+        let grad_bytes = GRAD_BYTES;
+        let ns = |x: f64| Stat::exact(x.round() as u64);
+        let layer = |name: String, blk: &BlockCost| Layer {
+            name,
+            forward: ns(blk.forward_ns()),
+            backward: ns(blk.backward_ns()),
+            comm: None,
+            grad_bytes: blk.params * grad_bytes,
+            grad_tensors: blk.tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect(),
+            util: None,
+            tp: blk.tp.clone(),
+        };
+        let mut layers = vec![layer("embedding".into(), &self.embedding)];
+        for i in 0..self.layers {
+            layers.push(layer(format!("L{i}.attn"), &self.attention));
+            layers.push(layer(format!("L{i}.mlp"), &self.mlp));
+        }
+        layers.push(layer("head".into(), &self.head));
+        let params: u64 = layers.iter().map(|l| l.grad_bytes / grad_bytes).sum();
+        Workload {
+            name: self.model.clone(),
+            batch_per_gpu: self.options_micro_batch,
+            // Token ids are read and copied as 64-bit integers (and as many labels).
+            sample_bytes: 2 * 8 * self.seq_len as u64,
+            device_sample_bytes: 2 * 8 * self.seq_len as u64,
+            layers,
+            update: ns(params as f64 * self.update_ns_per_param),
+            data_load: None,
+            trace_iterations: 1,
+            fp16: self.precision.is_mixed(),
+        }
+    }
+
+    /// Model FLOPs per token (forward and backward, whole model).
+    pub fn model_flops_per_token(&self) -> f64 {
+        self.model_flops / (self.options_micro_batch as f64 * self.seq_len as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(tp: u32) -> CostOptions {
+        CostOptions {
+            micro_batch: 1,
+            seq_len: 2048,
+            precision: Precision::Bf16,
+            tp,
+            sequence_parallel: false,
+            recompute: Recompute::None,
+            flash_attention: true,
+            matmul_tflops: None,
+        }
+    }
+
+    fn cost_of(name: &str, gpu: &str, o: CostOptions) -> TransformerCost {
+        cost(&TransformerConfig::named(name).unwrap(), GpuSpec::by_name(gpu).unwrap(), &o).unwrap()
+    }
+
+    #[test]
+    fn flops_per_token_are_six_times_the_parameters_plus_attention() {
+        // 6 N for every matrix a token meets (layer matrices, the output layer once) plus 12 L s h
+        // for scores and context (Kaplan et al. 2020; Korthikanti et al. 2022, Sec. 6 formula).
+        for name in ["gpt3-175b", "llama2-70b", "llama3-8b", "mpt-30b", "bloom-176b"] {
+            let cfg = TransformerConfig::named(name).unwrap();
+            for tp in [1, 8] {
+                let c = cost_of(name, "h100", CostOptions { seq_len: cfg.seq_len, ..opts(tp) });
+                let matrices = cfg.layers as f64 * (cfg.attention_matrix_params() + cfg.mlp_matrix_params()) as f64
+                    + (cfg.vocab * cfg.hidden) as f64;
+                let attention = 12.0 * cfg.layers as f64 * cfg.seq_len as f64 * cfg.hidden as f64;
+                let expected = 6.0 * matrices + attention;
+                let got = c.model_flops_per_token();
+                assert!(((got - expected) / expected).abs() < 1e-9, "{name} tp{tp}: {got} vs {expected}");
+            }
+        }
+        // Narayanan et al. 2021's closed form for GPT-3 175B: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+        let cfg = TransformerConfig::named("gpt3-175b").unwrap();
+        let (s, l, h, v) = (2048.0, 96.0, 12288.0, 51200.0);
+        let narayanan = 72.0 * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h)) / s;
+        let got = cost_of("gpt3-175b", "a100", CostOptions { seq_len: cfg.seq_len, ..opts(8) }).model_flops_per_token();
+        assert!(((got - narayanan) / narayanan).abs() < 1e-12);
+    }
+
+    #[test]
+    fn recomputation_adds_hardware_flops_and_time() {
+        let none = cost_of("gpt3-175b", "a100-80gb", CostOptions { flash_attention: false, ..opts(8) });
+        let sel = cost_of(
+            "gpt3-175b",
+            "a100-80gb",
+            CostOptions { flash_attention: false, recompute: Recompute::Selective, ..opts(8) },
+        );
+        let full = cost_of(
+            "gpt3-175b",
+            "a100-80gb",
+            CostOptions { flash_attention: false, recompute: Recompute::Full, ..opts(8) },
+        );
+        assert_eq!(none.hardware_flops, none.model_flops);
+        assert!(sel.hardware_flops > none.hardware_flops && full.hardware_flops > sel.hardware_flops);
+        // Full recomputation repeats the forward: hardware FLOPs are 4/3 of the model's for the layers.
+        let layer_model = none.attention.model_flops() + none.mlp.model_flops();
+        let layer_hw = (full.hardware_flops - full.model_flops) / (8.0 * 96.0);
+        assert!((layer_hw / layer_model - 1.0 / 3.0).abs() < 1e-9);
+        assert!(full.attention.backward_ns() > sel.attention.backward_ns());
+        assert!(sel.attention.backward_ns() > none.attention.backward_ns());
+        assert_eq!(sel.mlp.backward_ns(), none.mlp.backward_ns());
+        // Full recomputation repeats the forward all-reduce before the backward one.
+        assert_eq!(full.attention.tp.as_ref().unwrap().backward.len(), 2);
+    }
+
+    #[test]
+    fn gemm_roofline_runs_near_the_measured_matmul_rate_for_big_shapes() {
+        let gpu = GpuSpec::by_name("h100").unwrap();
+        let d = Device::new(gpu, &opts(1)).unwrap();
+        // GPT-3's MLP GEMM on one GPU: 2048 x 49152 x 12288: math-bound, full waves.
+        let (ns, flops) = d.gemm(1, 2048, 49152, 12288, d.matmul);
+        let tflops = flops / ns / 1e3;
+        assert!((tflops - 794.5).abs() / 794.5 < 0.02, "{tflops}");
+        // A thin GEMM (k = 128) is memory-bound: far below the matmul rate.
+        let (ns, flops) = d.gemm(1, 4096, 4096, 128, d.matmul);
+        assert!(flops / ns / 1e3 < 400.0);
+        // One tile more than a full wave costs a whole extra wave.
+        let full = d.gemm(1, 128 * 12, 128 * 11, 16384, d.matmul).0;
+        let over = d.gemm(1, 128 * 12 + 1, 128 * 11, 16384, d.matmul).0;
+        assert!(over > 1.9 * (full - LAUNCH_NS));
+    }
+
+    #[test]
+    fn flash_attention_is_faster_and_tp_splits_the_work() {
+        let flash = cost_of("llama2-70b", "h100", CostOptions { seq_len: 4096, ..opts(8) });
+        let plain = cost_of("llama2-70b", "h100", CostOptions { seq_len: 4096, flash_attention: false, ..opts(8) });
+        assert!(flash.attention.forward_ns() < plain.attention.forward_ns());
+        let tp1 = cost_of("llama2-70b", "h100", CostOptions { seq_len: 4096, ..opts(1) });
+        let ratio = tp1.mlp.forward_ns() / flash.mlp.forward_ns();
+        assert!(ratio > 6.0 && ratio < 8.5, "{ratio}");
+        assert!(tp1.attention.tp.is_none() && flash.attention.tp.is_some());
+        // FP8 GEMMs are faster than BF16 ones; B200 faster than H100.
+        let fp8 = cost_of("llama2-70b", "h100", CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(8) });
+        assert!(fp8.mlp.forward_ns() < 0.8 * flash.mlp.forward_ns());
+        let b200 = cost_of("llama2-70b", "b200", CostOptions { seq_len: 4096, ..opts(8) });
+        assert!(b200.mlp.forward_ns() < 0.6 * flash.mlp.forward_ns());
+    }
+
+    #[test]
+    fn sequence_parallel_changes_the_collectives_not_the_bytes() {
+        let sp = cost_of("gpt3-175b", "a100-80gb", CostOptions { sequence_parallel: true, ..opts(8) });
+        let tp = sp.attention.tp.as_ref().unwrap();
+        assert_eq!(tp.forward, vec![TpCollective::AllGather, TpCollective::ReduceScatter]);
+        assert_eq!(tp.bytes, 2048 * 12288 * 2);
+        let ar = cost_of("gpt3-175b", "a100-80gb", opts(8));
+        assert_eq!(ar.attention.tp.as_ref().unwrap().forward, vec![TpCollective::AllReduce]);
+        assert!(sp.mlp.forward_ns() < ar.mlp.forward_ns()); // norms on 1/8 of the tokens
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_what_would_be_valid() {
+        let cfg = TransformerConfig::named("llama2-70b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let e = cost(&cfg, h100, &opts(16)).unwrap_err().to_string();
+        assert!(e.contains("tp=16") && e.contains("8 key-value heads"), "{e}");
+        let e = cost(&cfg, GpuSpec::by_name("v100").unwrap(), &opts(8)).unwrap_err().to_string();
+        assert!(e.contains("bf16"), "{e}");
+        let e = cost(&cfg, GpuSpec::by_name("a100").unwrap(), &CostOptions { precision: Precision::Fp8, ..opts(8) })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fp8"), "{e}");
+        let e = cost(&cfg, h100, &CostOptions { micro_batch: 0, ..opts(8) }).unwrap_err().to_string();
+        assert!(e.contains("--micro-batch"), "{e}");
+    }
+
+    #[test]
+    fn calibration_hits_the_single_gpu_number_and_workload_has_every_block() {
+        let mut c = cost_of("llama3-8b", "h100", CostOptions { seq_len: 8192, ..opts(1) });
+        c.calibrate_throughput(1.5).unwrap();
+        assert!((1e9 / c.single_gpu_step_ns() - 1.5).abs() < 1e-9);
+        let w = c.to_workload();
+        assert_eq!(w.layers.len(), 2 + 2 * 32);
+        assert_eq!(w.layers[1].name, "L0.attn");
+        assert_eq!(w.layers.last().unwrap().name, "head");
+        let params = TransformerConfig::named("llama3-8b").unwrap().params().total();
+        assert_eq!(w.grad_bytes(), params * 4);
+    }
+}
