@@ -77,8 +77,8 @@ pub struct SetupArgs {
 /// How collectives are modelled: the flags every simulating command shares.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CollectiveArgs {
-    /// Collective model: nccl (NCCL's algorithms, protocols, channels; default) or ideal (textbook
-    /// schedules at link rates).
+    /// Collective model: ideal (textbook schedules at link rates; the default) or nccl (NCCL's
+    /// algorithms, protocols, channels and transports).
     #[arg(long, value_name = "MODEL")]
     pub collective_model: Option<String>,
     /// NCCL version whose tuner and constants to use: 2.8.4, 2.18.3, 2.21.5 (default 2.21.5).

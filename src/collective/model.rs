@@ -1,6 +1,7 @@
-//! Which collective model lowers a machine's collectives: `nccl` (NCCL's algorithms, protocols,
-//! channels and transports for a named version; the default) or `ideal` (the idealised ring and the
-//! other textbook schedules of [`super::Plan`], where every transfer moves at its links' rates;
+//! Which collective model lowers a machine's collectives: `ideal` (the default until the NCCL
+//! model beats it on the shipped validation sets; see `validate --baseline ideal-ring`) or `nccl`
+//! (NCCL's algorithms, protocols, channels and transports for a named version). `ideal` is the
+//! idealised ring and the other textbook schedules of [`super::Plan`], where every transfer moves at its links' rates;
 //! the DAG paper's closed forms hold there). [`Lowerer`] is what the engine calls for each
 //! collective: it keeps one NCCL communicator per group and one plan per distinct call, and counts
 //! what ran, for reports.
