@@ -2,7 +2,7 @@
 //! the DAG builder and the engine into a [`Prediction`]. This is what every simulating command
 //! calls; it holds no state of its own.
 
-use crate::collective::Algorithm;
+use crate::collective::Layout;
 use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
@@ -108,9 +108,10 @@ impl Setup {
     /// the full simulation in `tests/symmetry.rs`).
     pub fn representatives(&self, machine: &Machine, gpus: u32) -> Option<u32> {
         let s = &self.strategy;
-        let symmetric_allreduce = matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical);
+        let used = &machine.gpus[..(gpus as usize).min(machine.gpus.len())];
+        let layout = Layout::from_nodes(used.iter().map(|g| g.node));
         let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
-        if s.master || s.mps.is_some() || !symmetric_allreduce || servers {
+        if s.master || s.mps.is_some() || !machine.collectives.node_symmetric(s.allreduce, layout) || servers {
             return None;
         }
         machine.uniform_nodes(gpus)
@@ -153,6 +154,8 @@ impl Setup {
                 CommSource::Trace => "trace",
             }
             .to_string(),
+            collective_model: sim.machine.collectives.name(),
+            collectives: sim.run.collectives.clone(),
             runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
             grad_tensors: self.workload.tensor_count(),
             grad_tensors_source: self.workload.tensor_source(),

@@ -67,6 +67,8 @@ impl HybridSetup {
             // Gradient syncs and exchanges are the table's measured times, not a collective.
             allreduce: "measured".to_string(),
             comm_source: "trace".to_string(),
+            collective_model: machine.collectives.name(),
+            collectives: run.collectives.clone(),
             runtime: "none".to_string(),
             // One exchange per layer boundary and per learnable layer, as the table gives them.
             grad_tensors: 0,

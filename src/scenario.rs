@@ -60,6 +60,12 @@ pub struct WorkloadSection {
 pub struct MachineSection {
     /// Preset name or topology file path.
     pub topology: Option<String>,
+    /// Collective model (`nccl`, the default, or `ideal`) and the NCCL settings, as the
+    /// `--collective-model`, `--nccl-version`, `--nccl-algo`, `--nccl-proto` flags.
+    pub collective_model: Option<String>,
+    pub nccl_version: Option<String>,
+    pub nccl_algo: Option<String>,
+    pub nccl_proto: Option<String>,
 }
 
 impl Scenario {
@@ -148,7 +154,14 @@ impl Scenario {
             }
             workload.update = crate::workload::Stat::exact(crate::units::us_to_ns(u));
         }
-        let topology = load_topology(self.topology_arg().as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+        let mut topology = load_topology(self.topology_arg().as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+        let m = &self.machine;
+        topology.collectives = crate::collective::CollectiveModel::from_flags(
+            m.collective_model.as_deref(),
+            m.nccl_version.as_deref(),
+            m.nccl_algo.as_deref(),
+            m.nccl_proto.as_deref(),
+        )?;
         let strategy = Strategy::parse(self.strategy.as_deref().unwrap_or(DEFAULT_STRATEGY))?;
         let iterations = self.iterations.unwrap_or(DEFAULT_ITERATIONS);
         let setup = Setup { workload, topology, strategy, iterations };

@@ -1,14 +1,16 @@
 //! Fits on top of a link calibration (issue 3): a collective's efficiency, and the links between
 //! nodes from a multi-node all-reduce, then out-of-sample predictions for more nodes. Synthetic
 //! measurements (made by the engine with known values) check that the fits recover what made them;
-//! the ABCI nccl-tests tables check the numbers docs/machines.md reports.
+//! the ABCI nccl-tests tables check the numbers docs/machines.md reports. These are the ideal
+//! collective model's fits (`--collective-model ideal`), so every machine here runs that model;
+//! the NCCL model's calibration is tested in `tests/calibrate_nccl.rs`.
 
 mod common;
 
 use common::dagsim;
 use dagsim::calibrate::collective_fit::{check, fit_efficiency, fit_network, CollectiveFitOptions, ModelFit};
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, FitOptions, Measurement};
-use dagsim::collective::{Algorithm, CollectiveOp};
+use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
 use dagsim::hw::calibration::{Calibration, CollectiveEfficiency, CurvePoint, LinkCalibration, Provenance};
 use dagsim::hw::{load_topology, LinkKind, Machine, Topology};
 use std::path::{Path, PathBuf};
@@ -17,12 +19,19 @@ fn abci(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/measured/abci").join(file)
 }
 
+/// A preset under the ideal collective model.
+fn ideal(name: &str) -> Topology {
+    let mut t = load_topology(name).unwrap();
+    t.collectives = CollectiveModel::Ideal;
+    t
+}
+
 /// 1 KiB .. 32 MiB, the range every summary covers.
 const SUMMARY: (u64, u64) = (1 << 10, 32 << 20);
 
 /// The single-node link calibration of the ABCI V-node (NVLink fitted to the 4-GPU all-reduce).
 fn vnode_links() -> (Topology, Calibration) {
-    let t = load_topology("abci-v").unwrap();
+    let t = ideal("abci-v");
     let m = read_measurement(&abci("allreduce_intra_vnode_4gpu.nccl"), None).unwrap();
     let cal = fit_allreduce(&t, &m, &FitOptions::default()).unwrap().calibration;
     (t, cal)
@@ -55,7 +64,7 @@ fn efficiency_fit_recovers_a_known_efficiency() {
         let mut machine = t.instantiate(4).unwrap();
         machine.apply_calibration(&links).unwrap();
         machine.collective_efficiency =
-            vec![CollectiveEfficiency { op, algorithm: Algorithm::Auto, efficiency: truth }];
+            vec![CollectiveEfficiency { op, algorithm: Algorithm::Auto, efficiency: truth, model: None }];
         let m = synthetic(&machine, op, Algorithm::Auto, 4, 1);
         let fit = fit_efficiency(&t, Some(&links), &m, &options(Algorithm::Auto, 1 << 20)).unwrap();
         let e = fit.calibration.collectives.iter().find(|c| c.op == op).unwrap().efficiency;
@@ -105,7 +114,7 @@ fn with_network(latency_us: f64, gb_s: f64) -> Calibration {
 
 #[test]
 fn network_fit_recovers_known_links() {
-    let t = load_topology("abci-v").unwrap();
+    let t = ideal("abci-v");
     let (_, links) = vnode_links();
     let truth = with_network(2.5, 7.0);
     let mut machine = t.instantiate(8).unwrap();
@@ -127,7 +136,7 @@ fn abci_two_node_fit_predicts_more_nodes_out_of_sample() {
     // (in sample); 4: 19.8% / 66%; 8: 37.6% / 168%; 16: 36.4% / 343%; 32: 45.8% / 641%. The model's
     // inter-node ring has 2(M-1) latency-bound steps where NCCL uses a tree of depth log2 M, and
     // moves 2(M-1)/M of the buffer per node where NCCL's flat rings move 2(N-1)/N at every M.
-    let t = load_topology("abci-v").unwrap();
+    let t = ideal("abci-v");
     let (_, links) = vnode_links();
     let two = read_measurement(&abci("allreduce_inter_vnode_2node.nccl"), None).unwrap();
     assert_eq!((two.ranks, two.hosts), (8, 2));
@@ -156,14 +165,14 @@ fn predict_applies_a_fitted_broadcast_efficiency() {
     dagsim()
         .arg("calibrate")
         .arg(abci("allreduce_intra_vnode_4gpu.nccl"))
-        .args(["--topology", "abci-v", "-o"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "-o"])
         .arg(&links)
         .assert()
         .success();
     let out = dagsim()
         .arg("calibrate")
         .arg(abci("bcast_intra_vnode_4gpu.nccl"))
-        .args(["--topology", "abci-v", "--algorithm", "ring", "--calibration"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "--algorithm", "ring", "--calibration"])
         .arg(&links)
         .arg("-o")
         .arg(&bcast)
@@ -183,7 +192,8 @@ fn predict_applies_a_fitted_broadcast_efficiency() {
             .arg("predict")
             .arg("--trace")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/alexnet_k80.csv"))
-            .args(["--gpus", "4", "--topology", "abci-v", "--strategy", "master", "--format", "json", "--calibration"])
+            .args(["--gpus", "4", "--topology", "abci-v", "--collective-model", "ideal", "--strategy", "master"])
+            .args(["--format", "json", "--calibration"])
             .arg(cal)
             .output()
             .unwrap();
@@ -202,21 +212,21 @@ fn multi_node_allreduce_needs_a_single_node_calibration_and_check_fits_nothing()
     dagsim()
         .arg("calibrate")
         .arg(&two)
-        .args(["--topology", "abci-v"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal"])
         .assert()
         .code(2)
         .stderr(predicates::str::contains("give --calibration with a single-node fit"));
     dagsim()
         .arg("calibrate")
         .arg(&two)
-        .args(["--topology", "abci-v", "--algorithm", "carrier-pigeon", "--check"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "--algorithm", "carrier-pigeon", "--check"])
         .assert()
         .code(2)
         .stderr(predicates::str::contains("unknown algorithm `carrier-pigeon`"));
     dagsim()
         .arg("calibrate")
         .arg(abci("bcast_intra_vnode_4gpu.nccl"))
-        .args(["--topology", "abci-v", "--hold-out"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "--hold-out"])
         .assert()
         .code(2)
         .stderr(predicates::str::contains("--hold-out"));
@@ -224,7 +234,7 @@ fn multi_node_allreduce_needs_a_single_node_calibration_and_check_fits_nothing()
     dagsim()
         .arg("calibrate")
         .arg(&two)
-        .args(["--topology", "abci-v", "--check"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "--check"])
         .assert()
         .success()
         .stdout(predicates::str::contains("nothing fitted"))
@@ -238,6 +248,7 @@ fn efficiencies_above_one_are_valid_and_non_positive_ones_are_not() {
         op: CollectiveOp::Broadcast,
         algorithm: Algorithm::Ring,
         efficiency: 2.5,
+        model: None,
     });
     assert!(Calibration::parse(&cal.to_json(), Path::new("c.json")).is_ok());
     cal.collectives[0].efficiency = 0.0;

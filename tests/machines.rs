@@ -1,9 +1,10 @@
 //! Machines: what must hold for topologies, routing, contention, collectives and calibration
 //! (issue 3). Each test builds a machine the way a user would (topology text or a shipped preset)
-//! and runs the real engine.
+//! and runs the real engine. Tests of the ideal collective model's closed forms and link fits say
+//! so and run that model; the NCCL model's own properties are in `tests/collectives_nccl.rs`.
 
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
-use dagsim::collective::{Algorithm, CollectiveOp};
+use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
 use dagsim::hw::topology::parse_topology;
 use dagsim::hw::{load_topology, LinkKind, Machine, Topology};
 use std::path::Path;
@@ -31,7 +32,16 @@ fn uniform_ring(n: u32, lat_us: f64, gb_s: f64) -> Machine {
         devices.join(","),
         links.join(",")
     );
-    topology(&text).unwrap().instantiate(n).unwrap()
+    let mut m = topology(&text).unwrap().instantiate(n).unwrap();
+    m.collectives = CollectiveModel::Ideal;
+    m
+}
+
+/// A preset under the ideal collective model.
+fn ideal(name: &str) -> Topology {
+    let mut t = load_topology(name).unwrap();
+    t.collectives = CollectiveModel::Ideal;
+    t
 }
 
 #[test]
@@ -115,8 +125,8 @@ fn pcie_peers_cross_the_root_complex_or_qpi() {
 #[test]
 fn hierarchical_beats_flat_ring_when_the_network_is_the_bottleneck() {
     // Two nodes of 4 V100-PCIe on 10 GbE: the ring crosses the network 2(N-1) times per node's NIC,
-    // the hierarchical algorithm moves only each node's 1/G share across.
-    let m = load_topology("v100-pcie-10gbe").unwrap().instantiate(8).unwrap();
+    // the hierarchical algorithm moves only each node's 1/G share across (ideal model).
+    let m = ideal("v100-pcie-10gbe").instantiate(8).unwrap();
     let k = 64 << 20;
     let ring = simulate_collective(&m, CollectiveOp::AllReduce, Algorithm::Ring, 8, k).unwrap();
     let hier = simulate_collective(&m, CollectiveOp::AllReduce, Algorithm::Hierarchical, 8, k).unwrap();
@@ -161,7 +171,7 @@ const ABCI: [(&str, &str); 3] = [
 fn abci_allreduce_fit_reproduces_every_size_and_predicts_held_out_ones() {
     let (lo, hi) = (1 << 10, 32 << 20);
     for (file, topo) in ABCI {
-        let t = load_topology(topo).unwrap();
+        let t = ideal(topo);
         let m = read_measurement(&abci(file), None).unwrap();
         let full = fit_allreduce(&t, &m, &FitOptions::default()).unwrap();
         let [fitted, _] = full.summary(lo, hi);
@@ -181,7 +191,7 @@ fn abci_allreduce_fit_reproduces_every_size_and_predicts_held_out_ones() {
 
 #[test]
 fn calibration_applies_to_predictions() {
-    let t = load_topology("abci-v").unwrap();
+    let t = ideal("abci-v");
     let m = read_measurement(&abci("allreduce_intra_vnode_4gpu.nccl"), None).unwrap();
     let fit = fit_allreduce(&t, &m, &FitOptions::default()).unwrap();
     let mut calibrated = t.clone();

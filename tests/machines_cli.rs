@@ -12,12 +12,13 @@ fn repo(path: &str) -> PathBuf {
 
 #[test]
 fn calibrate_writes_a_file_that_predict_accepts() {
+    // The ideal model's link fit (the NCCL model's calibration: tests/calibrate_nccl.rs).
     let dir = tempfile::tempdir().unwrap();
     let cal = dir.path().join("abci-v.cal.json");
     dagsim()
         .arg("calibrate")
         .arg(repo("topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl"))
-        .args(["--topology", "abci-v", "--hold-out", "-o"])
+        .args(["--topology", "abci-v", "--collective-model", "ideal", "--hold-out", "-o"])
         .arg(&cal)
         .assert()
         .success()
@@ -31,7 +32,8 @@ fn calibrate_writes_a_file_that_predict_accepts() {
             .arg("predict")
             .arg("--trace")
             .arg(repo("traces/alexnet_k80.csv"))
-            .args(["--gpus", "4", "--topology", "abci-v", "--strategy", "none", "--format", "csv"])
+            .args(["--gpus", "4", "--topology", "abci-v", "--collective-model", "ideal", "--strategy", "none"])
+            .args(["--format", "csv"])
             .args(extra)
             .output()
             .unwrap();

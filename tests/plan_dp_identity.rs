@@ -4,7 +4,11 @@
 //! `DAGSIM_WRITE_BASELINE=1 cargo test --release --test plan_dp_identity -- --ignored`); this test
 //! re-runs every setup and compares every recorded number exactly (f64 bits). It was re-written
 //! by main's S-SGD builder at 757e460 (after the runtimes' per-tensor gradient exchange landed,
-//! which changed codec launch costs for the resnet50 rows) before the plan builder took its place.
+//! which changed codec launch costs for the resnet50 rows) before the plan builder took its place,
+//! and re-written on branch nccl after the engine's collective lowering made `allreduce=auto`
+//! run as the ring under the ideal collective model (NCCL's tuner decides under the NCCL model):
+//! a change after the DAG, so both builders changed alike; only the multi-node `allreduce=auto`
+//! rows moved.
 
 use dagsim::hw::load_topology;
 use dagsim::predict::Setup;

@@ -123,6 +123,14 @@ fn minimize(lo: f64, hi: f64, log: bool, grid: usize, mut f: impl FnMut(f64) -> 
     Ok(if best.0 < f1.min(f2) { from(at(best.1)) } else { from(x) })
 }
 
+/// The name a calibration records for a collective model (efficiencies apply under it only).
+pub fn model_name(model: crate::collective::CollectiveModel) -> &'static str {
+    match model {
+        crate::collective::CollectiveModel::Ideal => "ideal",
+        crate::collective::CollectiveModel::Nccl(_) => "nccl",
+    }
+}
+
 /// Fits the efficiency of `m.op` run with `opts.algorithm` on the machine as `base` calibrates it.
 /// The result keeps `base` (links, other efficiencies) and adds or replaces this entry.
 pub fn fit_efficiency(
@@ -134,9 +142,10 @@ pub fn fit_efficiency(
     let mut machine = calibrated_machine(topology, base, m)?;
     let (op, algorithm) = (m.op, opts.algorithm);
     let fit = fit_points(m, opts.fit_range)?;
+    let model = Some(model_name(machine.collectives).to_string());
     let set = |machine: &mut Machine, efficiency: f64| {
-        machine.collective_efficiency.retain(|e| (e.op, e.algorithm) != (op, algorithm));
-        machine.collective_efficiency.push(CollectiveEfficiency { op, algorithm, efficiency });
+        machine.collective_efficiency.retain(|e| (e.op, e.algorithm, &e.model) != (op, algorithm, &model));
+        machine.collective_efficiency.push(CollectiveEfficiency { op, algorithm, efficiency, model: model.clone() });
     };
     let e = minimize(EFFICIENCY_RANGE.0, EFFICIENCY_RANGE.1, true, 61, |e| {
         set(&mut machine, e);
@@ -154,8 +163,8 @@ pub fn fit_efficiency(
         range_text(opts.fit_range)
     );
     let mut calibration = extend(base, topology, m, note, &points);
-    calibration.collectives.retain(|c| (c.op, c.algorithm) != (op, algorithm));
-    calibration.collectives.push(CollectiveEfficiency { op, algorithm, efficiency: e });
+    calibration.collectives.retain(|c| (c.op, c.algorithm, &c.model) != (op, algorithm, &model));
+    calibration.collectives.push(CollectiveEfficiency { op, algorithm, efficiency: e, model: model.clone() });
     let headline = format!(
         "fitted {} efficiency {e:.4} for algorithm {} (moves bytes/{e:.4}) on sizes {}",
         op.name(),

@@ -117,6 +117,8 @@ pub struct Args {
     /// Write the calibration file here (written atomically).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    collectives: super::setup_args::CollectiveArgs,
 }
 
 /// Sizes the summary covers: 1 KiB to 32 MiB.
@@ -141,7 +143,8 @@ pub fn run(args: Args) -> Result<u8> {
         }
         None => None,
     };
-    let topology = load_topology(&topology)?;
+    let mut topology = load_topology(&topology)?;
+    topology.collectives = args.collectives.model()?;
     if is_p2p_matrix(&input)? {
         return run_p2p(&args, &input, &topology, kind.unwrap_or(LinkKind::Nvlink));
     }

@@ -3,6 +3,7 @@
 //! given on the command line are relative to the working directory. The strategy flag stays with
 //! each subcommand (`compare` takes a list).
 
+use dagsim::collective::CollectiveModel;
 use dagsim::error::Result;
 use dagsim::hw::builder::{build_parametric, Parametric};
 use dagsim::predict::Setup;
@@ -69,6 +70,44 @@ pub struct SetupArgs {
     /// Iterations to simulate (the first is warm-up).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
+    #[command(flatten)]
+    pub collectives: CollectiveArgs,
+}
+
+/// How collectives are modelled: the flags every simulating command shares.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CollectiveArgs {
+    /// Collective model: ideal (textbook schedules at link rates; the default) or nccl (NCCL's
+    /// algorithms, protocols, channels and transports).
+    #[arg(long, value_name = "MODEL")]
+    pub collective_model: Option<String>,
+    /// NCCL version whose tuner and constants to use: 2.8.4, 2.18.3, 2.21.5 (default 2.21.5).
+    #[arg(long, value_name = "VERSION")]
+    pub nccl_version: Option<String>,
+    /// Force NCCL's algorithm, as NCCL_ALGO does: ring or tree.
+    #[arg(long, value_name = "ALGO")]
+    pub nccl_algo: Option<String>,
+    /// Force NCCL's protocol, as NCCL_PROTO does: LL, LL128 or Simple.
+    #[arg(long, value_name = "PROTO")]
+    pub nccl_proto: Option<String>,
+}
+
+impl CollectiveArgs {
+    /// The model the flags ask for, over a scenario's fields (flags win field by field).
+    pub fn model_over(&self, scenario: &dagsim::scenario::MachineSection) -> Result<CollectiveModel> {
+        let pick = |flag: &Option<String>, field: &Option<String>| flag.clone().or(field.clone());
+        CollectiveModel::from_flags(
+            pick(&self.collective_model, &scenario.collective_model).as_deref(),
+            pick(&self.nccl_version, &scenario.nccl_version).as_deref(),
+            pick(&self.nccl_algo, &scenario.nccl_algo).as_deref(),
+            pick(&self.nccl_proto, &scenario.nccl_proto).as_deref(),
+        )
+    }
+
+    /// The model the flags alone ask for.
+    pub fn model(&self) -> Result<CollectiveModel> {
+        self.model_over(&Default::default())
+    }
 }
 
 impl SetupArgs {
@@ -141,6 +180,7 @@ impl SetupArgs {
         if let Some(c) = &self.calibration {
             setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
+        setup.topology.collectives = self.collectives.model_over(&scenario.machine)?;
         Ok(setup)
     }
 

@@ -181,7 +181,7 @@ pub fn run(args: Args) -> Result<u8> {
     let record_flows = args.format != Format::Json || detail.needs_flows();
     if record_flows && args.format == Format::Json && max_size > 0 {
         // Recording every flow costs memory before anything is written: refuse early.
-        let flows = dagsim::sim::flow_count(&dag, &machine);
+        let flows = dagsim::sim::flow_count(&dag, &machine)?;
         if flows > MAX_RECORDED_FLOWS {
             return Err(Error::invalid(
                 "--detail",
@@ -208,6 +208,8 @@ pub fn run(args: Args) -> Result<u8> {
         ("topology", setup.topology.name.clone()),
         ("strategy", setup.strategy.name()),
         ("gpus", args.gpus.to_string()),
+        ("collective_model", sim.machine.collectives.name()),
+        ("collectives", dagsim::collective::model::describe(&sim.machine.collectives.name(), &sim.run.collectives)),
         ("dagsim_version", env!("CARGO_PKG_VERSION").to_string()),
     ];
     let arrows = match args.arrows {
@@ -254,7 +256,10 @@ pub fn run(args: Args) -> Result<u8> {
                 "start_ns",
                 "end_ns",
                 "critical",
+                "collective",
             ])?;
+            let how: std::collections::HashMap<u32, &str> =
+                run.collective_labels.iter().map(|(t, l)| (*t, l.as_str())).collect();
             for (t, task) in dag.tasks().iter().enumerate() {
                 let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_default();
                 let queue = task.queue.map(|q| dag.queues()[q as usize].name.clone()).unwrap_or_default();
@@ -269,6 +274,7 @@ pub fn run(args: Args) -> Result<u8> {
                     run.start[t].to_string(),
                     run.end[t].to_string(),
                     on_path[t].to_string(),
+                    how.get(&(t as u32)).map(|l| format!("{} {l}", sim.machine.collectives.name())).unwrap_or_default(),
                 ])?;
             }
             c.flush()
@@ -280,6 +286,11 @@ pub fn run(args: Args) -> Result<u8> {
                 dag.len(),
                 run.flow_records.len(),
                 run.makespan as f64 / 1e9
+            )?;
+            writeln!(
+                w,
+                "collectives: {}",
+                dagsim::collective::model::describe(&sim.machine.collectives.name(), &run.collectives)
             )?;
             writeln!(w, "critical path: {} tasks; time on it by phase:", critical.len())?;
             let mut by_phase: std::collections::BTreeMap<&str, u64> = Default::default();

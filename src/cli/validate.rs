@@ -4,7 +4,7 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::error::{Error, Result};
-use dagsim::validate::{validate_files, write_csv, write_json, write_text, Baseline, Gate};
+use dagsim::validate::{validate_files_with, write_csv, write_json, write_text, Baseline, Gate};
 use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
@@ -13,13 +13,17 @@ Examples:
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
   dagsim validate validation/*.csv --format json -o validation-report.json
   dagsim validate validation/scaledn.csv --baseline alpha-beta
+  dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --collective-model nccl --baseline ideal-ring
 
 Each CSV row is one measurement: its setup (scenario file and/or trace, topology, GPU count,
 strategy) and the measured throughput, iteration time or speedup. The format is in
 docs/validate.md; the shipped sets and where their numbers come from are in validation/README.md.
 
 Exit codes: 0 the gate passed; 1 the mean absolute error exceeds --tolerance, or a row not marked
-known_miss exceeds --max-error; 2 bad usage or a bad file (the message names file, line, column).";
+known_miss exceeds --max-error; 2 bad usage or a bad file (the message names file, line, column).
+
+The collective flags (--collective-model, --nccl-version, --nccl-algo, --nccl-proto) apply to every
+row; each row says which model ran and what it chose.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Compare predictions with measured results; exit 1 past a tolerance", after_help = EXAMPLES)]
@@ -35,7 +39,9 @@ pub struct Args {
     max_error: f64,
     /// Also predict every row with a simpler model and report its error beside dagsim's:
     /// `alpha-beta` (one-GPU time plus a flat-ring all-reduce at the topology's link rates, no
-    /// overlap). The gate then also fails on a set where the baseline is closer.
+    /// overlap) or `ideal-ring` (the same simulation with idealised collectives: rings at link
+    /// rates, no NCCL protocols, channels or latencies). The gate then also fails on a set where
+    /// the baseline is closer.
     #[arg(long, value_name = "NAME")]
     baseline: Option<String>,
     /// Output format.
@@ -44,6 +50,8 @@ pub struct Args {
     /// Write to FILE instead of stdout (written atomically).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    collectives: super::setup_args::CollectiveArgs,
 }
 
 /// A percentage with or without the `%` sign: `10%` and `10` both mean 0.10.
@@ -62,7 +70,12 @@ pub fn run(args: Args) -> Result<u8> {
         return Err(Error::invalid("FILE", "give at least one measurement set"));
     }
     let baseline = args.baseline.as_deref().map(Baseline::parse).transpose()?;
-    let report = validate_files(&paths, Gate { tolerance: args.tolerance, max_error: args.max_error }, baseline)?;
+    let c = &args.collectives;
+    let any =
+        c.collective_model.is_some() || c.nccl_version.is_some() || c.nccl_algo.is_some() || c.nccl_proto.is_some();
+    let collectives = if any { Some(c.model()?) } else { None };
+    let gate = Gate { tolerance: args.tolerance, max_error: args.max_error };
+    let report = validate_files_with(&paths, gate, baseline, collectives)?;
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &report),
         Format::Json => write_json(w, &report),

@@ -3,13 +3,24 @@
 //! The engine runs the steps in order; a step starts when every transfer of the previous one has
 //! arrived. Knows ranks and how they group into nodes ([`Layout`]), not devices or links: the
 //! engine maps ranks to devices and routes.
+//!
+//! Two models lower collectives ([`model::CollectiveModel`]): `nccl` ([`nccl`], the default) follows
+//! NCCL's algorithms, protocols, channels and transports; `ideal` runs the textbook schedules below
+//! at link rates. [`model::Lowerer`] picks per the machine's model.
 
+pub mod model;
+pub mod nccl;
+
+pub use model::{CollectiveModel, CollectiveUse, Lowerer};
+
+use crate::units::Nanos;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// What a collective computes. `bytes` is the full buffer (per rank for all-reduce and broadcast;
 /// the whole gathered/scattered buffer for gather and scatter). Rooted operations use the group's
 /// first rank as root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CollectiveOp {
     AllReduce,
@@ -57,12 +68,13 @@ impl CollectiveOp {
 
 /// How it is carried out. Algorithms that only define an all-reduce carry the rooted operations
 /// directly between the root and every rank, except `tree` (binomial tree) and `ring` broadcast
-/// (pipelined along the ring, as NCCL does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// (pipelined along the ring, as NCCL does). Under the NCCL collective model, `auto` (the
+/// default) is NCCL's own choice and `ring`/`tree` force NCCL's ring or tree, as `NCCL_ALGO`
+/// does; the others are not NCCL algorithms and run as written here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
     /// Ring: reduce-scatter then all-gather, 2(N-1) steps of K/N bytes between neighbours.
-    #[default]
     Ring,
     /// Two-level ring (Horovod/NCCL style): reduce-scatter inside each node, one ring per local
     /// rank across nodes on the node's 1/G share, all-gather inside each node. Needs ranks grouped
@@ -80,8 +92,10 @@ pub enum Algorithm {
     /// One parameter server on the group's first rank: every rank pushes its K bytes to it, then
     /// pulls K bytes back.
     PsCentral,
-    /// Mimics NCCL's choice: ring inside one node; across nodes, tree for messages under
-    /// [`AUTO_TREE_BELOW`] bytes (latency-bound) and ring above.
+    /// The library's choice (the default): NCCL's tuner under the NCCL model; under the ideal
+    /// model the ring. [`Plan::lower_on`] alone keeps a crude NCCL imitation: ring inside one node;
+    /// across nodes, tree below [`AUTO_TREE_BELOW`] bytes and ring above.
+    #[default]
     Auto,
 }
 
@@ -172,16 +186,40 @@ impl Layout {
     }
 }
 
-/// One point-to-point transfer of a step, between group ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A transfer's `rail` when any route will do.
+pub const NO_RAIL: u32 = u32::MAX;
+
+/// One point-to-point transfer of a step, between group ranks: bytes on the wire, the NIC it
+/// crosses between nodes (`rail`, an index into each node's NICs, or [`NO_RAIL`]), how long it
+/// waits before its bytes move (its route's latency, or exactly `latency_ns` when the collective
+/// model times its hops itself), and the most it can move per ns on its own (`cap`, infinite if
+/// only the links limit).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Transfer {
     pub src: u32,
     pub dst: u32,
     pub bytes: u64,
+    pub rail: u32,
+    pub latency: Latency,
+    pub cap: f64,
+}
+
+/// How long a transfer waits before its bytes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latency {
+    /// Its route's latency.
+    Route,
+    /// Exactly this many ns (a pipelined protocol's share of the hop latencies).
+    Exact(Nanos),
+}
+
+/// A transfer with no protocol effects.
+fn t(src: u32, dst: u32, bytes: u64) -> Transfer {
+    Transfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY }
 }
 
 /// A lowered collective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
     /// Nothing to send (one rank, or zero bytes).
     Empty,
@@ -205,6 +243,8 @@ pub enum Plan {
     AllToAll { ranks: u32, chunk: u64, steps: u32 },
     /// Everyone to the root, then the root to everyone, `bytes` each way.
     Central { ranks: u32, bytes: u64 },
+    /// NCCL's lowering of one call ([`nccl::plan::NcclPlan`]).
+    Nccl(Arc<nccl::plan::NcclPlan>),
 }
 
 impl Plan {
@@ -269,6 +309,7 @@ impl Plan {
 
     pub fn step_count(&self) -> u32 {
         match *self {
+            Plan::Nccl(ref p) => p.step_count(),
             Plan::Empty => 0,
             Plan::Ring { steps, .. } | Plan::AllToAll { steps, .. } => steps,
             Plan::FromRoot { .. } | Plan::ToRoot { .. } => 1,
@@ -284,6 +325,7 @@ impl Plan {
     /// engine can time a class once. Ring steps are all alike.
     pub fn step_class(&self, step: u32) -> u32 {
         match *self {
+            Plan::Nccl(ref p) => p.step_class(step),
             Plan::Empty | Plan::Ring { .. } | Plan::FromRoot { .. } | Plan::ToRoot { .. } | Plan::AllToAll { .. } => 0,
             // Every sender busy in the middle of the pipeline; fill and drain steps differ.
             Plan::RingBroadcast { ranks, pieces, .. } => {
@@ -306,18 +348,19 @@ impl Plan {
     pub fn for_each_transfer(&self, step: u32, mut f: impl FnMut(Transfer)) {
         debug_assert!(step < self.step_count());
         match *self {
+            Plan::Nccl(ref p) => p.for_each_transfer(step, f),
             Plan::Empty => {}
             Plan::Ring { ranks, chunk, .. } => {
                 for r in 0..ranks {
-                    f(Transfer { src: r, dst: (r + 1) % ranks, bytes: chunk });
+                    f(t(r, (r + 1) % ranks, chunk));
                 }
             }
-            Plan::FromRoot { ranks, chunk } => (1..ranks).for_each(|r| f(Transfer { src: 0, dst: r, bytes: chunk })),
-            Plan::ToRoot { ranks, chunk } => (1..ranks).for_each(|r| f(Transfer { src: r, dst: 0, bytes: chunk })),
+            Plan::FromRoot { ranks, chunk } => (1..ranks).for_each(|r| f(t(0, r, chunk))),
+            Plan::ToRoot { ranks, chunk } => (1..ranks).for_each(|r| f(t(r, 0, chunk))),
             Plan::RingBroadcast { ranks, chunk, pieces } => {
                 for i in 0..ranks - 1 {
                     if step >= i && step - i < pieces {
-                        f(Transfer { src: i, dst: i + 1, bytes: chunk });
+                        f(t(i, i + 1, chunk));
                     }
                 }
             }
@@ -328,9 +371,9 @@ impl Plan {
                     for local in 0..g {
                         let src = node * g + local;
                         if inter_phase {
-                            f(Transfer { src, dst: ((node + 1) % m) * g + local, bytes: inter });
+                            f(t(src, ((node + 1) % m) * g + local, inter));
                         } else {
-                            f(Transfer { src, dst: node * g + (local + 1) % g, bytes: intra });
+                            f(t(src, node * g + (local + 1) % g, intra));
                         }
                     }
                 }
@@ -345,7 +388,7 @@ impl Plan {
                 while parent + span < ranks {
                     let child = parent + span;
                     let (src, dst) = if going_up { (child, parent) } else { (parent, child) };
-                    f(Transfer { src, dst, bytes });
+                    f(t(src, dst, bytes));
                     parent += span << 1;
                 }
             }
@@ -356,7 +399,7 @@ impl Plan {
                 if extra && (step == 0 || step == last) {
                     for r in pow2..ranks {
                         let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
-                        f(Transfer { src, dst, bytes });
+                        f(t(src, dst, bytes));
                     }
                     return;
                 }
@@ -370,22 +413,37 @@ impl Plan {
                     (1 << k, bytes >> (rounds - k))
                 };
                 for r in 0..pow2 {
-                    f(Transfer { src: r, dst: r ^ distance, bytes: held.max(1) });
+                    f(t(r, r ^ distance, held.max(1)));
                 }
             }
             Plan::AllToAll { ranks, chunk, .. } => {
                 for src in 0..ranks {
                     for dst in (0..ranks).filter(|&d| d != src) {
-                        f(Transfer { src, dst, bytes: chunk });
+                        f(t(src, dst, chunk));
                     }
                 }
             }
             Plan::Central { ranks, bytes } => {
                 for r in 1..ranks {
                     let (src, dst) = if step == 0 { (r, 0) } else { (0, r) };
-                    f(Transfer { src, dst, bytes });
+                    f(t(src, dst, bytes));
                 }
             }
+        }
+    }
+
+    /// How it ran, for reports: the NCCL choice (`ring/LL128 x12`) or the ideal algorithm.
+    pub fn label(&self) -> String {
+        match self {
+            Plan::Nccl(p) => p.label(),
+            Plan::Empty => "none".into(),
+            Plan::Ring { .. } | Plan::RingBroadcast { .. } => "ideal ring".into(),
+            Plan::FromRoot { .. } | Plan::ToRoot { .. } => "ideal direct".into(),
+            Plan::Hierarchical { .. } => "ideal hierarchical".into(),
+            Plan::Tree { .. } => "ideal tree".into(),
+            Plan::HalvingDoubling { .. } => "ideal halving-doubling".into(),
+            Plan::AllToAll { .. } => "ideal all-to-all".into(),
+            Plan::Central { .. } => "ideal ps-central".into(),
         }
     }
 
@@ -418,9 +476,9 @@ mod tests {
         let p = Plan::lower(CollectiveOp::AllReduce, Algorithm::Ring, 4, 1000);
         assert_eq!(p, Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(4), 1000));
         assert_eq!(p.step_count(), 6);
-        let t = &steps(&p)[0];
-        assert_eq!(t.len(), 4);
-        assert_eq!(t[3], Transfer { src: 3, dst: 0, bytes: 250 });
+        let s0 = &steps(&p)[0];
+        assert_eq!(s0.len(), 4);
+        assert_eq!(s0[3], t(3, 0, 250));
         assert_eq!(p.bytes_sent_per_rank(), 1500);
         assert_eq!(Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Ring, Layout::flat(1), 1000), Plan::Empty);
     }
@@ -463,9 +521,9 @@ mod tests {
         let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::Tree, Layout::flat(5), 100);
         let s = steps(&p);
         assert_eq!(s.len(), 6); // ceil(log2 5) = 3 levels, up and down
-        assert_eq!(s[0], vec![Transfer { src: 1, dst: 0, bytes: 100 }, Transfer { src: 3, dst: 2, bytes: 100 }]);
-        assert_eq!(s[2], vec![Transfer { src: 4, dst: 0, bytes: 100 }]);
-        assert_eq!(s[3], vec![Transfer { src: 0, dst: 4, bytes: 100 }]);
+        assert_eq!(s[0], vec![t(1, 0, 100), t(3, 2, 100)]);
+        assert_eq!(s[2], vec![t(4, 0, 100)]);
+        assert_eq!(s[3], vec![t(0, 4, 100)]);
         assert_eq!(s[5].len(), 2);
         // Every rank but 0 receives exactly once on the way down.
         let mut got = [0; 5];
@@ -485,8 +543,8 @@ mod tests {
         let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(6), 1000);
         let s = steps(&p);
         assert_eq!(s.len(), 6);
-        assert_eq!(s[0], vec![Transfer { src: 4, dst: 0, bytes: 1000 }, Transfer { src: 5, dst: 1, bytes: 1000 }]);
-        assert_eq!(s[5], vec![Transfer { src: 0, dst: 4, bytes: 1000 }, Transfer { src: 1, dst: 5, bytes: 1000 }]);
+        assert_eq!(s[0], vec![t(4, 0, 1000), t(5, 1, 1000)]);
+        assert_eq!(s[5], vec![t(0, 4, 1000), t(1, 5, 1000)]);
     }
 
     #[test]
@@ -534,9 +592,9 @@ mod tests {
         let p = Plan::lower_on(CollectiveOp::Broadcast, Algorithm::Ring, Layout::flat(3), 600);
         let s = steps(&p);
         assert_eq!(s.len(), 1 + 6); // ranks - 2 + pieces
-        assert_eq!(s[0], vec![Transfer { src: 0, dst: 1, bytes: 100 }]);
+        assert_eq!(s[0], vec![t(0, 1, 100)]);
         assert_eq!(s[1].len(), 2);
-        assert_eq!(s[6], vec![Transfer { src: 1, dst: 2, bytes: 100 }]);
+        assert_eq!(s[6], vec![t(1, 2, 100)]);
     }
 }
 

@@ -256,9 +256,11 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
                 link: LinkSpec { bandwidth_gb_s: Some(2.0), bandwidth_gbit_s: None, latency_us: 50.0 },
                 attach: "cpu0".into(),
             },
+            transports: None,
         }),
         calibration: None,
         calibrated: None,
+        collectives: Default::default(),
     })
 }
 

@@ -27,7 +27,7 @@
 //! channels). Fitted from measurements (`dagsim calibrate`), not assumed.
 
 use super::{BandwidthCurve, LinkKind, Machine};
-use crate::collective::{Algorithm, CollectiveOp};
+use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
 use crate::error::{Error, Location, Result};
 use crate::units::{gb_per_s_to_bytes_per_ns, us_to_ns};
 use serde::{Deserialize, Serialize};
@@ -90,12 +90,16 @@ pub struct CurvePoint {
 }
 
 /// Fraction of the modelled link rate one collective algorithm achieves.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CollectiveEfficiency {
     pub op: CollectiveOp,
     pub algorithm: Algorithm,
     pub efficiency: f64,
+    /// The collective model it was fitted under (`ideal` when absent, as files before the NCCL
+    /// model were); it applies only under that model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// One measured point against the fitted model.
@@ -240,15 +244,29 @@ impl Machine {
             check_efficiency(c.efficiency).map_err(|m| {
                 Error::invalid(format!("calibration, {} {} efficiency", c.op.name(), c.algorithm.name()), m)
             })?;
-            self.collective_efficiency.retain(|e| (e.op, e.algorithm) != (c.op, c.algorithm));
-            self.collective_efficiency.push(*c);
+            self.collective_efficiency.retain(|e| (e.op, e.algorithm, &e.model) != (c.op, c.algorithm, &c.model));
+            self.collective_efficiency.push(c.clone());
         }
         Ok(())
     }
 
-    /// Efficiency of a collective algorithm from calibration (1 when not calibrated).
-    pub fn efficiency(&self, op: CollectiveOp, algorithm: Algorithm) -> f64 {
-        self.collective_efficiency.iter().find(|e| e.op == op && e.algorithm == algorithm).map_or(1.0, |e| e.efficiency)
+    /// Efficiency of a collective algorithm under a collective model, from calibration (1 when not
+    /// calibrated for that model).
+    pub fn efficiency(&self, op: CollectiveOp, algorithm: Algorithm, model: CollectiveModel) -> f64 {
+        let model_name = match model {
+            CollectiveModel::Ideal => "ideal",
+            CollectiveModel::Nccl(_) => "nccl",
+        };
+        // The ideal model runs `auto` as its ring, so the two name one schedule there.
+        let same = |a: Algorithm| {
+            a == algorithm
+                || (model == CollectiveModel::Ideal
+                    && [a, algorithm].iter().all(|x| matches!(x, Algorithm::Ring | Algorithm::Auto)))
+        };
+        self.collective_efficiency
+            .iter()
+            .find(|e| e.op == op && same(e.algorithm) && e.model.as_deref().unwrap_or("ideal") == model_name)
+            .map_or(1.0, |e| e.efficiency)
     }
 }
 
@@ -278,8 +296,10 @@ mod tests {
                 _ => assert_ne!(l.latency_ns, 2000),
             }
         }
-        assert_eq!(m.efficiency(CollectiveOp::AllReduce, Algorithm::Ring), 0.5);
-        assert_eq!(m.efficiency(CollectiveOp::Broadcast, Algorithm::Ring), 1.0);
+        assert_eq!(m.efficiency(CollectiveOp::AllReduce, Algorithm::Ring, CollectiveModel::Ideal), 0.5);
+        let nccl = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
+        assert_eq!(m.efficiency(CollectiveOp::AllReduce, Algorithm::Ring, nccl), 1.0);
+        assert_eq!(m.efficiency(CollectiveOp::Broadcast, Algorithm::Ring, CollectiveModel::Ideal), 1.0);
     }
 
     #[test]

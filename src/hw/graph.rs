@@ -33,6 +33,9 @@ pub struct GraphSpec {
     #[serde(default)]
     pub network: Option<GraphNetwork>,
     pub storage: GraphStorage,
+    /// Effective transport rates (see `crate::hw::transports`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transports: Option<super::Transports>,
 }
 
 fn one_node() -> u32 {
@@ -220,6 +223,9 @@ impl GraphSpec {
         }
         known(&self.storage.attach, "graph.storage.attach".into())?;
         self.storage.link.rate(topo, "graph.storage")?;
+        if let Some(tr) = &self.transports {
+            tr.check(path, "graph.")?;
+        }
         Ok(())
     }
 
@@ -309,6 +315,18 @@ impl GraphSpec {
                 gpus.push(GpuInfo { device: id(&d.name), host, storage, node: n });
             }
         }
-        Machine::new(topo.to_string(), gpu_model.to_string(), devices, links, gpus)
+        let mut machine = Machine::new(topo.to_string(), gpu_model.to_string(), devices, links, gpus)?;
+        machine.transports = self.transports.clone().unwrap_or_default();
+        if let Some(net) = &self.network {
+            let transport = match net.protocol {
+                Protocol::Tcp => super::NetTransport::Socket,
+                Protocol::Rdma => super::NetTransport::Ib,
+            };
+            machine.network = Some(super::NetworkInfo {
+                line_rate: net.link.rate(topo, "graph.network")?,
+                transport: machine.transports.net.unwrap_or(transport),
+            });
+        }
+        Ok(machine)
     }
 }

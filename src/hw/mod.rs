@@ -9,10 +9,12 @@ pub mod calibration;
 pub mod graph;
 mod route;
 pub mod topology;
+pub mod transports;
 
 pub use calibration::Calibration;
 pub use route::Route;
 pub use topology::{load_topology, Topology};
+pub use transports::{NetTransport, NetworkInfo, Transports};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -177,6 +179,18 @@ pub struct Machine {
     /// Collective efficiencies from a calibration file (empty: every collective at full rate).
     #[serde(skip)]
     pub collective_efficiency: Vec<calibration::CollectiveEfficiency>,
+    /// How collectives are lowered onto this machine (NCCL's mechanics by default).
+    #[serde(skip)]
+    pub collectives: crate::collective::CollectiveModel,
+    /// Effective transport rates from the topology file (empty: the links decide).
+    #[serde(skip)]
+    pub transports: Transports,
+    /// The network between nodes (line rate, transport), when the topology has one.
+    #[serde(skip)]
+    pub network: Option<NetworkInfo>,
+    /// Per node, the devices that attach it to the network switch (its NICs), in device order.
+    #[serde(skip)]
+    nics: Vec<Vec<DeviceId>>,
     #[serde(skip)]
     out_links: Vec<Vec<LinkId>>,
     #[serde(skip)]
@@ -245,6 +259,21 @@ impl Machine {
             }),
             None => [Vec::new(), Vec::new()],
         };
+        let mut nics: Vec<Vec<DeviceId>> = Vec::new();
+        if let Some(gw) = gateway {
+            for l in &links {
+                if let (true, Some(node)) = (l.to == gw, devices[l.from as usize].node) {
+                    if nics.len() <= node as usize {
+                        nics.resize(node as usize + 1, Vec::new());
+                    }
+                    nics[node as usize].push(l.from);
+                }
+            }
+            nics.iter_mut().for_each(|n| {
+                n.sort_unstable();
+                n.dedup();
+            });
+        }
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
@@ -255,6 +284,10 @@ impl Machine {
             links,
             gpus,
             collective_efficiency: Vec::new(),
+            collectives: Default::default(),
+            transports: Transports::default(),
+            network: None,
+            nics,
             out_links,
             in_links,
             gateway,
@@ -385,6 +418,11 @@ impl Machine {
     /// The switch every path between two different nodes crosses, if the machine has one.
     pub fn gateway(&self) -> Option<DeviceId> {
         self.gateway
+    }
+
+    /// The devices that attach `node` to the network switch (its NICs), in device order.
+    pub fn nics(&self, node: u32) -> &[DeviceId] {
+        self.nics.get(node as usize).map_or(&[], |n| n.as_slice())
     }
 
     /// Number of nodes (servers) the GPUs span.

@@ -65,6 +65,29 @@ impl Machine {
         self.search(src, dst, false)
     }
 
+    /// The route between GPUs of two nodes through NIC number `rail` of each node (a rail of a
+    /// multi-NIC fabric), or the cheapest route when the machine has no such NIC or both ends sit
+    /// in one node.
+    pub fn route_via_rail(&self, src: DeviceId, dst: DeviceId, rail: u32) -> Option<Route> {
+        let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
+        let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) else { return self.shortest_path(src, dst) };
+        let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(rail as usize), self.nics(b).get(rail as usize)) else {
+            return self.shortest_path(src, dst);
+        };
+        if a == b {
+            return self.shortest_path(src, dst);
+        }
+        let up = self.search(src, nic_a, false)?;
+        let out = *self.out_links(nic_a).iter().find(|&&l| self.links[l as usize].to == gw)?;
+        let inn = *self.in_links(nic_b).iter().find(|&&l| self.links[l as usize].from == gw)?;
+        let down = self.search(nic_b, dst, true)?;
+        let mut links = up.links;
+        links.extend([out, inn]);
+        links.extend(down.links);
+        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
+        Some(Route { links, latency_ns })
+    }
+
     /// Whether every link out of `d` (into `d`, with `incoming`) joins it to `gw`.
     fn only_via(&self, d: DeviceId, gw: DeviceId, incoming: bool) -> bool {
         let links = if incoming { self.in_links(d) } else { self.out_links(d) };

@@ -57,6 +57,9 @@ pub struct Topology {
     /// The calibration itself, read when the topology is loaded (or set by `--calibration`).
     #[serde(skip)]
     pub calibrated: Option<Calibration>,
+    /// How collectives run on the machine (`--collective-model`, `--nccl-*`; the ideal model by default).
+    #[serde(skip)]
+    pub collectives: crate::collective::CollectiveModel,
 }
 
 /// NVLink ports of an H100 SXM, the most of any GPU (NVIDIA H100 architecture whitepaper, 2022).
@@ -81,6 +84,9 @@ pub struct ClusterSpec {
     /// Each node's link to the network switch, per direction.
     pub network: NetworkSpec,
     pub storage: StorageSpec,
+    /// Effective transport rates (see `crate::hw::transports`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transports: Option<crate::hw::Transports>,
 }
 
 fn yes() -> bool {
@@ -254,6 +260,9 @@ impl Topology {
             return Err(Error::topology(t, "cluster.network.efficiency must be in (0, 1]"));
         }
         c.storage.link.rate(t, "cluster.storage")?;
+        if let Some(tr) = &c.transports {
+            tr.check(path, "cluster.")?;
+        }
         Ok(())
     }
 
@@ -294,6 +303,7 @@ impl Topology {
         if let Some(cal) = &self.calibrated {
             machine.apply_calibration(cal)?;
         }
+        machine.collectives = self.collectives;
         Ok(machine)
     }
 
@@ -304,6 +314,15 @@ impl Topology {
             (Some(c), _) => self.build_cluster(c, nodes),
             (None, Some(g)) => g.build(t, &g.gpu, nodes),
             (None, None) => Err(Error::topology(t, "neither `cluster` nor `graph` is given")),
+        }
+    }
+
+    /// The GPU model the file names.
+    pub fn gpu_model(&self) -> &str {
+        match (&self.cluster, &self.graph) {
+            (Some(c), _) => &c.gpu,
+            (None, Some(g)) => &g.gpu,
+            (None, None) => "",
         }
     }
 
@@ -382,7 +401,17 @@ impl Topology {
                 }
             }
         }
-        Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)
+        let mut machine = Machine::new(self.name.clone(), c.gpu.clone(), devices, links, gpu_infos)?;
+        machine.transports = c.transports.clone().unwrap_or_default();
+        let transport = match c.network.kind {
+            NetworkKind::Ethernet => crate::hw::NetTransport::Socket,
+            NetworkKind::Infiniband => crate::hw::NetTransport::Ib,
+        };
+        machine.network = Some(crate::hw::NetworkInfo {
+            line_rate: c.network.link.rate(t, "network")?,
+            transport: machine.transports.net.unwrap_or(transport),
+        });
+        Ok(machine)
     }
 }
 

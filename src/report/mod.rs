@@ -187,6 +187,9 @@ pub struct Prediction {
     pub strategy: String,
     pub allreduce: String,
     pub comm_source: String,
+    /// The collective model that ran (`nccl 2.21.5`, `ideal`) and what it ran, per operation.
+    pub collective_model: String,
+    pub collectives: Vec<crate::collective::CollectiveUse>,
     /// The framework runtime that exchanges gradients (`none`: one all-reduce per layer, or the
     /// strategy's `fusion=`/`priority=`).
     pub runtime: String,
@@ -207,6 +210,12 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// One line saying how the collectives ran: `nccl 2.21.5: all-reduce ring/Simple x4 (93% of
+    /// bytes), tree/LL x2 (7%)`.
+    pub fn collectives_line(&self) -> String {
+        crate::collective::model::describe(&self.collective_model, &self.collectives)
+    }
+
     /// Fills the speedup fields from the single-GPU throughput of the same setup.
     pub fn set_baseline(&mut self, single_gpu_throughput: f64) {
         self.speedup = self.throughput_samples_per_s / single_gpu_throughput;

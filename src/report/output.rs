@@ -44,6 +44,16 @@ pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<
             p.grad_tensors_source.name()
         )?;
     }
+    // How the collectives ran, under the table (tables are read by line), once per distinct
+    // description: it can change with the GPU count. Nothing when no collective ran.
+    let mut said: Vec<String> = Vec::new();
+    for q in preds.iter().filter(|q| !q.collectives.is_empty()) {
+        let line = q.collectives_line();
+        if !said.contains(&line) {
+            writeln!(out, "collectives ({} GPUs): {line}", q.gpus)?;
+            said.push(line);
+        }
+    }
     Ok(())
 }
 
@@ -60,6 +70,8 @@ pub fn csv_fields(p: &Prediction) -> Vec<(&'static str, String)> {
         ("strategy", p.strategy.clone()),
         ("allreduce", p.allreduce.clone()),
         ("comm_source", p.comm_source.clone()),
+        ("collective_model", p.collective_model.clone()),
+        ("collectives", p.collectives_line()),
         ("runtime", p.runtime.clone()),
         ("grad_tensors", p.grad_tensors.to_string()),
         ("grad_tensors_source", p.grad_tensors_source.key().to_string()),

@@ -169,6 +169,9 @@ struct SpanArgs<'a> {
     gpu: Option<u32>,
     label: &'a str,
     critical: bool,
+    /// How the collective model ran this task, when it is a collective (`nccl 2.21.5 ring/LL128 x12`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    collective: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -354,6 +357,9 @@ fn traverse(
     for &t in &critical {
         on_path[t as usize] = true;
     }
+    let how: std::collections::HashMap<TaskId, &str> =
+        run.collective_labels.iter().map(|(t, l)| (*t, l.as_str())).collect();
+    let model = machine.collectives.name();
     let counting = w.out.is_none();
     for t in 0..dag.len() as TaskId {
         let places: Vec<_> = placements(dag, t).into_iter().filter(|p| shown(p.2)).collect();
@@ -369,6 +375,7 @@ fn traverse(
         let crit = on_path[t as usize];
         let label = task.label();
         let name = span_name(dag, t);
+        let collective = how.get(&t).map(|l| format!("{model} {l}"));
         let cat = if crit { format!("{},critical", task.phase.name()) } else { task.phase.name().to_string() };
         for (pid, tid, _) in places {
             let args = SpanArgs {
@@ -378,6 +385,7 @@ fn traverse(
                 gpu: task.gpu,
                 label: &label,
                 critical: crit,
+                collective: collective.as_deref(),
             };
             w.push(&Span { ph: "X", name: &name, cat: &cat, pid, tid, ts: us(s), dur: us(e - s), cname: None, args })?;
             stats.spans += 1;

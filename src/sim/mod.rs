@@ -20,7 +20,7 @@
 pub mod fluid;
 mod step;
 
-use crate::collective::{Layout, Plan};
+use crate::collective::{CollectiveUse, Latency, Lowerer, Plan, NO_RAIL};
 use crate::dag::{Dag, Discipline, TaskId, Work};
 use crate::error::{Error, Result};
 use crate::hw::{DeviceId, Machine, Route};
@@ -77,6 +77,10 @@ pub struct Run {
     /// Collectives that ran on reserved links from start to end, and those turned back into flows.
     pub reserved_collectives: u64,
     pub materialized_collectives: u64,
+    /// How the collectives ran (model's choice per operation), summed over the run.
+    pub collectives: Vec<CollectiveUse>,
+    /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
+    pub collective_labels: Vec<(TaskId, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -111,6 +115,8 @@ struct Pending {
     step: u32,
     /// When bytes start (or started) to move.
     start: Nanos,
+    /// The transfer's own rate cap (bytes/ns), beyond its route's curve.
+    cap: f64,
 }
 
 /// A collective on reserved links from step `first_step` on: when that step started, each step
@@ -139,6 +145,27 @@ struct CollectiveRun {
     backoff: u32,
 }
 
+/// One transfer of a collective step on devices: ends, bytes, rail, latency, rate cap.
+#[derive(Debug, Clone, Copy)]
+struct Xfer {
+    src: DeviceId,
+    dst: DeviceId,
+    bytes: u64,
+    rail: u32,
+    latency: Latency,
+    cap: f64,
+}
+
+impl Xfer {
+    /// Its latency on `route`.
+    fn latency(&self, route: &Route) -> Nanos {
+        match self.latency {
+            Latency::Route => route.latency_ns,
+            Latency::Exact(ns) => ns,
+        }
+    }
+}
+
 /// Runs `dag` on `machine`.
 pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     Engine::new(dag, machine, options).run()
@@ -147,15 +174,14 @@ pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
 /// How many flows a run of `dag` on `machine` moves (and records with
 /// [`Options::record_flows`]): one per transfer task, and every transfer of every collective step
 /// as the engine lowers it. Counts each distinct step class once, so it is cheap at any scale.
-pub fn flow_count(dag: &Dag, machine: &Machine) -> u64 {
+pub fn flow_count(dag: &Dag, machine: &Machine) -> Result<u64> {
     let mut flows = 0u64;
+    let mut lowerer = Lowerer::new();
     for task in dag.tasks() {
         match task.work {
             Work::Transfer { .. } => flows += 1,
             Work::Collective { group, op, algorithm, bytes } => {
-                let gpus = &machine.gpus;
-                let layout = Layout::from_nodes(dag.group(group).iter().map(|&r| gpus[r as usize].node));
-                let plan = Plan::lower_on(op, algorithm, layout, bytes);
+                let plan = lowerer.lower(machine, group, dag.group(group), op, algorithm, bytes)?;
                 let mut per_class: HashMap<u32, u64> = HashMap::default();
                 for step in 0..plan.step_count() {
                     flows += *per_class.entry(plan.step_class(step)).or_insert_with(|| {
@@ -168,7 +194,7 @@ pub fn flow_count(dag: &Dag, machine: &Machine) -> u64 {
             Work::Fixed { .. } | Work::Shared { .. } => {}
         }
     }
-    flows
+    Ok(flows)
 }
 
 struct Engine<'a> {
@@ -200,14 +226,16 @@ struct Engine<'a> {
     /// Per link: 0, or 1 + the collective slot holding it reserved.
     reserved_by: Vec<u32>,
     routes: Vec<Route>,
-    route_index: HashMap<(DeviceId, DeviceId), u32>,
+    route_index: HashMap<(DeviceId, DeviceId, u32), u32>,
     completions: Vec<Completion>,
     /// Reused buffer: a step's transfers.
-    step_scratch: Vec<(DeviceId, DeviceId, u64)>,
+    step_scratch: Vec<Xfer>,
+    lowerer: Lowerer,
     link_bytes: Vec<f64>,
     events_processed: u64,
     flows_created: u64,
     flow_records: Vec<FlowRecord>,
+    collective_labels: Vec<(TaskId, String)>,
     reserved_count: u64,
     materialized_count: u64,
     reservation_pool: Vec<Reservation>,
@@ -249,10 +277,12 @@ impl<'a> Engine<'a> {
             route_index: HashMap::default(),
             completions: Vec::new(),
             step_scratch: Vec::new(),
+            lowerer: Lowerer::new(),
             link_bytes: vec![0.0; nlinks],
             events_processed: 0,
             flows_created: 0,
             flow_records: Vec::new(),
+            collective_labels: Vec::new(),
             reserved_count: 0,
             materialized_count: 0,
             reservation_pool: Vec::new(),
@@ -321,6 +351,8 @@ impl<'a> Engine<'a> {
             routes: self.routes,
             reserved_collectives: self.reserved_count,
             materialized_collectives: self.materialized_count,
+            collectives: self.lowerer.uses(),
+            collective_labels: self.collective_labels,
         })
     }
 
@@ -398,14 +430,16 @@ impl<'a> Engine<'a> {
         self.start[t as usize] = self.now;
         match self.dag.task(t).work {
             Work::Fixed { ns } => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
-            Work::Transfer { src, dst, bytes } => self.start_flow(Owner::Task(t), src, dst, bytes, 0)?,
+            Work::Transfer { src, dst, bytes } => {
+                let x = Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY };
+                self.start_flow(Owner::Task(t), x, 0)?
+            }
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
-                let gpus = &self.machine.gpus;
-                let layout = Layout::from_nodes(self.dag.group(group).iter().map(|&r| gpus[r as usize].node));
-                // A calibrated efficiency below 1 stands for time the library loses beyond the links.
-                let bytes = (bytes as f64 / self.machine.efficiency(op, algorithm)).round() as u64;
-                let plan = Plan::lower_on(op, algorithm, layout, bytes);
+                let plan = self.lowerer.lower(self.machine, group, self.dag.group(group), op, algorithm, bytes)?;
+                if self.options.record_flows {
+                    self.collective_labels.push((t, plan.label()));
+                }
                 if plan.step_count() == 0 {
                     self.push(self.now, EventKind::TaskDone(t));
                     return Ok(());
@@ -415,7 +449,7 @@ impl<'a> Engine<'a> {
                     None => {
                         self.collectives.push(CollectiveRun {
                             task: t,
-                            plan,
+                            plan: plan.clone(),
                             group,
                             step: 0,
                             outstanding: 0,
@@ -442,16 +476,23 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Fills `step_scratch` with the (src device, dst device, bytes) transfers of a step.
+    /// Fills `step_scratch` with the transfers of a step, on devices.
     fn load_step(&mut self, slot: u32, step: u32) {
         let run = &self.collectives[slot as usize];
-        let (plan, ranks) = (run.plan, self.dag.group(run.group));
+        let (plan, ranks) = (&run.plan, self.dag.group(run.group));
         let gpus = &self.machine.gpus;
         let scratch = &mut self.step_scratch;
         scratch.clear();
         plan.for_each_transfer(step, |x| {
             let dev = |r: u32| gpus[ranks[r as usize] as usize].device;
-            scratch.push((dev(x.src), dev(x.dst), x.bytes));
+            scratch.push(Xfer {
+                src: dev(x.src),
+                dst: dev(x.dst),
+                bytes: x.bytes,
+                rail: x.rail,
+                latency: x.latency,
+                cap: x.cap,
+            });
         });
     }
 
@@ -471,8 +512,8 @@ impl<'a> Engine<'a> {
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
         self.collectives[slot as usize].outstanding = scratch.len() as u32;
-        for &(src, dst, bytes) in &scratch {
-            self.start_flow(Owner::Collective(slot), src, dst, bytes, step)?;
+        for &x in &scratch {
+            self.start_flow(Owner::Collective(slot), x, step)?;
         }
         self.step_scratch = scratch;
         Ok(())
@@ -483,13 +524,13 @@ impl<'a> Engine<'a> {
     /// reserved) otherwise.
     fn try_reserve(&mut self, slot: u32) -> Result<bool> {
         const PROVISIONAL: u32 = u32::MAX;
-        let plan = self.collectives[slot as usize].plan;
+        let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let mut res = self.reservation_pool.pop().unwrap_or_default();
         res.class_time.clear();
         res.links.clear();
         let mut ok = true;
-        for (rep, _) in Self::steps_per_class(plan, first, plan.step_count()) {
+        for (rep, _) in Self::steps_per_class(&plan, first, plan.step_count()) {
             if rep == u32::MAX {
                 res.class_time.push(0);
                 continue;
@@ -497,8 +538,8 @@ impl<'a> Engine<'a> {
             self.load_step(slot, rep);
             let scratch = std::mem::take(&mut self.step_scratch);
             let mut routes = Vec::with_capacity(scratch.len());
-            'members: for &(src, dst, _) in &scratch {
-                let route = self.route(src, dst)?;
+            'members: for x in &scratch {
+                let route = self.route(x.src, x.dst, x.rail)?;
                 routes.push(route);
                 for &l in &self.routes[route as usize].links {
                     let li = l as usize;
@@ -545,26 +586,24 @@ impl<'a> Engine<'a> {
     }
 
     /// Members of a step for the step timer: the transfers with their routes, latency and cap.
-    fn members<'r>(
-        machine: &Machine,
-        routes: &'r [Route],
-        transfers: &[(DeviceId, DeviceId, u64)],
-        route_ids: &[u32],
-    ) -> Vec<Member<'r>> {
+    fn members<'r>(machine: &Machine, routes: &'r [Route], transfers: &[Xfer], route_ids: &[u32]) -> Vec<Member<'r>> {
         transfers
             .iter()
             .zip(route_ids)
-            .map(|(&(_, _, bytes), &r)| {
+            .map(|(x, &r)| {
                 let route = &routes[r as usize];
-                let cap =
-                    if bytes == 0 || route.links.is_empty() { f64::INFINITY } else { route.rate_cap(machine, bytes) };
-                Member { links: &route.links, latency: route.latency_ns, bytes, cap }
+                let cap = if x.bytes == 0 || route.links.is_empty() {
+                    f64::INFINITY
+                } else {
+                    route.rate_cap(machine, x.bytes).min(x.cap)
+                };
+                Member { links: &route.links, latency: x.latency(route), bytes: x.bytes, cap }
             })
             .collect()
     }
 
     /// Duration of a step's transfers on links with no other traffic.
-    fn time_step(&mut self, transfers: &[(DeviceId, DeviceId, u64)], route_ids: &[u32]) -> Nanos {
+    fn time_step(&mut self, transfers: &[Xfer], route_ids: &[u32]) -> Nanos {
         let members = Self::members(self.machine, &self.routes, transfers, route_ids);
         self.timer.duration(&members, &self.link_capacity)
     }
@@ -576,10 +615,10 @@ impl<'a> Engine<'a> {
         }
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
-        for &(src, dst, bytes) in &scratch {
-            let route = self.route(src, dst)?;
+        for x in &scratch {
+            let route = self.route(x.src, x.dst, x.rail)?;
             for &l in &self.routes[route as usize].links {
-                self.link_bytes[l as usize] += (bytes * count) as f64;
+                self.link_bytes[l as usize] += (x.bytes * count) as f64;
             }
         }
         self.flows_created += scratch.len() as u64 * count;
@@ -588,7 +627,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Per class, how many of the steps `from..upto` belong to it, with a representative step.
-    fn steps_per_class(plan: Plan, from: u32, upto: u32) -> Vec<(u32, u64)> {
+    fn steps_per_class(plan: &Plan, from: u32, upto: u32) -> Vec<(u32, u64)> {
         let mut out: Vec<(u32, u64)> = Vec::new();
         for s in from..upto {
             let c = plan.step_class(s) as usize;
@@ -618,8 +657,8 @@ impl<'a> Engine<'a> {
     /// A reserved collective ran to its end undisturbed.
     fn end_reservation(&mut self, slot: u32) -> Result<()> {
         let (first, _, _) = self.release(slot);
-        let plan = self.collectives[slot as usize].plan;
-        for (rep, count) in Self::steps_per_class(plan, first, plan.step_count()) {
+        let plan = self.collectives[slot as usize].plan.clone();
+        for (rep, count) in Self::steps_per_class(&plan, first, plan.step_count()) {
             if rep != u32::MAX {
                 self.account_steps(slot, rep, count)?;
             }
@@ -635,7 +674,7 @@ impl<'a> Engine<'a> {
     fn materialize(&mut self, slot: u32) -> Result<()> {
         self.materialized_count += 1;
         let now = self.now;
-        let plan = self.collectives[slot as usize].plan;
+        let plan = self.collectives[slot as usize].plan.clone();
         let end = self.collectives[slot as usize].reservation.as_ref().expect("reserved").end;
         if now >= end {
             // Its end event is due at this very instant: finish it here instead.
@@ -654,7 +693,7 @@ impl<'a> Engine<'a> {
             step_start = step_start.saturating_add(t);
             step += 1;
         }
-        for (rep, count) in Self::steps_per_class(plan, first, step) {
+        for (rep, count) in Self::steps_per_class(&plan, first, step) {
             if rep != u32::MAX {
                 self.account_steps(slot, rep, count)?;
             }
@@ -667,15 +706,16 @@ impl<'a> Engine<'a> {
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
         let mut route_ids = Vec::with_capacity(scratch.len());
-        for &(src, dst, _) in &scratch {
-            route_ids.push(self.route(src, dst)?);
+        for x in &scratch {
+            route_ids.push(self.route(x.src, x.dst, x.rail)?);
         }
         let (states, dirty) = {
             let members = Self::members(self.machine, &self.routes, &scratch, &route_ids);
             self.timer.states_at(&members, &self.link_capacity, now - step_start)
         };
         let mut outstanding = 0;
-        for ((&(src, dst, bytes), &route), state) in scratch.iter().zip(&route_ids).zip(states) {
+        for ((x, &route), state) in scratch.iter().zip(&route_ids).zip(states) {
+            let (src, dst, bytes) = (x.src, x.dst, x.bytes);
             let began = match state {
                 MemberState::Done => {
                     for &l in &self.routes[route as usize].links {
@@ -685,10 +725,10 @@ impl<'a> Engine<'a> {
                     continue;
                 }
                 MemberState::Waiting(offset) => step_start.saturating_add(offset),
-                MemberState::Moving(_) => step_start.saturating_add(self.routes[route as usize].latency_ns),
+                MemberState::Moving(_) => step_start.saturating_add(x.latency(&self.routes[route as usize])),
             };
             outstanding += 1;
-            let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began };
+            let p = Pending { owner: Owner::Collective(slot), route, bytes, src, dst, step, start: began, cap: x.cap };
             let pslot = self.new_pending(p);
             match state {
                 MemberState::Moving(mut fs) => {
@@ -714,11 +754,16 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    fn route(&mut self, src: DeviceId, dst: DeviceId) -> Result<u32> {
-        if let Some(&r) = self.route_index.get(&(src, dst)) {
+    fn route(&mut self, src: DeviceId, dst: DeviceId, rail: u32) -> Result<u32> {
+        if let Some(&r) = self.route_index.get(&(src, dst, rail)) {
             return Ok(r);
         }
-        let route = self.machine.shortest_path(src, dst).ok_or_else(|| {
+        let route = if rail == NO_RAIL {
+            self.machine.shortest_path(src, dst)
+        } else {
+            self.machine.route_via_rail(src, dst, rail)
+        };
+        let route = route.ok_or_else(|| {
             Error::topology(
                 self.machine.name.clone(),
                 format!("no route from {} to {}", self.machine.device_name(src), self.machine.device_name(dst)),
@@ -726,7 +771,7 @@ impl<'a> Engine<'a> {
         })?;
         self.routes.push(route);
         let id = (self.routes.len() - 1) as u32;
-        self.route_index.insert((src, dst), id);
+        self.route_index.insert((src, dst, rail), id);
         Ok(id)
     }
 
@@ -751,11 +796,12 @@ impl<'a> Engine<'a> {
         self.flow_slot[f as usize] = slot;
     }
 
-    fn start_flow(&mut self, owner: Owner, src: DeviceId, dst: DeviceId, bytes: u64, step: u32) -> Result<()> {
-        let route = self.route(src, dst)?;
-        let latency = self.routes[route as usize].latency_ns;
+    fn start_flow(&mut self, owner: Owner, x: Xfer, step: u32) -> Result<()> {
+        let route = self.route(x.src, x.dst, x.rail)?;
+        let latency = x.latency(&self.routes[route as usize]);
+        let (src, dst, bytes, cap) = (x.src, x.dst, x.bytes, x.cap);
         let at = self.now.saturating_add(latency);
-        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at });
+        let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at, cap });
         self.push(at, EventKind::FlowActivate(slot));
         Ok(())
     }
@@ -773,6 +819,7 @@ impl<'a> Engine<'a> {
             dst: 0,
             step: 0,
             start: self.now,
+            cap: f64::INFINITY,
         };
         let slot = self.new_pending(p);
         self.flows_created -= 1; // compute, not a transfer
@@ -795,7 +842,7 @@ impl<'a> Engine<'a> {
             }
         }
         let route = &self.routes[p.route as usize];
-        let cap = route.rate_cap(self.machine, p.bytes);
+        let cap = route.rate_cap(self.machine, p.bytes).min(p.cap);
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
         self.map_flow(f, slot);
         Ok(())

@@ -151,7 +151,7 @@ impl Strategy {
             io_overlap: false,
             wfbp: false,
             comm_source: CommSource::Model,
-            allreduce: Algorithm::Ring,
+            allreduce: Algorithm::default(),
             master: false,
             split: false,
             preload: false,

@@ -206,6 +206,7 @@ impl Sweep {
         for (axis, value) in self.axes.iter().zip(self.config_values(config)) {
             let path: Vec<&str> = match axis.name.as_str() {
                 "topology" => vec!["machine", "topology"],
+                "collective_model" | "nccl_version" | "nccl_algo" | "nccl_proto" => vec!["machine", axis.name.as_str()],
                 "batch" => vec!["workload", "batch_per_gpu"],
                 name if name.starts_with("strategy.") => {
                     strategy_settings.push(format!("{}={}", &name["strategy.".len()..], value_text(value)));

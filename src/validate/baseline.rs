@@ -1,5 +1,8 @@
 //! Baselines: the same rows predicted under a simpler model, so that a reader can see what
-//! dagsim's mechanisms buy. `alpha-beta` is the estimate people write on a whiteboard: the
+//! dagsim's mechanisms buy. `ideal-ring` re-simulates every row with the idealised collectives
+//! (rings and the other textbook schedules at link rates: no NCCL protocols, channels or library
+//! latencies; the model before NCCL's mechanics), so the gain of the collective model shows row by
+//! row. `alpha-beta` is the estimate people write on a whiteboard: the
 //! single-GPU iteration (dagsim's own one-GPU prediction of the row's setup, which is the measured
 //! one when the row is calibrated) plus one flat-ring all-reduce of all gradients, nothing
 //! overlapped, at the links' rates as the topology states them:
@@ -16,14 +19,16 @@ use serde::Serialize;
 #[serde(rename_all = "kebab-case")]
 pub enum Baseline {
     AlphaBeta,
+    IdealRing,
 }
 
 impl Baseline {
-    pub const NAMES: &'static [&'static str] = &["alpha-beta"];
+    pub const NAMES: &'static [&'static str] = &["alpha-beta", "ideal-ring"];
 
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "alpha-beta" | "alphabeta" => Ok(Baseline::AlphaBeta),
+            "ideal-ring" => Ok(Baseline::IdealRing),
             _ => Err(Error::invalid(
                 "--baseline",
                 format!("unknown baseline `{name}` (known: {})", Self::NAMES.join(", ")),
@@ -34,6 +39,7 @@ impl Baseline {
     pub fn name(self) -> &'static str {
         match self {
             Baseline::AlphaBeta => "alpha-beta",
+            Baseline::IdealRing => "ideal-ring",
         }
     }
 }

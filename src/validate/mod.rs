@@ -15,6 +15,7 @@ pub use baseline::Baseline;
 pub use format::{read_measurements, MeasurementSet, Metric, Row};
 pub use output::{write_csv, write_json, write_text};
 
+use crate::collective::CollectiveModel;
 use crate::error::Result;
 use serde::Serialize;
 use stats::{kendall_tau_b, relative_error, summarize, ErrorSummary};
@@ -78,6 +79,8 @@ pub struct RowResult {
     pub group: Option<String>,
     pub known_miss: Option<String>,
     pub source: String,
+    /// How the collectives ran in the row's simulation (model, and per operation what it chose).
+    pub collectives: String,
 }
 
 /// Error summary of one set (or of all sets together).
@@ -138,13 +141,33 @@ pub struct Report {
 /// Reads, predicts and compares the given measurement files (and, with `baseline`, the same rows
 /// under the baseline model: the gate then also fails where the baseline is closer on a set).
 pub fn validate_files(paths: &[&Path], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
+    validate_files_with(paths, gate, baseline, None)
+}
+
+/// [`validate_files`] with every row's collectives under `collectives` (else each row's own).
+pub fn validate_files_with(
+    paths: &[&Path],
+    gate: Gate,
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Report> {
     let sets = paths.iter().map(|p| read_measurements(p)).collect::<Result<Vec<_>>>()?;
-    validate_sets(&sets, gate, baseline)
+    validate_sets_with(&sets, gate, baseline, collectives)
 }
 
 /// Predicts and compares already-read sets.
 pub fn validate_sets(sets: &[MeasurementSet], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
-    let predicted = run::predict_rows(sets, baseline)?;
+    validate_sets_with(sets, gate, baseline, None)
+}
+
+/// [`validate_sets`] with every row's collectives under `collectives` (else each row's own).
+pub fn validate_sets_with(
+    sets: &[MeasurementSet],
+    gate: Gate,
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Report> {
+    let predicted = run::predict_rows_with(sets, baseline, collectives)?;
     let mut rows = Vec::new();
     for (set, preds) in sets.iter().zip(predicted) {
         for (row, p) in set.rows.iter().zip(preds) {
@@ -189,6 +212,7 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         group: row.group.clone(),
         known_miss: row.known_miss.clone(),
         source: row.source.clone(),
+        collectives: p.simulated.collectives,
     }
 }
 

@@ -144,11 +144,39 @@ pub fn write_json(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w)
 }
 
-/// One CSV line per row, with the measured and predicted values and the error.
+/// One CSV line per row, with the measured and predicted values and the error. Every line has
+/// every column: a field some rows leave out (a baseline's error on a reference row) is blank.
 pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
-    let mut out = csv::Writer::from_writer(w);
+    // Each row as (column, value) pairs, by serialising it alone with its header.
+    let mut rows: Vec<Vec<(String, String)>> = Vec::new();
     for row in &r.rows {
-        out.serialize(row).map_err(std::io::Error::other)?;
+        let mut one = csv::Writer::from_writer(Vec::new());
+        one.serialize(row).map_err(std::io::Error::other)?;
+        let bytes = one.into_inner().map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut back = csv::Reader::from_reader(bytes.as_slice());
+        let header = back.headers().map_err(std::io::Error::other)?.clone();
+        let values = back.records().next().transpose().map_err(std::io::Error::other)?.unwrap_or_default();
+        rows.push(header.iter().zip(values.iter()).map(|(h, v)| (h.to_string(), v.to_string())).collect());
+    }
+    // The columns in order of first appearance, each after the column that precedes it in a row.
+    let mut columns: Vec<String> = Vec::new();
+    for row in &rows {
+        let mut at = 0;
+        for (name, _) in row {
+            match columns.iter().position(|c| c == name) {
+                Some(i) => at = i + 1,
+                None => {
+                    columns.insert(at, name.clone());
+                    at += 1;
+                }
+            }
+        }
+    }
+    let mut out = csv::Writer::from_writer(w);
+    out.write_record(&columns)?;
+    for row in &rows {
+        let value = |c: &String| row.iter().find(|(n, _)| n == c).map_or("", |(_, v)| v.as_str());
+        out.write_record(columns.iter().map(value))?;
     }
     out.flush()
 }

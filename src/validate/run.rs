@@ -6,6 +6,7 @@
 
 use super::baseline::{alpha_beta_throughput, Baseline};
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use crate::collective::CollectiveModel;
 use crate::dag::hybrid::Channels;
 use crate::error::{Error, Location, Result};
 use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
@@ -26,6 +27,8 @@ pub struct Simulated {
     pub strategy: String,
     pub throughput_samples_per_s: f64,
     pub iteration_time_s: f64,
+    /// How its collectives ran (`Prediction::collectives_line`).
+    pub collectives: String,
 }
 
 /// What the model says for one row.
@@ -48,7 +51,33 @@ enum Model {
 }
 
 impl Model {
-    fn build(row: &RowSetup) -> Result<Self> {
+    /// The row's setup, with its collectives under `collectives` when given (else the setup's own).
+    fn build(row: &RowSetup, collectives: Option<CollectiveModel>) -> Result<Self> {
+        let mut m = Self::build_plain(row)?;
+        if let Some(c) = collectives {
+            m.set_collectives(c);
+        }
+        Ok(m)
+    }
+
+    fn set_collectives(&mut self, c: CollectiveModel) {
+        match self {
+            Model::Pipeline(s) => s.topology.collectives = c,
+            Model::Hybrid(h) => h.topology.collectives = c,
+        }
+    }
+
+    /// A copy of the setup with its collectives under `c`.
+    fn with_collectives(&self, c: CollectiveModel) -> Self {
+        let mut m = match self {
+            Model::Pipeline(s) => Model::Pipeline(s.clone()),
+            Model::Hybrid(h) => Model::Hybrid(h.clone()),
+        };
+        m.set_collectives(c);
+        m
+    }
+
+    fn build_plain(row: &RowSetup) -> Result<Self> {
         let spec = row.strategy.as_deref().unwrap_or("");
         if spec != "hybrid" && !spec.starts_with("hybrid+") {
             return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
@@ -85,7 +114,9 @@ impl Model {
             (Model::Pipeline(setup), Baseline::AlphaBeta) => {
                 alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
             }
-            (Model::Hybrid(_), _) => Ok(None),
+            (Model::Hybrid(_), Baseline::AlphaBeta) => Ok(None),
+            // Re-simulated in `predict_rows`, not derived from the one-GPU run.
+            (_, Baseline::IdealRing) => Ok(None),
         }
     }
 
@@ -94,6 +125,7 @@ impl Model {
             Model::Pipeline(setup) => setup.predict(gpus)?,
             Model::Hybrid(h) => h.predict(gpus)?,
         };
+        let collectives = p.collectives_line();
         Ok(Simulated {
             workload: p.workload,
             topology: p.topology,
@@ -101,6 +133,7 @@ impl Model {
             strategy: p.strategy,
             throughput_samples_per_s: p.throughput_samples_per_s,
             iteration_time_s: p.iteration_time_s,
+            collectives,
         })
     }
 }
@@ -108,6 +141,15 @@ impl Model {
 /// Predicts every row of every set (and, with `baseline`, the same rows under the baseline model).
 /// Results are in set order, then row order. An error names the file, line and row id.
 pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Result<Vec<Vec<Predicted>>> {
+    predict_rows_with(sets, baseline, None)
+}
+
+/// [`predict_rows`] with every row's collectives under `collectives` (else each setup's own).
+pub fn predict_rows_with(
+    sets: &[MeasurementSet],
+    baseline: Option<Baseline>,
+    collectives: Option<CollectiveModel>,
+) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
     let mut setups: BTreeMap<String, Model> = BTreeMap::new();
     let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -118,7 +160,7 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
             let key = setup_key(&row.setup);
             let at = |e: Error| in_row(&set.path, row, e);
             if !setups.contains_key(&key) {
-                let setup = Model::build(&row.setup).map_err(at)?;
+                let setup = Model::build(&row.setup, collectives).map_err(at)?;
                 setups.insert(key.clone(), setup);
             }
             let gpus = gpu_count(row).map_err(at)?;
@@ -136,6 +178,16 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
     // The baseline of every job, from the same setup's one-GPU prediction.
     let base: BTreeMap<(String, u32), Option<f64>> = match baseline {
         None => BTreeMap::new(),
+        Some(Baseline::IdealRing) => {
+            // Every job again, with the idealised collectives.
+            let ideal: BTreeMap<&String, Model> =
+                setups.iter().map(|(k, m)| (k, m.with_collectives(CollectiveModel::Ideal))).collect();
+            let values: Vec<Option<f64>> = jobs
+                .par_iter()
+                .map(|(key, gpus)| ideal[key].simulate(*gpus).ok().map(|s| s.throughput_samples_per_s))
+                .collect();
+            jobs.iter().cloned().zip(values).collect()
+        }
         Some(b) => jobs
             .iter()
             .map(|(key, gpus)| {

@@ -1,0 +1,707 @@
+//! Collectives as NCCL runs them. For a group of GPUs on a machine, [`Comm::new`] does what
+//! `ncclCommInit` does that matters for time: NCCL's view of the topology, the ring and tree graph
+//! searches ([`channels`]), the channel duplication, the tuner's tables ([`tuner`]) and, per hop,
+//! the transport ([`transport`]). [`Comm::lower`] then does what one call does: the tuner picks an
+//! algorithm, a protocol, channels and threads for the size (or takes forced ones, as
+//! `NCCL_ALGO`/`NCCL_PROTO` do), and the call becomes a [`plan::NcclPlan`] of transfers on routes
+//! whose bytes, latencies and rate caps carry the protocol's and transport's effects. The engine
+//! still sees only transfers and links.
+//!
+//! What is modelled: ring (all-reduce, reduce-scatter, all-gather; broadcast and reduce pipelined
+//! along the ring), tree all-reduce (NCCL's double binary tree between nodes, a chain inside each),
+//! LL/LL128/Simple, channel counts from the search and per size from the thread thresholds,
+//! P2P/SHM/IB/socket transports, several NICs per node (each channel keeps its NIC, a rail).
+//! Send/recv patterns (all-to-all, gather, scatter) run as NCCL's grouped point-to-point calls.
+//! Not modelled: CollNet (SHARP), NVLS, PXN, NCCL's tree correction factors as time (they steer
+//! the choice only).
+
+pub mod channels;
+pub mod plan;
+pub mod protocol;
+pub mod transport;
+pub mod tuner;
+pub mod version;
+
+use super::{CollectiveOp, Layout, NO_RAIL};
+use crate::hw::{DeviceId, Machine, NetTransport};
+use crate::units::Nanos;
+use channels::{duplicate_fast, Channel, Graph, NodeTopo};
+use plan::{Edge, Hop, NcclPlan, RingPattern, Shape};
+use serde::Serialize;
+use transport::Transport;
+use tuner::{Choice, CommSummary, Force, Tuner};
+use version::{Arch, CpuVendor, Fabric, Func, NcclAlgo, NcclVersion, PathType, Proto, Tables};
+
+/// What the NCCL model is asked to be: a version, and choices forced as NCCL's environment would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct NcclConfig {
+    pub version: NcclVersion,
+    pub force: Force,
+}
+
+impl Default for NcclConfig {
+    fn default() -> Self {
+        NcclConfig { version: NcclVersion::DEFAULT, force: Force::default() }
+    }
+}
+
+/// One hop between two ranks as the model needs it.
+#[derive(Debug, Clone, Copy)]
+struct HopInfo {
+    transport: Transport,
+    /// The route's own latency (ns) and effective capacity (bytes/ns).
+    latency_ns: Nanos,
+    route_cap: f64,
+    /// The transport's limit for the pair (data GB/s = bytes/ns), infinite if none.
+    pair_cap: f64,
+}
+
+/// One communicator: the group's shape, NCCL's graphs and tuner, and its hops.
+#[derive(Debug)]
+pub struct Comm {
+    pub config: NcclConfig,
+    pub ranks: u32,
+    pub nodes: u32,
+    /// Ranks per node; the group is treated as `nodes` identical nodes of this many ranks.
+    pub per_node: u32,
+    pub arch: Arch,
+    pub cpu: CpuVendor,
+    /// Ring and tree channels as the communicator runs them (duplicated).
+    pub ring: Vec<Channel>,
+    pub tree: Vec<Channel>,
+    pub ring_graph: Graph,
+    pub tree_graph: Graph,
+    pub tuner: Tuner,
+    intra: Vec<Vec<HopInfo>>,
+    /// `inter[nic][i][j]`: from local rank i of one node to local rank j of the next, by that NIC.
+    inter: Vec<Vec<Vec<HopInfo>>>,
+    /// Closest NIC of each local rank (for point-to-point traffic).
+    near_nic: Vec<u32>,
+    pub net: Option<NetTransport>,
+    transports: crate::hw::Transports,
+}
+
+fn func_of(op: CollectiveOp) -> Option<Func> {
+    match op {
+        CollectiveOp::AllReduce => Some(Func::AllReduce),
+        CollectiveOp::Broadcast => Some(Func::Broadcast),
+        CollectiveOp::Reduce => Some(Func::Reduce),
+        CollectiveOp::AllGather => Some(Func::AllGather),
+        CollectiveOp::ReduceScatter => Some(Func::ReduceScatter),
+        CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll => None,
+    }
+}
+
+impl Comm {
+    /// Analyses the group `gpus` (indices into `machine.gpus`, in rank order).
+    pub fn new(machine: &Machine, gpus: &[u32], config: NcclConfig) -> Comm {
+        let tables = config.version.tables();
+        let arch = Arch::from_name(&machine.gpu_model);
+        let cpu = machine.transports.cpu_vendor();
+        let ranks = gpus.len() as u32;
+        let layout = Layout::from_nodes(gpus.iter().map(|&g| machine.gpus[g as usize].node));
+        // Irregular groups (unequal ranks per node) are treated as one rank per node.
+        let per_node = if layout.per_node == 0 { 1 } else { layout.per_node };
+        let nodes = ranks / per_node;
+        let local: Vec<DeviceId> = gpus[..per_node as usize].iter().map(|&g| machine.gpus[g as usize].device).collect();
+        let node0 = machine.gpus[gpus[0] as usize].node;
+        let inter = nodes > 1;
+        let topo = NodeTopo::new(machine, tables, arch, local, inter.then_some(node0));
+        let mut ring_graph = topo.search(false, inter, NodeTopo::max_graph_channels());
+        let mut tree_graph = topo.search(true, inter, ring_graph.channels.len());
+        duplicate_fast(&mut ring_graph, tables, arch);
+        duplicate_fast(&mut tree_graph, tables, arch);
+        // The communicator runs both graphs on the same channel count (init.cc: the minimum of the
+        // two), then duplicates every channel (connect.cc), up to MAXCHANNELS.
+        let graph_channels = ring_graph.channels.len().min(tree_graph.channels.len()).max(1);
+        ring_graph.channels.truncate(graph_channels);
+        tree_graph.channels.truncate(graph_channels);
+        ring_graph.summary.channels = graph_channels as u32;
+        tree_graph.summary.channels = graph_channels as u32;
+        let comm_channels = (2 * graph_channels).min(version::fixed::MAX_CHANNELS as usize);
+        let dup = |g: &Graph| -> Vec<Channel> {
+            (0..comm_channels).map(|c| g.channels[c % graph_channels].clone()).collect()
+        };
+        let (ring, tree) = (dup(&ring_graph), dup(&tree_graph));
+        let tuner = Tuner::new(CommSummary {
+            version: config.version,
+            ranks,
+            nodes,
+            arch,
+            cpu,
+            ring: ring_graph.summary,
+            tree: tree_graph.summary,
+            channels: comm_channels as u32,
+        });
+        let net = machine.network.map(|n| n.transport);
+        let hop = |a: DeviceId, b: DeviceId, path: PathType, transport: Transport, route: Option<crate::hw::Route>| {
+            let (latency_ns, route_cap) = match route {
+                Some(r) => {
+                    let cap =
+                        r.links.iter().map(|&l| machine.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
+                    (r.latency_ns, cap)
+                }
+                None => (0, f64::INFINITY),
+            };
+            let _ = (a, b);
+            HopInfo {
+                transport,
+                latency_ns,
+                route_cap,
+                pair_cap: transport::pair_cap_gb_s(&machine.transports, transport, path),
+            }
+        };
+        let g = per_node as usize;
+        let intra: Vec<Vec<HopInfo>> = (0..g)
+            .map(|i| {
+                (0..g)
+                    .map(|j| {
+                        let path = topo.gpu_path_type(i, j);
+                        let tr = transport::intra(tables, cpu, path);
+                        let route = machine.shortest_path(topo.gpus[i], topo.gpus[j]);
+                        hop(topo.gpus[i], topo.gpus[j], path, tr, route)
+                    })
+                    .collect()
+            })
+            .collect();
+        let near_nic: Vec<u32> = (0..g)
+            .map(|i| (0..topo.nics.len()).min_by_key(|&n| (topo.nic_path_type(i, n), n)).unwrap_or(0) as u32)
+            .collect();
+        let mut inter_hops = Vec::new();
+        if inter {
+            let next: Vec<DeviceId> = gpus[per_node as usize..2 * per_node as usize]
+                .iter()
+                .map(|&x| machine.gpus[x as usize].device)
+                .collect();
+            let rails = topo.nics.len().max(1);
+            for n in 0..rails {
+                let per: Vec<Vec<HopInfo>> = (0..g)
+                    .map(|i| {
+                        let path_nic = if topo.nics.is_empty() { PathType::Phb } else { topo.nic_path_type(i, n) };
+                        let tr = transport::inter(&machine.transports, net.unwrap_or(NetTransport::Ib), path_nic);
+                        next.iter()
+                            .map(|&dst| {
+                                let route = if topo.nics.is_empty() {
+                                    machine.shortest_path(topo.gpus[i], dst)
+                                } else {
+                                    machine.route_via_rail(topo.gpus[i], dst, n as u32)
+                                };
+                                hop(topo.gpus[i], dst, PathType::Net, tr, route)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                inter_hops.push(per);
+            }
+        }
+        Comm {
+            config,
+            ranks,
+            nodes,
+            per_node,
+            arch,
+            cpu,
+            ring,
+            tree,
+            ring_graph,
+            tree_graph,
+            tuner,
+            intra,
+            inter: inter_hops,
+            near_nic,
+            net,
+            transports: machine.transports.clone(),
+        }
+    }
+
+    fn tables(&self) -> &'static Tables {
+        self.config.version.tables()
+    }
+
+    /// Transports the communicator uses (for reports).
+    pub fn transports(&self) -> Vec<Transport> {
+        let mut t: Vec<Transport> = Vec::new();
+        for c in &self.ring {
+            let o = &c.order;
+            let g = o.len();
+            for k in 0..g {
+                if k + 1 < g || self.nodes == 1 {
+                    let (a, b) = (o[k] as usize, o[(k + 1) % g] as usize);
+                    if a != b {
+                        t.push(self.intra[a][b].transport);
+                    }
+                }
+            }
+            if self.nodes > 1 {
+                let n = c.nic.unwrap_or(0) as usize;
+                t.push(self.inter[n][o[g - 1] as usize][o[0] as usize].transport);
+            }
+        }
+        t.sort();
+        t.dedup();
+        t
+    }
+
+    /// The tuner's choice for `bytes` of `op`, with the model's forced choices.
+    pub fn choose(&self, op: CollectiveOp, bytes: u64) -> Result<Choice, String> {
+        match func_of(op) {
+            Some(f) => self.tuner.choose(f, bytes, self.config.force),
+            None => {
+                // Point-to-point: Simple, NCCL's p2p channels (one per peer here).
+                Ok(Choice {
+                    algo: NcclAlgo::Ring,
+                    proto: Proto::Simple,
+                    channels: 1,
+                    threads: version::fixed::SIMPLE_MAX_THREADS,
+                    model_us: 0.0,
+                    fallback_from: None,
+                })
+            }
+        }
+    }
+
+    /// Lowers one call of `op` on `bytes` (per rank; the gathered buffer for all-gather and
+    /// reduce-scatter, as nccl-tests counts them).
+    pub fn lower(&self, op: CollectiveOp, bytes: u64) -> Result<NcclPlan, String> {
+        let choice = self.choose(op, bytes)?;
+        let func = func_of(op);
+        let t = self.tables();
+        let base_ns = match func {
+            Some(_) => us(t.base_lat(choice.algo, choice.proto)),
+            None => 0,
+        };
+        let shape = match (op, choice.algo) {
+            (CollectiveOp::AllReduce, NcclAlgo::Tree) => self.tree_allreduce(&choice, bytes),
+            (CollectiveOp::AllReduce, _) => self.ring(&choice, Func::AllReduce, bytes, 2 * (self.ranks - 1)),
+            (CollectiveOp::AllGather, _) => self.ring(&choice, Func::AllGather, bytes, self.ranks - 1),
+            (CollectiveOp::ReduceScatter, _) => self.ring(&choice, Func::ReduceScatter, bytes, self.ranks - 1),
+            (CollectiveOp::Broadcast, _) => self.ring_pipeline(&choice, Func::Broadcast, bytes, false),
+            (CollectiveOp::Reduce, _) => self.ring_pipeline(&choice, Func::Reduce, bytes, true),
+            (CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll, _) => self.direct(op, bytes),
+        };
+        Ok(NcclPlan { func, choice, shape, base_ns })
+    }
+
+    fn hop_info(&self, src_local: u32, dst_local: u32, inter: bool, nic: Option<u32>) -> HopInfo {
+        if inter {
+            let n = nic.unwrap_or(self.near_nic[src_local as usize]) as usize;
+            self.inter[n.min(self.inter.len() - 1)][src_local as usize][dst_local as usize]
+        } else {
+            self.intra[src_local as usize][dst_local as usize]
+        }
+    }
+
+    /// NCCL's per-hop latency for this algorithm and protocol on this hop (us), with the
+    /// version's multi-node adjustments. Tree/Simple uses the ring's per-step value: NCCL's tree
+    /// figure is a whole 256 KiB chunk's time, which the engine times itself.
+    fn hop_latency_us(&self, a: NcclAlgo, p: Proto, f: Option<Func>, inter: bool) -> f64 {
+        let t = self.tables();
+        let intra_fabric = match (a, self.graph_type_intra(a)) {
+            (_, PathType::Nvl) => Fabric::Nvlink,
+            _ => Fabric::Pci,
+        };
+        let lat_algo = if a == NcclAlgo::Tree && p == Proto::Simple { NcclAlgo::Ring } else { a };
+        let mut lat = t.hw_lat(if inter { Fabric::Net } else { intra_fabric }, lat_algo, p);
+        if !inter && self.nodes > 1 {
+            if t.version == NcclVersion::V2_8_4 && p == Proto::Ll {
+                lat *= 1.8;
+            }
+            if a == NcclAlgo::Ring && f != Some(Func::Broadcast) && f != Some(Func::Reduce) {
+                let mut overhead = t.net_overhead_us(self.cpu);
+                if p == Proto::Simple {
+                    overhead *= 3.0;
+                }
+                lat = lat.max(overhead);
+            }
+        }
+        lat
+    }
+
+    fn graph_type_intra(&self, a: NcclAlgo) -> PathType {
+        if a == NcclAlgo::Tree {
+            self.tree_graph.summary.type_intra
+        } else {
+            self.ring_graph.summary.type_intra
+        }
+    }
+
+    /// The ring "plateau" (tuning.cc): NCCL's model multiplies the latency of a multi-node Simple
+    /// ring all-reduce beyond a small size (1.9 before Ampere; 1.4 from Ampere in 2.18+).
+    fn plateau(&self, f: Func, p: Proto, bytes: u64) -> f64 {
+        let t = self.tables();
+        if !(f == Func::AllReduce && p == Proto::Simple && self.nodes > 1) {
+            return 1.0;
+        }
+        let on = if t.plateau_218 {
+            bytes / (self.tuner.comm.channels as u64 * self.ranks as u64).max(1) >= 64
+        } else {
+            bytes as f64 >= self.ranks as f64 / 16.0 * 65536.0
+        };
+        match (on, t.plateau_218 && self.arch.compcap() >= 80) {
+            (false, _) => 1.0,
+            (true, true) => 1.4,
+            (true, false) => 1.9,
+        }
+    }
+
+    /// A hop's latency beyond its route's and its rate cap (wire bytes/ns), for a flow of `mult`
+    /// of the `on_arc` channels crossing this hop.
+    #[allow(clippy::too_many_arguments)]
+    fn hop(
+        &self,
+        choice: &Choice,
+        f: Option<Func>,
+        info: HopInfo,
+        inter: bool,
+        mult: u32,
+        on_arc: u32,
+        lat_scale: f64,
+        rail: u32,
+    ) -> Hop {
+        let t = self.tables();
+        let p = choice.proto;
+        let a = choice.algo;
+        let w = protocol::wire_factor(p);
+        let lat = self.hop_latency_us(a, p, f, inter) * lat_scale;
+        let latency_ns = us(lat).max(info.latency_ns);
+        let share = mult as f64 / on_arc.max(1) as f64;
+        let ceil = match f {
+            Some(func) => protocol::ceilings(
+                t,
+                func,
+                a,
+                p,
+                self.arch,
+                self.cpu,
+                self.ranks,
+                self.nodes,
+                self.graph_channels(a),
+                self.tuner.comm.channels,
+                false,
+            ),
+            None => protocol::Ceilings { route_fraction: 1.0, per_channel_gb_s: f64::INFINITY },
+        };
+        let mut data_cap = mult as f64 * ceil.per_channel_gb_s;
+        data_cap = data_cap.min(info.pair_cap * share);
+        if info.transport == Transport::NetSocket {
+            let sock = transport::socket_channel_cap_gb_s(&self.transports);
+            data_cap = data_cap.min(mult as f64 * sock);
+        }
+        let mut cap = data_cap * w;
+        if ceil.route_fraction * w < 1.0 {
+            cap = cap.min(ceil.route_fraction * w * info.route_cap * share);
+        }
+        Hop { latency_ns, cap, rail }
+    }
+
+    fn graph_channels(&self, a: NcclAlgo) -> u32 {
+        if a == NcclAlgo::Tree {
+            self.tree_graph.summary.channels
+        } else {
+            self.ring_graph.summary.channels
+        }
+    }
+
+    /// Groups the first `nc` channels by (order, NIC): (channel, multiplicity).
+    fn patterns(channels: &[Channel], nc: u32) -> Vec<(Channel, u32)> {
+        let mut out: Vec<(Channel, u32)> = Vec::new();
+        for c in &channels[..(nc as usize).min(channels.len())] {
+            match out.iter_mut().find(|(x, _)| x == c) {
+                Some((_, m)) => *m += 1,
+                None => out.push((c.clone(), 1)),
+            }
+        }
+        out
+    }
+
+    fn ring(&self, choice: &Choice, f: Func, bytes: u64, steps: u32) -> Shape {
+        let (n, g, m) = (self.ranks, self.per_node, self.nodes);
+        let nc = choice.channels.max(1);
+        let chunk = bytes.div_ceil(n as u64 * nc as u64).max(1);
+        let w = protocol::wire_factor(choice.proto);
+        let pats = Self::patterns(&self.ring, nc);
+        // Channels on each arc: intra (i -> j) and inter (exit i -> entry j by NIC n).
+        let mut arcs: rustc_hash::FxHashMap<(u32, u32, u32, bool), u32> = Default::default();
+        for (c, mult) in &pats {
+            for k in 0..g as usize {
+                let (a, b) = (c.order[k], c.order[(k + 1) % g as usize]);
+                let inter = k + 1 == g as usize && m > 1;
+                *arcs.entry((a, b, if inter { c.nic.unwrap_or(0) } else { 0 }, inter)).or_default() += mult;
+            }
+        }
+        let lat_scale = self.plateau(f, choice.proto, bytes);
+        let patterns = pats
+            .iter()
+            .map(|(c, mult)| {
+                let hops: Vec<Hop> = (0..g as usize)
+                    .map(|k| {
+                        let (a, b) = (c.order[k], c.order[(k + 1) % g as usize]);
+                        let inter = k + 1 == g as usize && m > 1;
+                        let key = (a, b, if inter { c.nic.unwrap_or(0) } else { 0 }, inter);
+                        let info = self.hop_info(a, b, inter, c.nic);
+                        let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
+                        self.hop(choice, Some(f), info, inter, *mult, arcs[&key], lat_scale, rail)
+                    })
+                    .collect();
+                let mut pos = vec![0u32; g as usize];
+                for (k, &l) in c.order.iter().enumerate() {
+                    pos[l as usize] = k as u32;
+                }
+                let (step_latency_ns, first_extra_ns) = Self::chain_latency(&hops, g, m, steps);
+                RingPattern {
+                    order: c.order.clone(),
+                    pos,
+                    bytes: ((chunk * *mult as u64) as f64 * w).round() as u64,
+                    step_latency_ns,
+                    first_extra_ns,
+                    hops,
+                }
+            })
+            .collect();
+        Shape::Ring { per_node: g, nodes: m, steps, patterns }
+    }
+
+    /// The latency along a ring's dependency chain: a chunk crosses `steps` consecutive hops (the
+    /// pattern's hops repeat node after node), so the worst run of `steps` hops from any start is
+    /// the critical path's latency. Returned as a per-step share and a remainder for the first step.
+    fn chain_latency(hops: &[Hop], g: u32, m: u32, steps: u32) -> (Nanos, Nanos) {
+        let ring: Vec<Nanos> = (0..g * m).map(|i| hops[(i % g) as usize].latency_ns).collect();
+        let n = ring.len();
+        let steps = steps as usize;
+        if n == 0 || steps == 0 {
+            return (0, 0);
+        }
+        let full: Nanos = ring.iter().sum::<Nanos>() * (steps / n) as Nanos;
+        let rest = steps % n;
+        // A window of `rest` hops, the worst over starts (only hop positions within one node's
+        // period matter, nodes being alike).
+        let mut worst = 0;
+        for start in 0..(g as usize).min(n) {
+            let w: Nanos = (0..rest).map(|i| ring[(start + i) % n]).sum();
+            worst = worst.max(w);
+        }
+        let total = full + worst;
+        let per = total / steps as Nanos;
+        (per, total - per * steps as Nanos)
+    }
+
+    /// The node-level double binary tree (trees.cc `ncclGetBtree`/`ncclGetDtree`): for tree
+    /// `t`, each node's parent (or none for the root).
+    fn node_parent(nodes: u32, t: usize, node: u32) -> Option<u32> {
+        let btree_parent = |n: u32, r: u32| -> Option<u32> {
+            if r == 0 {
+                return None;
+            }
+            let bit = 1u32 << r.trailing_zeros();
+            let up = (r ^ bit) | (bit << 1);
+            Some(if up >= n { r ^ bit } else { up })
+        };
+        if t == 0 {
+            return btree_parent(nodes, node);
+        }
+        if nodes % 2 == 1 {
+            // Shift by one.
+            let s = (node + nodes - 1) % nodes;
+            btree_parent(nodes, s).map(|u| (u + 1) % nodes)
+        } else {
+            // Mirror.
+            btree_parent(nodes, nodes - 1 - node).map(|u| nodes - 1 - u)
+        }
+    }
+
+    fn tree_allreduce(&self, choice: &Choice, bytes: u64) -> Shape {
+        let (g, m) = (self.per_node, self.nodes);
+        let nc = choice.channels.max(1);
+        let graph_channels = self.tree_graph.summary.channels.max(1) as usize;
+        let w = protocol::wire_factor(choice.proto);
+        let depth_nccl = g - 1 + log2i(m);
+        let per_channel = bytes.div_ceil(nc as u64).max(1);
+        let chunk = protocol::tree_chunk_bytes(choice.proto, bytes, nc, depth_nccl, self.ranks, m).max(1);
+        let pieces = per_channel.div_ceil(chunk).max(1) as u32;
+        let piece = per_channel.div_ceil(pieces as u64);
+        // Channels grouped by (tree, chain order, NIC).
+        let mut groups: Vec<(usize, Channel, u32)> = Vec::new();
+        for (c, ch) in self.tree[..(nc as usize).min(self.tree.len())].iter().enumerate() {
+            let tree = (c / graph_channels).min(1);
+            match groups.iter_mut().find(|(t, x, _)| *t == tree && x == ch) {
+                Some((_, _, mult)) => *mult += 1,
+                None => groups.push((tree, ch.clone(), 1)),
+            }
+        }
+        // Channels per intra-node arc (local a -> b) and per NIC, over all groups.
+        let mut arc_count: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
+        let mut nic_count: rustc_hash::FxHashMap<u32, u32> = Default::default();
+        for (_, ch, mult) in &groups {
+            for k in 1..g as usize {
+                *arc_count.entry((ch.order[k], ch.order[k - 1])).or_default() += mult;
+                *arc_count.entry((ch.order[k - 1], ch.order[k])).or_default() += mult;
+            }
+            *nic_count.entry(ch.nic.unwrap_or(0)).or_default() += mult;
+        }
+        // Edges (child, parent, parent's depth in ranks, channels, NIC for inter-node edges).
+        let mut raw: Vec<(u32, u32, u32, u32, Option<u32>)> = Vec::new();
+        let mut max_depth = 0;
+        for (tree, ch, mult) in &groups {
+            let node_depth: Vec<u32> = (0..m)
+                .map(|u| {
+                    let mut d = 0;
+                    let mut x = u;
+                    while let Some(p) = Self::node_parent(m, *tree, x) {
+                        d += 1;
+                        x = p;
+                        if d > m {
+                            break;
+                        }
+                    }
+                    d
+                })
+                .collect();
+            // A node's head (first of its chain) sits at its node's depth; the chain hangs below.
+            for u in 0..m {
+                let d_head = node_depth[u as usize];
+                for k in 1..g {
+                    let child = u * g + ch.order[k as usize];
+                    let parent = u * g + ch.order[k as usize - 1];
+                    raw.push((child, parent, d_head + k - 1, *mult, None));
+                    max_depth = max_depth.max(d_head + k);
+                }
+                if let Some(p) = Self::node_parent(m, *tree, u) {
+                    raw.push((
+                        u * g + ch.order[0],
+                        p * g + ch.order[0],
+                        node_depth[p as usize],
+                        *mult,
+                        Some(ch.nic.unwrap_or(0)),
+                    ));
+                    max_depth = max_depth.max(node_depth[p as usize] + 1);
+                }
+            }
+        }
+        let d = max_depth;
+        let mut edges = Vec::new();
+        for &(child, parent, d_parent, mult, nic) in &raw {
+            let inter = nic.is_some();
+            let (lc, lp) = (child % g, parent % g);
+            let on_arc = if inter {
+                nic_count.get(&nic.unwrap_or(0)).copied().unwrap_or(mult)
+            } else {
+                arc_count.get(&(lc, lp)).copied().unwrap_or(mult)
+            };
+            let up_info = self.hop_info(lc, lp, inter, nic);
+            let down_info = self.hop_info(lp, lc, inter, nic);
+            let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
+            let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
+            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail);
+            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail);
+            // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down: the
+            // parent sends at d + d_parent.
+            edges.push(Edge { src: child, dst: parent, offset: d - (d_parent + 1), bytes, hop: up });
+            edges.push(Edge { src: parent, dst: child, offset: d + d_parent, bytes, hop: down });
+        }
+        edges.sort_by_key(|e| (e.offset, e.src, e.dst));
+        let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
+        Shape::Pipeline { edges, pieces, span }
+    }
+
+    /// Broadcast (from rank 0) or reduce (to rank 0) pipelined along each channel's ring.
+    fn ring_pipeline(&self, choice: &Choice, f: Func, bytes: u64, to_root: bool) -> Shape {
+        let (n, g, m) = (self.ranks, self.per_node, self.nodes);
+        let nc = choice.channels.max(1);
+        let w = protocol::wire_factor(choice.proto);
+        let per_channel = bytes.div_ceil(nc as u64).max(1);
+        let chunk = protocol::pipeline_chunk_bytes(choice.proto);
+        let pieces = per_channel.div_ceil(chunk).max(1) as u32;
+        let piece = per_channel.div_ceil(pieces as u64);
+        let pats = Self::patterns(&self.ring, nc);
+        let mut edges = Vec::new();
+        for (c, mult) in &pats {
+            let mut pos = vec![0u32; g as usize];
+            for (k, &l) in c.order.iter().enumerate() {
+                pos[l as usize] = k as u32;
+            }
+            let next = |r: u32| {
+                let (node, k) = (r / g, pos[(r % g) as usize]);
+                if k + 1 < g {
+                    (node * g + c.order[k as usize + 1], false)
+                } else {
+                    (((node + 1) % m) * g + c.order[0], m > 1)
+                }
+            };
+            // The chain: broadcast from the root along the ring; reduce from the root's successor
+            // back around to the root.
+            let mut r = 0u32;
+            let mut chain = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let (to, inter) = next(r);
+                chain.push((r, to, inter));
+                r = to;
+            }
+            let hops: &[(u32, u32, bool)] = if to_root { &chain[1..] } else { &chain[..n as usize - 1] };
+            for (k, &(src, dst, inter)) in hops.iter().enumerate() {
+                let info = self.hop_info(src % g, dst % g, inter, c.nic);
+                let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
+                let hop = self.hop(choice, Some(f), info, inter, *mult, nc, 1.0, rail);
+                let bytes = ((piece * *mult as u64) as f64 * w).round() as u64;
+                edges.push(Edge { src, dst, offset: k as u32, bytes, hop });
+            }
+        }
+        let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
+        Shape::Pipeline { edges, pieces, span }
+    }
+
+    /// Send/recv patterns in one step: gather and scatter between the root (rank 0) and every
+    /// rank, all-to-all between every pair.
+    fn direct(&self, op: CollectiveOp, bytes: u64) -> Shape {
+        let n = self.ranks;
+        let g = self.per_node;
+        let share = bytes.div_ceil(n as u64);
+        let choice = Choice {
+            algo: NcclAlgo::Ring,
+            proto: Proto::Simple,
+            channels: 1,
+            threads: version::fixed::SIMPLE_MAX_THREADS,
+            model_us: 0.0,
+            fallback_from: None,
+        };
+        let mut transfers = Vec::new();
+        let mut push = |src: u32, dst: u32, bytes: u64| {
+            let inter = src / g != dst / g;
+            let nic = inter.then(|| self.near_nic[(src % g) as usize]);
+            let info = self.hop_info(src % g, dst % g, inter, nic);
+            let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
+            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, rail);
+            transfers.push(super::Transfer {
+                src,
+                dst,
+                bytes,
+                rail: h.rail,
+                latency: super::Latency::Exact(h.latency_ns),
+                cap: h.cap,
+            });
+        };
+        match op {
+            CollectiveOp::Gather => (1..n).for_each(|r| push(r, 0, share)),
+            CollectiveOp::Scatter => (1..n).for_each(|r| push(0, r, share)),
+            _ => {
+                for s in 0..n {
+                    for d in (0..n).filter(|&d| d != s) {
+                        push(s, d, share);
+                    }
+                }
+            }
+        }
+        Shape::Direct { transfers }
+    }
+}
+
+fn log2i(x: u32) -> u32 {
+    if x == 0 {
+        0
+    } else {
+        31 - x.leading_zeros()
+    }
+}
+
+fn us(x: f64) -> Nanos {
+    (x * 1e3).round().max(0.0) as Nanos
+}

@@ -1,0 +1,166 @@
+//! What a protocol does to the bytes: how many cross the wire per data byte (LL sends 16-byte
+//! lines carrying 8 data bytes with their flags; LL128 128-byte lines carrying 120; Simple plain
+//! buffers), how big a pipelined chunk is, and how fast one channel can go (the per-channel
+//! ceilings and link fractions NCCL's tuner uses, from [`super::version::Tables`]). Pure functions
+//! of the version's constants; nothing is fitted here.
+
+use super::version::{fixed, Arch, CpuVendor, Func, NcclAlgo, Proto, Tables};
+
+/// Wire bytes per data byte.
+pub fn wire_factor(p: Proto) -> f64 {
+    match p {
+        Proto::Ll => (fixed::LL_LINE_BYTES / 8) as f64,
+        Proto::Ll128 => fixed::LL128_LINE_BYTES as f64 / fixed::LL128_DATA_BYTES as f64,
+        Proto::Simple => 1.0,
+    }
+}
+
+/// Data bytes of one buffer step (`buffSizes[p] / NCCL_STEPS`, in data, init.cc defaults).
+pub fn step_data_bytes(p: Proto) -> u64 {
+    match p {
+        // DEFAULT_LL_BUFFSIZE = lines/thread x threads x steps x 16 B; half of it is data.
+        Proto::Ll => fixed::LL_LINES_PER_THREAD * fixed::LL_MAX_THREADS as u64 * fixed::LL_LINE_BYTES / 2,
+        // DEFAULT_LL128_BUFFSIZE = 120 elements x 640 threads x 8 steps x 8 B; 120 of 128 is data.
+        Proto::Ll128 => {
+            fixed::LL128_ELEMS_PER_THREAD * fixed::LL128_MAX_THREADS as u64 * 8 * fixed::LL128_DATA_BYTES
+                / fixed::LL128_LINE_BYTES
+        }
+        Proto::Simple => fixed::SIMPLE_BUFFSIZE / fixed::STEPS,
+    }
+}
+
+/// Data bytes of one pipelined piece of a tree all-reduce (enqueue.cc `computeColl`: the Simple
+/// chunk is halved until each channel has enough chunks for the tree's depth; LL128 likewise by
+/// `nstepsLL128`).
+pub fn tree_chunk_bytes(p: Proto, bytes: u64, channels: u32, depth: u32, ranks: u32, nodes: u32) -> u64 {
+    let nc = channels.max(1) as u64;
+    let depth = depth.max(1) as u64;
+    match p {
+        Proto::Simple => {
+            let mut chunk = step_data_bytes(p);
+            while bytes / (nc * chunk) < depth * 8 && chunk > 131_072 {
+                chunk /= 2;
+            }
+            while bytes / (nc * chunk) < depth * 4 && chunk > 65_536 {
+                chunk /= 2;
+            }
+            while bytes / (nc * chunk) < depth && chunk > 32_768 {
+                chunk /= 2;
+            }
+            chunk
+        }
+        Proto::Ll128 => {
+            let mut chunk = fixed::LL128_ELEMS_PER_THREAD * fixed::LL128_MAX_THREADS as u64 * 8;
+            let ppn = ranks as f64 / nodes.max(1) as f64;
+            let steps = 1.0 + (63 - (nodes.max(1) as u64).leading_zeros()) as f64 + 0.1 * ppn;
+            while ((bytes / (nc * chunk)) as f64) < steps * 64.0 / ppn && chunk > 131_072 {
+                chunk /= 2;
+            }
+            while ((bytes / (nc * chunk)) as f64) < steps * 16.0 / ppn && chunk > 32_768 {
+                chunk /= 2;
+            }
+            chunk * fixed::LL128_DATA_BYTES / fixed::LL128_LINE_BYTES
+        }
+        Proto::Ll => step_data_bytes(p),
+    }
+}
+
+/// Data bytes of one piece of a broadcast or reduce pipelined along the ring (chunk steps 1).
+pub fn pipeline_chunk_bytes(p: Proto) -> u64 {
+    step_data_bytes(p)
+}
+
+/// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
+/// and the most one channel carries (GB/s of data) at full thread count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ceilings {
+    /// Fraction of the route's effective rate available to data (before wire overhead).
+    pub route_fraction: f64,
+    /// GB/s of data per channel (infinite when only the links limit).
+    pub per_channel_gb_s: f64,
+}
+
+/// NCCL's bandwidth refinements turned into per-flow ceilings: the tuner's bus bandwidth is
+/// graph speed x channels x a fraction, capped by a per-channel maximum; here the fraction
+/// applies to the effective rate of each route and the cap to each channel (per graph channel in
+/// NCCL's tables, so divided among the communicator's duplicated channels).
+#[allow(clippy::too_many_arguments)]
+pub fn ceilings(
+    t: &Tables,
+    f: Func,
+    a: NcclAlgo,
+    p: Proto,
+    arch: Arch,
+    cpu: CpuVendor,
+    ranks: u32,
+    nodes: u32,
+    graph_channels: u32,
+    comm_channels: u32,
+    plain_tree: bool,
+) -> Ceilings {
+    let ll_max = t.ll_max_bw(arch, cpu, nodes);
+    let per_graph = graph_channels.max(1) as f64 / comm_channels.max(1) as f64;
+    let ppn = ranks as f64 / nodes.max(1) as f64;
+    let mut c = Ceilings { route_fraction: 1.0, per_channel_gb_s: f64::INFINITY };
+    match (a, p) {
+        (NcclAlgo::Ring, Proto::Ll) => {
+            c.route_fraction = if nodes > 1 || f == Func::AllReduce || f == Func::Reduce {
+                t.ring_ll_fraction.0
+            } else {
+                t.ring_ll_fraction.1
+            };
+            c.per_channel_gb_s = ll_max / comm_channels.max(1) as f64;
+        }
+        (NcclAlgo::Ring, Proto::Ll128) => {
+            c.route_fraction = if ppn < 2.0 { 0.7 } else { 0.92 };
+            c.per_channel_gb_s = t.ll128_max_bw_per_ch(a, f, arch, nodes) * per_graph;
+        }
+        (NcclAlgo::Tree, _) => {
+            c.route_fraction = 0.92 * if plain_tree { t.tree_pattern_penalty.unwrap_or(1.0) } else { 1.0 };
+            c.per_channel_gb_s = t.tree_max_bw_per_ch(arch, nodes) * per_graph;
+            match p {
+                Proto::Ll => {
+                    c.route_fraction /= 3.8;
+                    c.per_channel_gb_s = c.per_channel_gb_s.min(ll_max / comm_channels.max(1) as f64);
+                }
+                Proto::Ll128 => {
+                    c.route_fraction *= if nodes == 1 { 7.0 / 9.0 } else { 120.0 / 128.0 };
+                    c.per_channel_gb_s = c.per_channel_gb_s.min(t.ll128_max_bw_per_ch(a, f, arch, nodes) * per_graph);
+                }
+                Proto::Simple => {}
+            }
+        }
+        _ => {}
+    }
+    if let (Some(cap), Arch::Ampere) = (t.ampere_cap, arch) {
+        c.per_channel_gb_s = c.per_channel_gb_s.min(cap / comm_channels.max(1) as f64);
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Line formats (devcomm.h): LL carries 8 of 16 bytes, LL128 120 of 128.
+    #[test]
+    fn wire_overheads_follow_the_line_formats() {
+        assert_eq!(wire_factor(Proto::Ll), 2.0);
+        assert!((wire_factor(Proto::Ll128) - 128.0 / 120.0).abs() < 1e-12);
+        assert_eq!(wire_factor(Proto::Simple), 1.0);
+        // Buffer steps (init.cc defaults / NCCL_STEPS): LL 64 KiB of lines = 32 KiB of data;
+        // LL128 614400 bytes of lines; Simple 4 MiB / 8.
+        assert_eq!(step_data_bytes(Proto::Ll), 32 << 10);
+        assert_eq!(step_data_bytes(Proto::Ll128), 614_400 * 120 / 128);
+        assert_eq!(step_data_bytes(Proto::Simple), 512 << 10);
+    }
+
+    #[test]
+    fn tree_chunks_shrink_for_small_messages() {
+        // 64 MiB over 4 channels of a depth-5 tree: 512 KiB chunks stay (32 per channel >= 40? no:
+        // 16 MiB / 512 KiB = 32 < 40, so halve once to 256 KiB).
+        assert_eq!(tree_chunk_bytes(Proto::Simple, 64 << 20, 4, 5, 16, 4), 256 << 10);
+        assert_eq!(tree_chunk_bytes(Proto::Simple, 1 << 20, 4, 5, 16, 4), 32 << 10);
+        assert_eq!(tree_chunk_bytes(Proto::Simple, 1 << 30, 4, 5, 16, 4), 512 << 10);
+    }
+}
