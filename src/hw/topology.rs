@@ -59,6 +59,9 @@ pub struct Topology {
     pub calibrated: Option<Calibration>,
 }
 
+/// NVLink ports of an H100 SXM, the most of any GPU (NVIDIA H100 architecture whitepaper, 2022).
+const MAX_NVLINK_PORTS: u32 = 18;
+
 /// Identical nodes, each with `gpus_per_node` GPUs under one host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -224,6 +227,22 @@ impl Topology {
         c.pcie.rate(t, "cluster.pcie")?;
         if let Some(nv) = &c.nvlink {
             nv.rate(t, "cluster.nvlink")?;
+            // The parametric form joins every GPU pair of a node with its own link, which needs
+            // gpus_per_node - 1 NVLink ports per GPU; the most any GPU has is 18 (H100 SXM, NVIDIA
+            // H100 Tensor Core GPU Architecture whitepaper, 2022). Larger NVLink domains go through
+            // NVSwitches, which the explicit `graph` form describes.
+            if c.gpus_per_node - 1 > MAX_NVLINK_PORTS {
+                return Err(Error::topology(
+                    t,
+                    format!(
+                        "cluster.nvlink joins every pair of a node's GPUs, which needs {} NVLink ports per GPU \
+                         for cluster.gpus_per_node = {}; no GPU has more than {MAX_NVLINK_PORTS}. Describe a \
+                         larger NVLink domain with an NVSwitch in the `graph` form",
+                        c.gpus_per_node - 1,
+                        c.gpus_per_node
+                    ),
+                ));
+            }
         }
         c.network.link.rate(t, "cluster.network")?;
         if !(c.network.efficiency > 0.0 && c.network.efficiency <= 1.0) {
@@ -409,5 +428,17 @@ mod tests {
         assert!(e.starts_with("x.json:1"), "{e}");
         let e = load_topology("no-such-thing").unwrap_err().to_string();
         assert!(e.contains("neither a preset"), "{e}");
+    }
+
+    #[test]
+    fn nvlink_mesh_beyond_a_gpus_ports_is_refused_not_built() {
+        // 1,000 GPUs a node all-to-all would be 4 million links (a fuzz input that hung CI).
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/topologies/v100-cluster.json"))
+            .unwrap()
+            .replace("\"gpus_per_node\": 4", "\"gpus_per_node\": 1000");
+        let e = parse_topology(&text, Path::new("big.json"), false).unwrap_err().to_string();
+        assert!(e.contains("999 NVLink ports") && e.contains("graph"), "{e}");
+        let ok = text.replace("\"gpus_per_node\": 1000", "\"gpus_per_node\": 19");
+        assert!(parse_topology(&ok, Path::new("ok.json"), false).is_ok());
     }
 }
