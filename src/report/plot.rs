@@ -245,10 +245,11 @@ where
     let root = root.titled(title, (FONT, 24))?;
     let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
     for (panel, area) in panels.iter().zip(&areas) {
-        let points = || panel.series.iter().flat_map(|s| s.points.iter().copied());
+        // Log axes cannot show zero: such points (no GPUs, a stalled run) are left out.
+        let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
         let max_x = points().map(|p| p.0).fold(1.0, f64::max);
         let (lo_y, hi_y) = points().fold((1.0f64, max_x), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
-        let x_axis = LogAxis::new(2.0, 1.0, max_x);
+        let x_axis = LogAxis { powers_only: true, ..LogAxis::new(2.0, 1.0, max_x) };
         let y_axis = LogAxis::new(2.0, lo_y, hi_y);
         let entries: Vec<LegendEntry> = std::iter::once(LegendEntry::dashed("ideal", BLACK))
             .chain(panel.series.iter().enumerate().map(|(i, s)| LegendEntry::line(&s.label, i)))
@@ -276,7 +277,8 @@ where
             let color = series_color(i);
             // Earlier lines are wider, so a line hidden under an identical later one still shows.
             let width = 2 + (panel.series.len() - 1 - i).min(3) as u32;
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (l2(x), l2(y))).collect();
+            let pts: Vec<(f64, f64)> =
+                s.points.iter().filter(|p| p.0 > 0.0 && p.1 > 0.0).map(|&(x, y)| (l2(x), l2(y))).collect();
             chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(width)))?;
             for &p in &pts {
                 draw_marker(chart.plotting_area(), p, i)?;
@@ -546,6 +548,8 @@ struct LogAxis {
     base: f64,
     lo: f64,
     hi: f64,
+    /// Label only whole powers, however short the axis (GPU counts: no "0.87 GPUs").
+    powers_only: bool,
 }
 
 impl LogAxis {
@@ -558,7 +562,7 @@ impl LogAxis {
             (lo, hi) = (mid - 0.5, mid + 0.5);
         }
         let pad = (0.05 * (hi - lo)).min(0.25);
-        LogAxis { base, lo: lo - pad, hi: hi + pad }
+        LogAxis { base, lo: lo - pad, hi: hi + pad, powers_only: false }
     }
 
     /// Base 2 unless the values span more than two decades, then base 10 (fewer, rounder labels).
@@ -584,7 +588,7 @@ impl LogAxis {
 
     /// Short axes (under two steps) also label fractional exponents; long ones only powers.
     fn fractional(&self) -> bool {
-        self.hi - self.lo < 2.0
+        !self.powers_only && self.hi - self.lo < 2.0
     }
 
     /// How many labels to ask plotters for: one per power up to 12, so the step is one power.
@@ -743,6 +747,8 @@ mod tests {
         let short = LogAxis::new(2.0, 0.9, 1.3);
         assert_eq!(short.label(-1.0), "0.5");
         assert_eq!(short.label(0.5), "1.41", "short axes label fractions too");
+        let one_gpu = LogAxis { powers_only: true, ..LogAxis::new(2.0, 1.0, 1.0) };
+        assert_eq!((one_gpu.label(0.0), one_gpu.label(0.2)), ("1".to_string(), String::new()));
         let wide = LogAxis::fitting(50.0, 2e6);
         assert_eq!(wide.base, 10.0);
         assert_eq!(wide.label(2.0), "100");
