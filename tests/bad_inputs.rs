@@ -540,6 +540,31 @@ fn validation_and_sweep_cases(out: &mut Vec<Case>) {
             &["row 3", "speedup", "cannot be plotted"],
         ));
     }
+    // `plot scatter` reads validate's CSV or JSON report back.
+    let head = "set,id,line,workload,topology,gpus,strategy,metric,unit,measured,spread,predicted,error,within_spread,status,group,known_miss,source\n";
+    for (name, text, msg) in [
+        ("text report", "set  id  gpus\n".to_string(), "validate ... --format csv"),
+        ("zero measured", format!("{head}s,r1,2,w,t,2,io,throughput,samples/s,0,,10,,,ok,,,src\n"), "measured"),
+        ("negative predicted", format!("{head}s,r1,2,w,t,2,io,throughput,samples/s,10,,-3,,,ok,,,src\n"), "predicted"),
+        (
+            "not a number",
+            format!("{head}s,r1,2,w,t,2,io,throughput,samples/s,ten,,10,,,ok,,,src\n"),
+            "report.csv:2 (field `measured`)",
+        ),
+        ("bad json", "{\"rows\": [{\"set\": 1}]}".to_string(), "report.csv:1"),
+        (
+            "no measured rows",
+            format!("{head}s,r1,2,w,t,2,io,throughput,samples/s,,,10,,,reference,,,src\n"),
+            "no row with a measured value",
+        ),
+    ] {
+        out.push(case(
+            format!("plot scatter {name}"),
+            vec![("report.csv", text)],
+            &["plot", "scatter", "report.csv", "-o", "s.png"],
+            &["report.csv", msg],
+        ));
+    }
 }
 
 fn all_cases() -> Vec<Case> {

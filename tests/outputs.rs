@@ -5,7 +5,7 @@
 
 use assert_cmd::Command;
 use dagsim::predict::Setup;
-use dagsim::report::plot::{scatter_chart, ScatterPoint};
+use dagsim::report::plot::{scatter_chart, ScatterPanel, ScatterPoint};
 use dagsim::scenario::Scenario;
 use dagsim::sim::Options;
 use serde_json::Value;
@@ -328,24 +328,87 @@ fn gantt_chart_is_a_valid_png_and_svg_with_its_title() {
 #[test]
 fn scatter_plot_png_and_svg_carry_title_and_labels() {
     let dir = tempfile::tempdir().unwrap();
-    let points = vec![
-        ScatterPoint { predicted: 1.0, measured: 1.1, label: "1 GPU".into() },
-        ScatterPoint { predicted: 3.6, measured: 3.2, label: "4 GPUs".into() },
+    let point = |measured: f64, predicted: f64, series: usize, label: Option<&str>| ScatterPoint {
+        measured,
+        predicted,
+        series,
+        hollow: false,
+        label: label.map(String::from),
+    };
+    let panels = vec![
+        ScatterPanel {
+            title: "speedup".into(),
+            unit: "x".into(),
+            series: vec![(0, "set-a".into())],
+            points: vec![point(1.1, 1.0, 0, None), point(3.2, 3.6, 0, Some("r4"))],
+        },
+        ScatterPanel {
+            title: "throughput".into(),
+            unit: "samples/s".into(),
+            series: vec![(1, "set-b".into())],
+            points: vec![point(100.0, 120.0, 1, None), point(90000.0, 80000.0, 1, None)],
+        },
     ];
     let svg = dir.path().join("s.svg");
-    scatter_chart(&svg, "Speedup: predicted vs measured", "x", &points).unwrap();
+    scatter_chart(&svg, "Speedup: predicted vs measured", &panels, &[0.1, 0.25]).unwrap();
     let texts = svg_texts(&svg);
-    for want in ["Speedup: predicted vs measured", "4 GPUs", "predicted (x)", "measured (x)", "predicted = measured"] {
+    for want in [
+        "Speedup: predicted vs measured",
+        "r4",
+        "predicted (x, log-2 scale)",
+        "measured (x, log-2 scale)",
+        // Five decades: decimal powers.
+        "measured (samples/s, log scale)",
+        "100k",
+        "predicted = measured",
+        "error within ±10%",
+        "error within ±25%",
+        "set-a",
+        "set-b",
+    ] {
         assert!(texts.iter().any(|t| t == want), "no `{want}` in {texts:?}");
     }
     // PNG captions are pixels: a longer title darkens more of the caption band.
     let (short, long) = (dir.path().join("a.png"), dir.path().join("b.png"));
-    scatter_chart(&short, "A", "x", &points).unwrap();
-    scatter_chart(&long, "Speedup: predicted vs measured", "x", &points).unwrap();
-    assert_eq!(decode_png(&long).0, 800);
+    scatter_chart(&short, "A", &panels[..1], &[0.1]).unwrap();
+    scatter_chart(&long, "Speedup: predicted vs measured", &panels[..1], &[0.1]).unwrap();
+    assert_eq!(decode_png(&long).0, 900);
     assert!(dark_pixels_on_top(&long, 45) > dark_pixels_on_top(&short, 45) + 100);
-    let e = scatter_chart(&dir.path().join("s.gif"), "t", "x", &points).unwrap_err().to_string();
+    let e = scatter_chart(&dir.path().join("s.gif"), "t", &panels, &[0.1]).unwrap_err().to_string();
     assert!(e.contains("s.gif") && e.contains(".png or .svg"), "{e}");
+}
+
+#[test]
+fn plot_scatter_draws_a_validate_report_in_csv_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = root().join("validation/tf2017_k80_alexnet.csv");
+    for format in ["csv", "json"] {
+        let report = dir.path().join(format!("report.{format}"));
+        let o = dagsim().arg("validate").arg(&set).args(["--format", format, "-o"]).arg(&report).output().unwrap();
+        assert!(o.status.code() == Some(0) || o.status.code() == Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+        let svg = dir.path().join(format!("scatter-{format}.svg"));
+        dagsim()
+            .args(["plot", "scatter"])
+            .arg(&report)
+            .arg("-o")
+            .arg(&svg)
+            .args(["--bands", "5%,200%"])
+            .assert()
+            .success();
+        let texts = svg_texts(&svg);
+        for want in ["Predicted vs measured: tf2017_k80_alexnet", "speedup", "error within ±5%", "error within ±200%"]
+        {
+            assert!(texts.iter().any(|t| t == want), "{format}: no `{want}` in {texts:?}");
+        }
+        // No row of this set is off by 200%, so none is labelled.
+        assert!(!texts.iter().any(|t| t.starts_with("gce_") || t.starts_with("aws_")), "{texts:?}");
+        // Beyond 20%, unmarked rows get their id (gce_real_4 is predicted 24% high); rows marked
+        // known_miss stay unlabelled (gce_real_8, 26%).
+        dagsim().args(["plot", "scatter"]).arg(&report).arg("-o").arg(&svg).args(["--bands", "20%"]).assert().success();
+        let texts = svg_texts(&svg);
+        assert!(texts.iter().any(|t| t == "gce_real_4"), "{format}: {texts:?}");
+        assert!(!texts.iter().any(|t| t == "gce_real_8"), "{format}: {texts:?}");
+    }
 }
 
 fn sweep_file() -> PathBuf {
@@ -415,6 +478,8 @@ fn sweep_has_one_row_per_point_and_equals_sharded_and_merged() {
             if f.starts_with("speedup") {
                 assert!(texts.iter().any(|t| t == "strategy=none topology=k80-cluster"), "{texts:?}");
                 assert!(texts.iter().any(|t| t == "ideal"));
+                assert!(texts.iter().any(|t| t == "GPUs (log-2 scale)"), "{texts:?}");
+                assert!(texts.iter().any(|t| t == "speedup over 1 GPU (x, log-2 scale)"), "{texts:?}");
             }
         }
     }

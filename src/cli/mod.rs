@@ -9,6 +9,7 @@ mod calibrate_gpu;
 mod compare;
 mod completions;
 mod output;
+mod plot;
 mod predict;
 #[cfg(feature = "cuda")]
 mod replay;
@@ -75,6 +76,7 @@ enum Command {
     Completions(completions::Args),
     Compare(compare::Args),
     Calibrate(calibrate::Args),
+    Plot(plot::Args),
 }
 
 /// Parses the command line, runs the subcommand, returns the exit code.
@@ -102,6 +104,7 @@ pub fn run() -> ExitCode {
         Command::Completions(args) => completions::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Plot(args) => plot::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

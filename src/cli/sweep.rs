@@ -8,7 +8,7 @@ use dagsim::sweep::run::{
     check_record, inputs_hash, journal_path, pending_points, read_journal, run_points, setups, Journal, Record,
     INPUTS_COLUMN,
 };
-use dagsim::sweep::table::{merge, write_plots, OnConflict, Table};
+use dagsim::sweep::table::{describe_table, merge, write_plots, OnConflict, Table};
 use dagsim::sweep::{Shard, Sweep};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -107,7 +107,7 @@ struct PlotArgs {
     /// Directory for speedup.{png,svg} and breakdown.{png,svg}.
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
-    /// Title prefix (default: the file name).
+    /// Title prefix (default: from the table: its workloads and the grid columns varied).
     #[arg(long)]
     title: Option<String>,
 }
@@ -117,17 +117,13 @@ pub fn run(args: Args) -> Result<u8> {
         Some(Action::Merge(m)) => run_merge(m),
         Some(Action::Plot(p)) => {
             let table = Table::read_csv(&p.input)?;
-            let title = p.title.unwrap_or_else(|| stem(&p.input));
+            let title = p.title.unwrap_or_else(|| describe_table(&table));
             let files = write_plots(&table, &title, &p.dir)?;
             report_files(&files);
             Ok(exit::OK)
         }
         None => run_sweep(args.run),
     }
-}
-
-fn stem(p: &Path) -> String {
-    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn report_files(files: &[PathBuf]) {
@@ -281,8 +277,7 @@ fn run_merge(args: MergeArgs) -> Result<u8> {
     }
     write_table(&table, args.out.format, args.out.output.as_deref())?;
     if let Some(dir) = &args.out.plots {
-        let title = args.out.output.as_deref().map(stem).unwrap_or_else(|| "sweep".into());
-        report_files(&write_plots(&table, &title, dir)?);
+        report_files(&write_plots(&table, &describe_table(&table), dir)?);
     }
     Ok(exit::OK)
 }

@@ -55,7 +55,7 @@ pub struct Args {
 }
 
 /// A percentage with or without the `%` sign: `10%` and `10` both mean 0.10.
-fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+pub fn parse_percent(s: &str) -> std::result::Result<f64, String> {
     let v: f64 =
         s.trim().trim_end_matches('%').trim().parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 10%)"))?;
     if !(v.is_finite() && v >= 0.0) {

@@ -8,7 +8,7 @@ mod output;
 pub mod perfetto;
 pub mod plot;
 
-pub use output::{csv_fields, write_csv, write_json, write_text};
+pub use output::{csv_fields, ratio_cell, write_csv, write_json, write_text};
 
 use crate::dag::{Category, Dag, Work};
 use crate::hw::Machine;

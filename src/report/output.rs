@@ -57,6 +57,22 @@ pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<
     Ok(())
 }
 
+/// A CSV cell of seconds: nine decimals, the engine's nanosecond resolution (no `0.30000000000000004`
+/// from dividing integer nanoseconds).
+pub fn seconds_cell(s: f64) -> String {
+    format!("{s:.9}")
+}
+
+/// A CSV cell of samples per second: three decimals.
+pub fn rate_cell(r: f64) -> String {
+    format!("{r:.3}")
+}
+
+/// A CSV cell of a ratio (speedup, efficiency, utilisation): six decimals.
+pub fn ratio_cell(r: f64) -> String {
+    format!("{r:.6}")
+}
+
 /// The CSV columns of one prediction, in order, without utilisation (see [`write_csv`]).
 pub fn csv_fields(p: &Prediction) -> Vec<(&'static str, String)> {
     let b = &p.breakdown;
@@ -75,14 +91,14 @@ pub fn csv_fields(p: &Prediction) -> Vec<(&'static str, String)> {
         ("runtime", p.runtime.clone()),
         ("grad_tensors", p.grad_tensors.to_string()),
         ("grad_tensors_source", p.grad_tensors_source.key().to_string()),
-        ("iteration_time_s", p.iteration_time_s.to_string()),
-        ("throughput_samples_per_s", p.throughput_samples_per_s.to_string()),
-        ("speedup", p.speedup.to_string()),
-        ("scaling_efficiency", p.scaling_efficiency.to_string()),
-        ("compute_s", b.compute.to_string()),
-        ("communication_s", b.communication.to_string()),
-        ("io_s", b.io.to_string()),
-        ("idle_s", b.idle.to_string()),
+        ("iteration_time_s", seconds_cell(p.iteration_time_s)),
+        ("throughput_samples_per_s", rate_cell(p.throughput_samples_per_s)),
+        ("speedup", ratio_cell(p.speedup)),
+        ("scaling_efficiency", ratio_cell(p.scaling_efficiency)),
+        ("compute_s", seconds_cell(b.compute)),
+        ("communication_s", seconds_cell(b.communication)),
+        ("io_s", seconds_cell(b.io)),
+        ("idle_s", seconds_cell(b.idle)),
     ]
 }
 
@@ -96,7 +112,7 @@ pub fn write_csv(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<(
     w.write_record(&header)?;
     for p in preds {
         let mut row: Vec<String> = csv_fields(p).into_iter().map(|(_, v)| v).collect();
-        row.extend(util_keys.iter().map(|k| p.utilisation.get(k).map(|v| v.to_string()).unwrap_or_default()));
+        row.extend(util_keys.iter().map(|k| p.utilisation.get(k).map(|v| ratio_cell(*v)).unwrap_or_default()));
         w.write_record(&row)?;
     }
     w.flush()

@@ -1,6 +1,7 @@
 //! Plots with plotters, as PNG or SVG (chosen by the file extension): speedup versus GPU count with
 //! the ideal line, stacked time-breakdown bars, a Gantt chart of one iteration, and
-//! predicted-versus-measured scatter. Text is drawn with the DejaVu Sans font compiled into the
+//! predicted-versus-measured scatter. Counts and ratios go on log axes labelled with powers, charts
+//! with many series are split into panels, and legends sit beside the data, never on it. Text is drawn with the DejaVu Sans font compiled into the
 //! binary (assets/), so no system fonts are needed. Takes plain data (and, for the Gantt chart, a
 //! finished run); never simulates. Files are written atomically.
 
@@ -10,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::sim::Run;
 use crate::units::Nanos;
 use plotters::coord::types::RangedCoordf64;
-use plotters::coord::Shift;
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
@@ -50,12 +51,25 @@ pub struct GanttRow {
     pub spans: Vec<(Nanos, Nanos, Phase, bool)>,
 }
 
-/// One point of a predicted-versus-measured scatter.
+/// One point of a predicted-versus-measured scatter: `series` picks its colour and marker,
+/// `hollow` marks a row the user already knows the model misses, `label` is written beside it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScatterPoint {
-    pub predicted: f64,
     pub measured: f64,
-    pub label: String,
+    pub predicted: f64,
+    pub series: usize,
+    pub hollow: bool,
+    pub label: Option<String>,
+}
+
+/// One panel of a scatter: a metric and its unit, the series shown in it (index as in
+/// [`ScatterPoint::series`], so a series keeps its colour across panels; name) and its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScatterPanel {
+    pub title: String,
+    pub unit: String,
+    pub series: Vec<(usize, String)>,
+    pub points: Vec<ScatterPoint>,
 }
 
 const CATEGORY_NAMES: [&str; 4] = ["compute", "communication", "I/O", "idle"];
@@ -138,6 +152,7 @@ fn render(
 fn row_chart<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
     title: &str,
+    caption_size: u32,
     labels: &[&str],
     x_max: f64,
     x_desc: &str,
@@ -146,9 +161,13 @@ where
     DB::ErrorType: 'static,
 {
     let n = labels.len();
-    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 8 + 20;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 24))
+    // DejaVu Sans at 13 px averages under 7 px a character.
+    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(4) as u32 * 7 + 20;
+    let mut builder = ChartBuilder::on(area);
+    if !title.is_empty() {
+        builder.caption(title, (FONT, caption_size));
+    }
+    let mut chart = builder
         .margin(15)
         .margin_right(45)
         .x_label_area_size(45)
@@ -166,27 +185,21 @@ where
                 String::new()
             }
         })
+        .x_labels(8)
+        .x_label_formatter(&|x| axis_number(*x))
         .x_desc(x_desc)
         .label_style((FONT, 13))
         .draw()?;
     Ok(chart)
 }
 
-/// The series legend in the upper left corner of an x-y chart.
-fn legend_box<'a, DB: DrawingBackend + 'a>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
-) -> DrawResult
-where
-    DB::ErrorType: 'static,
-{
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+/// A tick label with as many decimals as its magnitude needs (no `2000.0` beside `4000.0`).
+fn axis_number(x: f64) -> String {
+    match x.abs() {
+        a if a >= 100.0 || a == 0.0 => format!("{x:.0}"),
+        a if a >= 1.0 => format!("{x:.1}"),
+        _ => format!("{x:.3}"),
+    }
 }
 
 /// Draws a one-line legend of coloured boxes into its own strip, so it never hides data.
@@ -210,80 +223,116 @@ macro_rules! render_with {
     };
 }
 
-/// Speedup versus GPU count, one line per series, with the ideal (linear) speedup dashed.
-pub fn speedup_chart(path: &Path, title: &str, series: &[Series]) -> Result<()> {
-    render_with!(path, (900, 600), |root| draw_speedup(root, title, series))
+/// Speedup versus GPU count on log-2 axes (so the ideal line is the diagonal and equal gaps are
+/// equal efficiency losses), one panel per entry of `panels` (each with at most
+/// [`MAX_SERIES_PER_PANEL`] lines, its legend in a column to the right of its data).
+pub fn speedup_chart(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
+    let (cols, rows) = facet_grid(panels.len());
+    let size = (PANEL_SIZE.0 * cols, PANEL_SIZE.1 * rows + 50);
+    render_with!(path, size, |root| draw_speedup(root, title, panels, cols))
 }
 
-fn draw_speedup<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, series: &[Series]) -> DrawResult
+fn draw_speedup<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[Panel],
+    cols: u32,
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let max_x = series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max);
-    let max_y = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(max_x, f64::max);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24))
-        .margin(15)
-        .margin_right(45)
-        .x_label_area_size(45)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_x * 1.05, 0.0..max_y * 1.05)?;
-    chart
-        .configure_mesh()
-        .x_desc("GPUs")
-        .y_desc("speedup")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .label_style((FONT, 15))
-        .draw()?;
-    chart
-        .draw_series(DashedLineSeries::new([(1.0, 1.0), (max_x, max_x)], 8, 6, BLACK.stroke_width(1)))?
-        .label("ideal")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
-    for (i, s) in series.iter().enumerate() {
-        let color = series_color(i);
-        // Earlier lines are wider, so a line hidden under an identical later one still shows.
-        let width = 2 + 2 * (series.len() - 1 - i).min(3) as u32;
+    let root = root.titled(title, (FONT, 24))?;
+    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    for (panel, area) in panels.iter().zip(&areas) {
+        // Log axes cannot show zero: such points (no GPUs, a stalled run) are left out.
+        let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
+        let max_x = points().map(|p| p.0).fold(1.0, f64::max);
+        let (lo_y, hi_y) = points().fold((1.0f64, max_x), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+        let x_axis = LogAxis { powers_only: true, ..LogAxis::new(2.0, 1.0, max_x) };
+        let y_axis = LogAxis::new(2.0, lo_y, hi_y);
+        let entries: Vec<LegendEntry> = std::iter::once(LegendEntry::dashed("ideal", BLACK))
+            .chain(panel.series.iter().enumerate().map(|(i, s)| LegendEntry::line(&s.label, i)))
+            .collect();
+        let (plot, legend) = split_legend(area, &entries);
+        let mut builder = ChartBuilder::on(&plot);
+        builder.margin(10).x_label_area_size(45).y_label_area_size(60);
+        if !panel.title.is_empty() {
+            builder.caption(&panel.title, (FONT, 16));
+        }
+        let mut chart = builder.build_cartesian_2d(x_axis.range(), y_axis.range())?;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(width)))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
-        chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+            .configure_mesh()
+            .x_labels(x_axis.label_count())
+            .y_labels(y_axis.label_count())
+            .x_label_formatter(&|v| x_axis.label(*v))
+            .y_label_formatter(&|v| y_axis.label(*v))
+            .x_desc("GPUs (log-2 scale)")
+            .y_desc("speedup over 1 GPU (x, log-2 scale)")
+            .label_style((FONT, 14))
+            .draw()?;
+        let l2 = f64::log2;
+        chart.draw_series(DashedLineSeries::new([(0.0, 0.0), (l2(max_x), l2(max_x))], 8, 6, BLACK.stroke_width(1)))?;
+        for (i, s) in panel.series.iter().enumerate() {
+            let color = series_color(i);
+            // Earlier lines are wider, so a line hidden under an identical later one still shows.
+            let width = 2 + (panel.series.len() - 1 - i).min(3) as u32;
+            let pts: Vec<(f64, f64)> =
+                s.points.iter().filter(|p| p.0 > 0.0 && p.1 > 0.0).map(|&(x, y)| (l2(x), l2(y))).collect();
+            chart.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(width)))?;
+            for &p in &pts {
+                draw_marker(chart.plotting_area(), p, i)?;
+            }
+        }
+        draw_legend(&legend, &entries)?;
     }
-    legend_box(&mut chart)?;
     root.present()?;
     Ok(())
 }
 
-/// Horizontal stacked bars of where an iteration's time goes (ScaleDNN Fig. 3 style).
-pub fn breakdown_chart(path: &Path, title: &str, bars: &[Bar]) -> Result<()> {
-    let height = 180 + 28 * bars.len().max(1) as u32;
-    render_with!(path, (1000, height), |root| draw_breakdown(root, title, bars))
+/// Horizontal stacked bars of where an iteration's time goes (ScaleDNN Fig. 3 style), one panel
+/// per `(title, bars)` entry stacked top to bottom, each with its own time axis (so a fast
+/// workload's bars are not lost beside a slow one's).
+pub fn breakdown_chart(path: &Path, title: &str, panels: &[(String, Vec<Bar>)]) -> Result<()> {
+    let heights: Vec<u32> = panels.iter().map(|(_, bars)| 110 + 28 * bars.len().max(1) as u32).collect();
+    let height = 90 + heights.iter().sum::<u32>();
+    render_with!(path, (1000, height), |root| draw_breakdown(root, title, panels, &heights))
 }
 
-fn draw_breakdown<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, bars: &[Bar]) -> DrawResult
+fn draw_breakdown<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[(String, Vec<Bar>)],
+    heights: &[u32],
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
     let height = root.dim_in_pixel().1 as i32;
     let (root, legend) = root.split_vertically(height - 40);
-    let max_x = bars.iter().map(|b| b.seconds.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1000.0;
-    let n = bars.len();
-    let labels: Vec<&str> = bars.iter().map(|b| b.label.as_str()).collect();
-    let mut chart = row_chart(&root, title, &labels, max_x * 1.05, "time per iteration (ms)")?;
-    for (c, &color) in CATEGORY_COLORS.iter().enumerate() {
-        chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
-            let y = (n - 1 - i) as f64;
-            let x0: f64 = b.seconds[..c].iter().sum::<f64>() * 1000.0;
-            let x1 = x0 + b.seconds[c] * 1000.0;
-            Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], color.filled())
-        }))?;
+    let root = root.titled(title, (FONT, 24))?;
+    let mut rest = root;
+    for ((panel_title, bars), &h) in panels.iter().zip(heights) {
+        let (area, below) = rest.split_vertically(h as i32);
+        rest = below;
+        let max_x = bars.iter().map(|b| b.seconds.iter().sum::<f64>()).fold(0.0, f64::max).max(1e-9) * 1000.0;
+        let n = bars.len();
+        let labels: Vec<&str> = bars.iter().map(|b| b.label.as_str()).collect();
+        let mut chart = row_chart(&area, panel_title, 17, &labels, max_x * 1.05, "time per iteration (ms)")?;
+        for (c, &color) in CATEGORY_COLORS.iter().enumerate() {
+            chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
+                let y = (n - 1 - i) as f64;
+                let x0: f64 = b.seconds[..c].iter().sum::<f64>() * 1000.0;
+                let x1 = x0 + b.seconds[c] * 1000.0;
+                Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], color.filled())
+            }))?;
+        }
     }
     let entries: Vec<(String, ShapeStyle)> =
         CATEGORY_NAMES.iter().zip(&CATEGORY_COLORS).map(|(n, c)| (n.to_string(), c.filled())).collect();
     legend_strip(&legend, &entries)?;
-    root.present()?;
+    legend.present()?;
     Ok(())
 }
 
@@ -355,7 +404,7 @@ where
     let ms = |t: Nanos| (t - t0) as f64 / 1e6;
     let n = rows.len();
     let labels: Vec<&str> = rows.iter().map(|r| r.label.as_str()).collect();
-    let mut chart = row_chart(&root, title, &labels, ms(t1), "time since the iteration started (ms)")?;
+    let mut chart = row_chart(&root, title, 24, &labels, ms(t1), "time since the iteration started (ms)")?;
     for (i, row) in rows.iter().enumerate() {
         let y = (n - 1 - i) as f64;
         chart.draw_series(
@@ -381,49 +430,331 @@ where
     Ok(())
 }
 
-/// Predicted versus measured values (e.g. iteration times or speedups), with the y = x line and
-/// each point labelled. For `validate`.
-pub fn scatter_chart(path: &Path, title: &str, axis_unit: &str, points: &[ScatterPoint]) -> Result<()> {
-    render_with!(path, (800, 800), |root| draw_scatter(root, title, axis_unit, points))
+/// Predicted versus measured on log-2 axes, one panel per metric: the y = x line, a shaded band
+/// for the first of `bands` (relative errors, e.g. 0.10 for +-10%) and dashed lines for the
+/// others, points coloured by series. Above the diagonal the prediction is the larger value.
+pub fn scatter_chart(path: &Path, title: &str, panels: &[ScatterPanel], bands: &[f64]) -> Result<()> {
+    let (cols, rows) = facet_grid(panels.len());
+    let size = (PANEL_SIZE.0 * cols, PANEL_SIZE.0 * 7 / 10 * rows + 50);
+    render_with!(path, size, |root| draw_scatter(root, title, panels, bands, cols))
 }
 
 fn draw_scatter<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     title: &str,
-    unit: &str,
-    points: &[ScatterPoint],
+    panels: &[ScatterPanel],
+    bands: &[f64],
+    cols: u32,
 ) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let max =
-        points.iter().flat_map(|p| [p.predicted, p.measured]).filter(|v| v.is_finite()).fold(1e-12, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24))
-        .margin(15)
-        .margin_right(45)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..max, 0.0..max)?;
-    chart
-        .configure_mesh()
-        .x_desc(format!("predicted ({unit})"))
-        .y_desc(format!("measured ({unit})"))
-        .label_style((FONT, 15))
-        .draw()?;
-    chart
-        .draw_series(DashedLineSeries::new([(0.0, 0.0), (max, max)], 8, 6, BLACK.stroke_width(1)))?
-        .label("predicted = measured")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
-    let color = series_color(0);
-    chart.draw_series(points.iter().map(|p| Circle::new((p.predicted, p.measured), 5, color.filled())))?;
-    chart.draw_series(
-        points
-            .iter()
-            .map(|p| Text::new(p.label.clone(), (p.predicted, p.measured), (FONT, 12).into_font().color(&BLACK))),
-    )?;
-    legend_box(&mut chart)?;
+    let root = root.titled(title, (FONT, 24))?;
+    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    let band_color = RGBColor(120, 120, 120);
+    for (panel, area) in panels.iter().zip(&areas) {
+        let values = panel.points.iter().flat_map(|p| [p.measured, p.predicted]).filter(|v| v.is_finite() && *v > 0.0);
+        let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let axis = if hi > 0.0 { LogAxis::fitting(lo, hi) } else { LogAxis::new(2.0, 1.0, 2.0) };
+        let mut entries = vec![LegendEntry::dashed("predicted = measured", BLACK)];
+        for (i, b) in bands.iter().enumerate() {
+            let label = format!("error within ±{}%", b * 100.0);
+            entries.push(if i == 0 {
+                LegendEntry::band(&label, band_color)
+            } else {
+                LegendEntry::dashed(&label, band_color)
+            });
+        }
+        entries.extend(panel.series.iter().map(|(i, s)| LegendEntry::marker(s, *i)));
+        if panel.points.iter().any(|p| p.hollow) {
+            entries.push(LegendEntry::hollow("hollow: known miss"));
+        }
+        let (plot, legend) = split_legend(area, &entries);
+        let mut builder = ChartBuilder::on(&plot);
+        builder.caption(&panel.title, (FONT, 16)).margin(10).x_label_area_size(45).y_label_area_size(60);
+        let mut chart = builder.build_cartesian_2d(axis.range(), axis.range())?;
+        chart
+            .configure_mesh()
+            .x_labels(axis.label_count())
+            .y_labels(axis.label_count())
+            .x_label_formatter(&|v| axis.label(*v))
+            .y_label_formatter(&|v| axis.label(*v))
+            .x_desc(format!("measured ({}, {})", panel.unit, axis.scale_name()))
+            .y_desc(format!("predicted ({}, {})", panel.unit, axis.scale_name()))
+            .label_style((FONT, 14))
+            .draw()?;
+        let (a, b) = (axis.range().start, axis.range().end);
+        for (i, &band) in bands.iter().enumerate() {
+            let up = axis.at(1.0 + band);
+            let down = if band < 1.0 { axis.at(1.0 - band) } else { a - b };
+            if i == 0 {
+                let shape = vec![(a, a + down), (b, b + down), (b, b + up), (a, a + up)];
+                chart.draw_series([Polygon::new(shape, band_color.mix(0.18))])?;
+            } else {
+                for off in [up, down] {
+                    chart.draw_series(DashedLineSeries::new(
+                        [(a, a + off), (b, b + off)],
+                        5,
+                        5,
+                        band_color.stroke_width(1),
+                    ))?;
+                }
+            }
+        }
+        chart.draw_series(DashedLineSeries::new([(a, a), (b, b)], 8, 6, BLACK.stroke_width(1)))?;
+        let area = chart.plotting_area();
+        for p in panel.points.iter().filter(|p| p.measured > 0.0 && p.predicted > 0.0) {
+            let at = (axis.at(p.measured), axis.at(p.predicted));
+            if p.hollow {
+                area.draw(&Circle::new(at, 5, series_color(p.series).stroke_width(2)))?;
+            } else {
+                draw_marker(area, at, p.series)?;
+            }
+            if let Some(l) = &p.label {
+                area.draw(&(EmptyElement::at(at) + Text::new(l.clone(), (7, -6), (FONT, 12))))?;
+            }
+        }
+        draw_legend(&legend, &entries)?;
+    }
     root.present()?;
     Ok(())
+}
+
+/// A panel of a faceted chart: its own title and at most [`MAX_SERIES_PER_PANEL`] series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub series: Vec<Series>,
+}
+
+/// Lines per panel beyond which a chart is split into panels: past six, colours and markers start
+/// to look alike and the legend outgrows the data.
+pub const MAX_SERIES_PER_PANEL: usize = 6;
+
+/// Pixels of one panel, legend included.
+const PANEL_SIZE: (u32, u32) = (900, 520);
+
+/// Columns and rows of the panel grid: one column for one panel, two beyond.
+fn facet_grid(panels: usize) -> (u32, u32) {
+    let cols = if panels <= 1 { 1 } else { 2 };
+    (cols, panels.max(1).div_ceil(cols as usize) as u32)
+}
+
+/// A logarithmic axis drawn as a linear axis of exponents, labelled with the powers of its base:
+/// plotters' own log scale puts its ticks at decimal values, and GPU counts are powers of two.
+#[derive(Debug, Clone, Copy)]
+struct LogAxis {
+    base: f64,
+    lo: f64,
+    hi: f64,
+    /// Label only whole powers, however short the axis (GPU counts: no "0.87 GPUs").
+    powers_only: bool,
+}
+
+impl LogAxis {
+    /// The axis over `min..=max` (positive values), padded a little, at least one step of the
+    /// base long.
+    fn new(base: f64, min: f64, max: f64) -> Self {
+        let (mut lo, mut hi) = (min.max(1e-12).log(base), max.max(min).max(1e-12).log(base));
+        if hi - lo < 1.0 {
+            let mid = (lo + hi) / 2.0;
+            (lo, hi) = (mid - 0.5, mid + 0.5);
+        }
+        let pad = (0.05 * (hi - lo)).min(0.25);
+        LogAxis { base, lo: lo - pad, hi: hi + pad, powers_only: false }
+    }
+
+    /// Base 2 unless the values span more than two decades, then base 10 (fewer, rounder labels).
+    fn fitting(min: f64, max: f64) -> Self {
+        Self::new(if max > 100.0 * min { 10.0 } else { 2.0 }, min, max)
+    }
+
+    fn at(&self, v: f64) -> f64 {
+        v.log(self.base)
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.lo..self.hi
+    }
+
+    fn scale_name(&self) -> &'static str {
+        if self.base == 10.0 {
+            "log scale"
+        } else {
+            "log-2 scale"
+        }
+    }
+
+    /// Short axes (under two steps) also label fractional exponents; long ones only powers.
+    fn fractional(&self) -> bool {
+        !self.powers_only && self.hi - self.lo < 2.0
+    }
+
+    /// How many labels to ask plotters for: one per power up to 12, so the step is one power.
+    fn label_count(&self) -> usize {
+        if self.fractional() {
+            6
+        } else {
+            ((self.hi - self.lo).ceil() as usize + 1).min(12)
+        }
+    }
+
+    fn label(&self, exponent: f64) -> String {
+        if (exponent - exponent.round()).abs() < 1e-6 {
+            let value = self.base.powf(exponent.round());
+            match value {
+                v if v >= 1e9 => format!("{}G", v / 1e9),
+                v if v >= 1e6 && self.base == 10.0 => format!("{}M", v / 1e6),
+                v if v >= 1e4 && self.base == 10.0 => format!("{}k", v / 1e3),
+                v if v >= 1.0 => format!("{v:.0}"),
+                v if self.base == 10.0 => format!("{v:.prec$}", prec = (-exponent.round()) as usize),
+                v => format!("{v}"),
+            }
+        } else if self.fractional() {
+            match self.base.powf(exponent) {
+                v if v >= 100.0 => format!("{v:.0}"),
+                v if v >= 10.0 => format!("{v:.1}"),
+                v => format!("{v:.2}"),
+            }
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// What a legend entry shows beside its text.
+#[derive(Debug, Clone, Copy)]
+enum Swatch {
+    /// Series `i`'s line and marker.
+    Line(usize),
+    /// Series `i`'s marker alone.
+    Marker(usize),
+    /// An unfilled marker.
+    Hollow,
+    Dashed(RGBColor),
+    Band(RGBColor),
+}
+
+struct LegendEntry {
+    /// Wrapped to fit the legend column.
+    lines: Vec<String>,
+    swatch: Swatch,
+}
+
+/// Characters per legend line before wrapping at a space.
+const LEGEND_CHARS: usize = 34;
+
+impl LegendEntry {
+    fn new(label: &str, swatch: Swatch) -> Self {
+        let mut lines: Vec<String> = Vec::new();
+        for word in label.split(' ') {
+            match lines.last_mut() {
+                Some(l) if l.chars().count() + 1 + word.chars().count() <= LEGEND_CHARS => {
+                    l.push(' ');
+                    l.push_str(word);
+                }
+                _ => lines.push(word.to_string()),
+            }
+        }
+        LegendEntry { lines, swatch }
+    }
+    fn line(label: &str, series: usize) -> Self {
+        Self::new(label, Swatch::Line(series))
+    }
+    fn marker(label: &str, series: usize) -> Self {
+        Self::new(label, Swatch::Marker(series))
+    }
+    fn hollow(label: &str) -> Self {
+        Self::new(label, Swatch::Hollow)
+    }
+    fn dashed(label: &str, color: RGBColor) -> Self {
+        Self::new(label, Swatch::Dashed(color))
+    }
+    fn band(label: &str, color: RGBColor) -> Self {
+        Self::new(label, Swatch::Band(color))
+    }
+}
+
+/// Splits a panel into the data area and a legend column on its right, as wide as the longest
+/// legend line needs, so the legend never hides data.
+fn split_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[LegendEntry],
+) -> (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>) {
+    let chars = entries.iter().flat_map(|e| e.lines.iter().map(|l| l.chars().count())).max().unwrap_or(4);
+    let width = (chars as i32 * 8 + 50).clamp(100, 340);
+    let total = area.dim_in_pixel().0 as i32;
+    area.split_horizontally(total - width)
+}
+
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, entries: &[LegendEntry]) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let mut y = 44;
+    for e in entries {
+        let mid = y + 8;
+        match e.swatch {
+            Swatch::Line(i) => {
+                area.draw(&PathElement::new([(4, mid), (32, mid)], series_color(i).stroke_width(3)))?;
+                draw_marker(area, (18, mid), i)?;
+            }
+            Swatch::Marker(i) => draw_marker(area, (18, mid), i)?,
+            Swatch::Hollow => area.draw(&Circle::new((18, mid), 5, BLACK.stroke_width(2)))?,
+            Swatch::Dashed(c) => {
+                for x in [4, 16, 28] {
+                    area.draw(&PathElement::new([(x, mid), (x + 6, mid)], c.stroke_width(1)))?;
+                }
+            }
+            Swatch::Band(c) => area.draw(&Rectangle::new([(4, mid - 6), (32, mid + 6)], c.mix(0.18).filled()))?,
+        }
+        for (k, line) in e.lines.iter().enumerate() {
+            area.draw(&Text::new(line.clone(), (40, y + 17 * k as i32), (FONT, 13)))?;
+        }
+        y += 17 * e.lines.len() as i32 + 8;
+    }
+    Ok(())
+}
+
+/// Series `i`'s marker: circle, triangle or cross in turn, so lines of similar colour or lines on
+/// top of each other stay apart.
+fn draw_marker<DB: DrawingBackend, CT: CoordTranslate>(area: &DrawingArea<DB, CT>, at: CT::From, i: usize) -> DrawResult
+where
+    DB::ErrorType: 'static,
+    CT::From: Clone + 'static,
+{
+    let color = series_color(i);
+    match i % 3 {
+        0 => area.draw(&Circle::new(at, 4, color.filled()))?,
+        1 => area.draw(&TriangleMarker::new(at, 6, color.filled()))?,
+        _ => area.draw(&Cross::new(at, 5, color.stroke_width(2)))?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogAxis;
+
+    #[test]
+    fn log_axes_label_powers_and_switch_to_decades_for_wide_ranges() {
+        let gpus = LogAxis::new(2.0, 1.0, 1024.0);
+        assert_eq!(gpus.label(0.0), "1");
+        assert_eq!(gpus.label(10.0), "1024");
+        assert_eq!(gpus.label(3.5), "", "long axes label only powers");
+        assert_eq!(gpus.label_count(), 12);
+        let short = LogAxis::new(2.0, 0.9, 1.3);
+        assert_eq!(short.label(-1.0), "0.5");
+        assert_eq!(short.label(0.5), "1.41", "short axes label fractions too");
+        let one_gpu = LogAxis { powers_only: true, ..LogAxis::new(2.0, 1.0, 1.0) };
+        assert_eq!((one_gpu.label(0.0), one_gpu.label(0.2)), ("1".to_string(), String::new()));
+        let wide = LogAxis::fitting(50.0, 2e6);
+        assert_eq!(wide.base, 10.0);
+        assert_eq!(wide.label(2.0), "100");
+        assert_eq!(wide.label(5.0), "100k");
+        assert_eq!(wide.label(6.0), "1M");
+        assert_eq!(wide.label(-2.0), "0.01");
+        assert_eq!(LogAxis::fitting(1.0, 64.0).base, 2.0);
+    }
 }

@@ -6,7 +6,7 @@
 use super::{Point, Shard, Sweep};
 use crate::error::{Error, Result};
 use crate::predict::Setup;
-use crate::report::{csv_fields, Prediction};
+use crate::report::{csv_fields, ratio_cell, Prediction};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ impl Record {
         let mut cells = sweep.config_cells(point.config);
         cells.push((INPUTS_COLUMN.to_string(), inputs));
         cells.extend(csv_fields(p).into_iter().map(|(k, v)| (k.to_string(), v)));
-        cells.extend(p.utilisation.iter().map(|(k, v)| (format!("util_{k}"), v.to_string())));
+        cells.extend(p.utilisation.iter().map(|(k, v)| (format!("util_{k}"), ratio_cell(*v))));
         Record { point: point.index, cells }
     }
 

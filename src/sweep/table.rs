@@ -5,7 +5,7 @@
 
 use super::run::Record;
 use crate::error::{Error, Location, Result};
-use crate::report::plot::{breakdown_chart, speedup_chart, Bar, Series};
+use crate::report::plot::{breakdown_chart, speedup_chart, Bar, Panel, Series, MAX_SERIES_PER_PANEL};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -281,40 +281,221 @@ pub fn write_plots(table: &Table, title: &str, dir: &Path) -> Result<Vec<PathBuf
             }
         }
     }
-    let label = |row: &[String]| {
-        let l = grid.iter().map(|&i| format!("{}={}", &table.header[i]["grid.".len()..], row[i])).collect::<Vec<_>>();
-        if l.is_empty() {
-            "all".to_string()
-        } else {
-            l.join(" ")
-        }
-    };
-    let mut series: Vec<Series> = Vec::new();
+    let names: Vec<String> = grid.iter().map(|&i| short_name(&table.header[i])).collect();
+    let values = |row: &[String]| grid.iter().map(|&i| short_value(&row[i])).collect::<Vec<_>>();
+    // One line per configuration (grid values), in the order the table first shows them.
+    let mut configs: Vec<Config> = Vec::new();
     for row in &table.rows {
-        let l = label(row);
+        let key = values(row);
         let point = (num(row, gpus), num(row, speedup));
-        match series.iter_mut().find(|s| s.label == l) {
-            Some(s) => s.points.push(point),
-            None => series.push(Series { label: l, points: vec![point] }),
+        match configs.iter_mut().find(|c| c.0 == key) {
+            Some(c) => c.1.push(point),
+            None => configs.push((key, vec![point])),
         }
     }
-    for s in &mut series {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for c in &mut configs {
+        c.1.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    let bars: Vec<Bar> = table
-        .rows
-        .iter()
-        .map(|row| Bar { label: format!("{} | {} GPUs", label(row), row[gpus]), seconds: parts.map(|i| num(row, i)) })
-        .collect();
+    let panels = facet(&names, configs);
+    let total = |row: &[String]| parts.iter().map(|&i| num(row, i)).sum::<f64>();
+    let column = time_scale_column(&table.rows, &grid, total);
+    let mut bar_panels: Vec<(String, Vec<Bar>)> = Vec::new();
+    for row in &table.rows {
+        let v = values(row);
+        let title = column.map(|c| format!("{}={}", names[c], v[c])).unwrap_or_default();
+        let bar = Bar {
+            label: format!("{} | {} GPUs", describe(&names, &v, column), row[gpus]),
+            seconds: parts.map(|i| num(row, i)),
+        };
+        match bar_panels.iter_mut().find(|p| p.0 == title) {
+            Some(p) => p.1.push(bar),
+            None => bar_panels.push((title, vec![bar])),
+        }
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut written = Vec::new();
     for ext in ["png", "svg"] {
         let p = dir.join(format!("speedup.{ext}"));
-        speedup_chart(&p, &format!("{title}: speedup vs GPUs"), &series)?;
+        speedup_chart(&p, &format!("{title}: speedup vs GPUs"), &panels)?;
         written.push(p);
         let p = dir.join(format!("breakdown.{ext}"));
-        breakdown_chart(&p, &format!("{title}: time per iteration"), &bars)?;
+        breakdown_chart(&p, &format!("{title}: time per iteration"), &bar_panels)?;
         written.push(p);
     }
     Ok(written)
+}
+
+/// The grid column (index into `grid`) whose values' iteration times differ most, when its
+/// slowest value is over 4 times its fastest one's: the breakdown then gets a panel per value with
+/// its own time axis, since on a shared axis the fast bars would be slivers.
+fn time_scale_column(rows: &[Vec<String>], grid: &[usize], total: impl Fn(&[String]) -> f64) -> Option<usize> {
+    let spread = |c: usize| {
+        let mut longest: Vec<(&str, f64)> = Vec::new();
+        for row in rows {
+            let t = total(row);
+            match longest.iter_mut().find(|l| l.0 == row[grid[c]]) {
+                Some(l) => l.1 = l.1.max(t),
+                None => longest.push((&row[grid[c]], t)),
+            }
+        }
+        let (lo, hi) = longest.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), l| (lo.min(l.1), hi.max(l.1)));
+        if lo > 0.0 {
+            hi / lo
+        } else {
+            1.0
+        }
+    };
+    (0..grid.len()).map(|c| (c, spread(c))).filter(|(_, s)| *s > 4.0).max_by(|a, b| a.1.total_cmp(&b.1)).map(|(c, _)| c)
+}
+
+/// A grid column's name for a legend: `grid.workload.trace` is `trace`.
+fn short_name(column: &str) -> String {
+    column.rsplit('.').next().unwrap_or(column).to_string()
+}
+
+/// A grid value for a legend: a file path is its file name without directory and extension.
+fn short_value(value: &str) -> String {
+    let p = Path::new(value);
+    let is_file = value.contains('/') || [".json", ".csv", ".toml", ".txt"].iter().any(|e| value.ends_with(e));
+    match p.file_stem() {
+        Some(stem) if is_file => stem.to_string_lossy().into_owned(),
+        _ => value.to_string(),
+    }
+}
+
+/// `name=value` pairs of a configuration, leaving out column `skip` (the panel's own column).
+fn describe(names: &[String], values: &[String], skip: Option<usize>) -> String {
+    let parts: Vec<String> = names
+        .iter()
+        .zip(values)
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != skip)
+        .map(|(_, (n, v))| format!("{n}={v}"))
+        .collect();
+    if parts.is_empty() {
+        "all".to_string()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// One line of a speedup chart before faceting: its grid values and its (GPUs, speedup) points.
+type Config = (Vec<String>, Vec<(f64, f64)>);
+
+/// Splits configurations (grid values, points) into panels of at most [`MAX_SERIES_PER_PANEL`]
+/// lines. One panel when they fit; else one panel per value of the grid column that needs the
+/// fewest panels (its value is the panel's title, the other columns label the lines), and a panel
+/// still too full is cut in pieces.
+fn facet(names: &[String], configs: Vec<Config>) -> Vec<Panel> {
+    if configs.len() <= MAX_SERIES_PER_PANEL {
+        let series =
+            configs.iter().map(|(v, p)| Series { label: describe(names, v, None), points: p.clone() }).collect();
+        return vec![Panel { title: String::new(), series }];
+    }
+    // For each column: its distinct values in order, and the most configurations sharing one.
+    let split = |c: usize| {
+        let mut groups: Vec<(String, usize)> = Vec::new();
+        for (v, _) in &configs {
+            match groups.iter_mut().find(|g| g.0 == v[c]) {
+                Some(g) => g.1 += 1,
+                None => groups.push((v[c].clone(), 1)),
+            }
+        }
+        groups
+    };
+    let best = (0..names.len())
+        .map(|c| (c, split(c)))
+        // A column is worth a panel per value when it has several values and some value has
+        // several lines (a panel per line would be no chart).
+        .filter(|(_, g)| g.len() > 1 && g.len() < configs.len())
+        .min_by_key(|(_, g)| g.iter().map(|x| x.1.div_ceil(MAX_SERIES_PER_PANEL)).sum::<usize>());
+    let Some((column, groups)) = best else {
+        // No column splits them (one grid column or none): pieces in table order.
+        return configs
+            .chunks(MAX_SERIES_PER_PANEL)
+            .enumerate()
+            .map(|(k, chunk)| Panel {
+                title: format!("part {}", k + 1),
+                series: chunk
+                    .iter()
+                    .map(|(v, p)| Series { label: describe(names, v, None), points: p.clone() })
+                    .collect(),
+            })
+            .collect();
+    };
+    let mut panels = Vec::new();
+    for (value, _) in groups {
+        let series: Vec<Series> = configs
+            .iter()
+            .filter(|(v, _)| v[column] == value)
+            .map(|(v, p)| Series { label: describe(names, v, Some(column)), points: p.clone() })
+            .collect();
+        let pieces = series.len().div_ceil(MAX_SERIES_PER_PANEL);
+        for (k, chunk) in series.chunks(MAX_SERIES_PER_PANEL).enumerate() {
+            let part = if pieces > 1 { format!(" (part {} of {pieces})", k + 1) } else { String::new() };
+            panels.push(Panel { title: format!("{}={value}{part}", names[column]), series: chunk.to_vec() });
+        }
+    }
+    panels
+}
+
+/// A title for a sweep table from its content: the workloads and the grid columns varied.
+pub fn describe_table(table: &Table) -> String {
+    let mut workloads: Vec<&str> = Vec::new();
+    if let Some(w) = table.column("workload") {
+        for row in &table.rows {
+            if !workloads.contains(&row[w].as_str()) {
+                workloads.push(&row[w]);
+            }
+        }
+    }
+    let grid: Vec<String> =
+        table.header.iter().filter(|h| h.starts_with("grid.")).map(|h| short_name(h)).filter(|h| h != "gpus").collect();
+    let what = if workloads.is_empty() || workloads.len() > 3 { "sweep".to_string() } else { workloads.join(", ") };
+    if grid.is_empty() {
+        what
+    } else {
+        format!("{what} by {}", grid.join(" x "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs(strategies: &[&str], topologies: &[&str]) -> Vec<Config> {
+        let mut out = Vec::new();
+        for s in strategies {
+            for t in topologies {
+                out.push((vec![s.to_string(), t.to_string()], vec![(1.0, 1.0), (2.0, 1.8)]));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn few_lines_share_one_panel_and_many_are_faceted_by_a_column() {
+        let names = ["strategy".to_string(), "topology".to_string()];
+        let one = facet(&names, configs(&["io", "wfbp"], &["a", "b", "c"]));
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].series[0].label, "strategy=io topology=a");
+        // 3 x 4 = 12 lines: by strategy gives 3 panels of 4, by topology 4 panels of 3.
+        let many = facet(&names, configs(&["none", "io", "wfbp"], &["a", "b", "c", "d"]));
+        assert_eq!(many.len(), 3);
+        assert!(many.iter().all(|p| p.series.len() <= MAX_SERIES_PER_PANEL));
+        assert_eq!(many[1].title, "strategy=io");
+        assert_eq!(many[1].series[0].label, "topology=a");
+        // One column with 14 values: pieces of at most six.
+        let long = facet(&names[..1], (0..14).map(|i| (vec![i.to_string()], vec![(1.0, 1.0)])).collect());
+        assert_eq!(long.iter().map(|p| p.series.len()).collect::<Vec<_>>(), [6, 6, 2]);
+    }
+
+    #[test]
+    fn legends_shorten_paths_and_column_names() {
+        assert_eq!(short_name("grid.workload.trace"), "trace");
+        assert_eq!(short_value("topologies/whatif-nvlink.json"), "whatif-nvlink");
+        assert_eq!(short_value("../traces/alexnet_k80.csv"), "alexnet_k80");
+        assert_eq!(short_value("io+wfbp"), "io+wfbp");
+        assert_eq!(short_value("4.5"), "4.5");
+    }
 }

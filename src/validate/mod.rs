@@ -9,6 +9,7 @@ pub mod baseline;
 pub mod format;
 mod output;
 pub mod run;
+pub mod scatter;
 pub mod stats;
 
 pub use baseline::Baseline;
@@ -22,7 +23,7 @@ use stats::{kendall_tau_b, relative_error, summarize, ErrorSummary};
 use std::path::Path;
 
 /// The gate's thresholds, as fractions (0.10 = 10%).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Gate {
     /// Largest allowed mean absolute relative error over the scored rows not marked `known_miss`.
     pub tolerance: f64,

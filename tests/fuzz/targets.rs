@@ -186,6 +186,25 @@ fn validation(input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// A validation report as `dagsim validate --format csv` and `--format json` write it (abridged).
+fn report_seeds() -> Vec<Vec<u8>> {
+    let csv = "set,id,line,workload,topology,gpus,strategy,metric,unit,measured,spread,predicted,error,within_spread,status,group,known_miss,source\n\
+               tf2017,r2,10,resnet50,dgx1-p100,2,io+wfbp,throughput,samples/s,422.0,,437.96,0.0378,,ok,,,\"TF, 2017\"\n\
+               k80,s8,12,alexnet,k80,8,io,speedup,x,7.073,,7.99,0.131,,known_miss,,too slow,src\n\
+               k80,ref,13,alexnet,k80,1,io,iteration_time,s,,,0.5,,,reference,,,src\n";
+    let json = r#"{"dagsim_version":"0.1.0","gate":{"tolerance":0.1,"max_error":0.25},"rows":[
+        {"set":"a","id":"r1","metric":"throughput","unit":"samples/s","measured":100.0,"predicted":120.0,"status":"ok"},
+        {"set":"b","id":"r2","metric":"iteration_time","unit":"s","measured":null,"predicted":0.3,"status":"reference"}]}"#;
+    vec![csv.as_bytes().to_vec(), json.as_bytes().to_vec()]
+}
+
+fn report(input: &[u8]) -> Result<(), String> {
+    let p = path("csv");
+    let r = dagsim::validate::scatter::parse_report(&text(input), &p).map_err(err)?;
+    dagsim::validate::scatter::scatter_panels(&p, &r.rows, 0.25).map_err(err)?;
+    Ok(())
+}
+
 fn sweep(input: &[u8]) -> Result<(), String> {
     let s = dagsim::sweep::Sweep::parse(&text(input), &path_in("sweeps", "toml")).map_err(err)?;
     let _ = (s.point_count(), s.config_label(0));
@@ -278,6 +297,7 @@ pub fn all() -> Vec<Target> {
         Target { name: "calibration", seeds: calibration_seeds, run: calibration },
         Target { name: "validation", seeds: || glob("validation", "csv"), run: validation },
         Target { name: "sweep", seeds: || glob("sweeps", "toml"), run: sweep },
+        Target { name: "validate-report", seeds: report_seeds, run: report },
         Target { name: "hybrid-table", seeds: || read(&["traces/dettmers_alexnet_titanx.csv"]), run: hybrid },
     ]
 }
