@@ -20,6 +20,7 @@ pub mod limits;
 pub mod parallel;
 pub mod predict;
 pub mod predict_hybrid;
+pub mod predict_plan;
 pub mod report;
 pub mod scenario;
 pub mod sim;

@@ -9,6 +9,7 @@ mod calibrate_gpu;
 mod compare;
 mod completions;
 mod output;
+mod plan_args;
 mod predict;
 #[cfg(feature = "cuda")]
 mod replay;

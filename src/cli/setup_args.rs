@@ -121,6 +121,29 @@ impl SetupArgs {
         Ok(setup)
     }
 
+    /// The machine a scenario (from [`SetupArgs::scenario`]) names, built from parameters and
+    /// calibrated when the flags ask, without loading its workload.
+    pub fn topology_of(&self, scenario: &Scenario) -> Result<dagsim::hw::Topology> {
+        let mut topology =
+            if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
+                let d = Parametric::default();
+                build_parametric(&Parametric {
+                    nodes: self.nodes.unwrap_or(d.nodes),
+                    gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
+                    intra: self.intra.clone().unwrap_or(d.intra),
+                    inter: self.inter.clone().unwrap_or(d.inter),
+                    gpu: d.gpu,
+                })?
+            } else {
+                let name = scenario.topology_arg();
+                dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?
+            };
+        if let Some(c) = &self.calibration {
+            topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
+        }
+        Ok(topology)
+    }
+
     /// The scenario and setup in one step.
     pub fn setup(&self, strategy: Option<&str>) -> Result<(Scenario, Setup)> {
         let scenario = self.scenario(strategy)?;

@@ -214,6 +214,15 @@ impl Topology {
         Ok(())
     }
 
+    /// The GPU model the file names (for reports and, with transformer plans, the GPU spec).
+    pub fn gpu_name(&self) -> Option<String> {
+        match (&self.cluster, &self.graph) {
+            (Some(c), _) => Some(c.gpu.clone()),
+            (None, Some(g)) => Some(g.gpu.clone()),
+            _ => None,
+        }
+    }
+
     /// Total GPUs the file describes.
     pub fn gpu_count(&self) -> u32 {
         let (nodes, per_node, _) = self.shape();
