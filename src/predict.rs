@@ -68,6 +68,14 @@ impl Setup {
     /// Builds and runs the DAG for `gpus` GPUs; with `symmetric`, only one node's GPUs get tasks
     /// when [`Setup::representatives`] says that is exact (collectives still span every rank).
     pub fn simulate_represented(&self, gpus: u32, options: Options, symmetric: bool) -> Result<Simulated> {
+        let (machine, dag) = self.build(gpus, symmetric)?;
+        let run = simulate(&dag, &machine, options)?;
+        Ok(Simulated { machine, dag, run })
+    }
+
+    /// The machine and the DAG for `gpus` GPUs, not yet simulated (see
+    /// [`Setup::simulate_represented`] for `symmetric`).
+    pub fn build(&self, gpus: u32, symmetric: bool) -> Result<(Machine, Dag)> {
         self.check()?;
         if gpus == 0 {
             return Err(Error::invalid("GPU count", "must be at least 1"));
@@ -88,8 +96,7 @@ impl Setup {
             represented,
             plan: None,
         })?;
-        let run = simulate(&dag, &machine, options)?;
-        Ok(Simulated { machine, dag, run })
+        Ok((machine, dag))
     }
 
     /// How many GPUs (one node's) stand for all `gpus` when every node behaves alike: plain
@@ -146,6 +153,9 @@ impl Setup {
                 CommSource::Trace => "trace",
             }
             .to_string(),
+            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
+            grad_tensors: self.workload.tensor_count(),
+            grad_tensors_source: self.workload.tensor_source(),
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: samples / iteration_time_s,

@@ -67,6 +67,10 @@ impl HybridSetup {
             // Gradient syncs and exchanges are the table's measured times, not a collective.
             allreduce: "measured".to_string(),
             comm_source: "trace".to_string(),
+            runtime: "none".to_string(),
+            // One exchange per layer boundary and per learnable layer, as the table gives them.
+            grad_tensors: 0,
+            grad_tensors_source: crate::workload::TensorSource::PerLayer,
             iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: (t.batch_per_gpu * gpus) as f64 / iteration_time_s,

@@ -52,6 +52,8 @@ pub struct SimulatedPlan {
     pub layout: PlanLayout,
     pub cost: TransformerCost,
     pub memory: PlanMemory,
+    /// The workload of one TP rank for one micro-batch, as simulated.
+    pub workload: Workload,
 }
 
 /// The default strategy of a plan: Megatron's overlapped gradient reduction in buckets of
@@ -89,7 +91,7 @@ impl PlanSetup {
         let topology = r.topology;
         let gpu = match (&scenario.workload.gpu, topology.gpu_name()) {
             (Some(g), _) => GpuSpec::by_name(g)?,
-            (None, Some(g)) => GpuSpec::by_name(&g).map_err(|_| {
+            (None, Some(g)) => GpuSpec::by_name(g).map_err(|_| {
                 Error::invalid(
                     "--gpu",
                     format!("topology `{}` names GPU `{g}`, which dagsim does not know; give --gpu", topology.name),
@@ -303,7 +305,7 @@ impl PlanSetup {
             plan: Some(&layout),
         })?;
         let run = simulate(&dag, &machine, options)?;
-        Ok(SimulatedPlan { machine, dag, run, layout, cost, memory })
+        Ok(SimulatedPlan { machine, dag, run, layout, cost, memory, workload })
     }
 
     /// Simulates and summarises the plan.
@@ -393,6 +395,9 @@ impl PlanSetup {
                 CommSource::Trace => "trace",
             }
             .to_string(),
+            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
+            grad_tensors: sim.workload.tensor_count(),
+            grad_tensors_source: sim.workload.tensor_source(),
             iterations_simulated: self.iterations,
             iteration_time_s: step_s,
             throughput_samples_per_s: p.global_batch as f64 / step_s,

@@ -29,6 +29,9 @@ pub struct Scenario {
     /// Directory of the scenario file, for resolving relative paths.
     #[serde(skip)]
     pub base_dir: PathBuf,
+    /// The scenario file itself, when read from one (errors name it).
+    #[serde(skip)]
+    pub path: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -63,11 +66,17 @@ impl Scenario {
     /// Reads a scenario file; errors name the file and line.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let mut s: Scenario = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map(|sp| crate::error::line_of_offset(&text, sp.start));
+        Self::parse(&text, path)
+    }
+
+    /// [`Scenario::load`] on text already in memory; relative paths resolve next to `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let mut s: Scenario = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|sp| crate::error::line_of_offset(text, sp.start));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
         })?;
         s.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        s.path = Some(path.to_path_buf());
         Ok(s)
     }
 
@@ -111,6 +120,16 @@ impl Scenario {
 
     /// Builds the setup this scenario describes (after the caller applied command-line overrides).
     pub fn setup(&self) -> Result<Setup> {
+        // A value the scenario file gave that is wrong names the file.
+        self.setup_inner().map_err(|e| match (e, &self.path) {
+            (Error::Invalid { what, msg }, Some(p)) => {
+                Error::Invalid { what: format!("{what} (scenario {})", p.display()), msg }
+            }
+            (e, _) => e,
+        })
+    }
+
+    fn setup_inner(&self) -> Result<Setup> {
         let mut workload = self.workload_source().load()?;
         let w = &self.workload;
         if let Some(b) = w.batch_per_gpu {

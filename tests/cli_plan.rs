@@ -57,6 +57,7 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
     fails(&["--parallel", "tp=1,pp=1,dp=8", "--global-batch", "8"], &["needs", "GiB per GPU", "40.0 GiB"]);
     fails(&["--parallel", "tp=8,pq=1"], &["unknown key `pq`", "tp, pp, dp"]);
     fails(&["--parallel", "tp=8,pp=1,dp=2", "--gpus", "16,32"], &["--gpus", "one GPU count"]);
+    fails(&["--parallel", "tp=8", "--gpu", "h100"], &["--gpu", "contradicts topology `dgx-a100`", "--force-gpu"]);
     fails_with(&["predict", "--model", "nosuch", "--parallel", "dp=8"], &["unknown model `nosuch`", "llama2-70b"]);
     fails_with(
         &["predict", "--trace", "traces/alexnet_k80.csv", "--parallel", "dp=8"],

@@ -146,3 +146,59 @@ fn bench_runs_a_case_and_rejects_unknown_ones() {
         .stdout(predicate::str::contains("alexnet-k80-16gpu").and(predicate::str::contains("peak_MiB")));
     fails_with(&["bench", "--case", "nosuch"], &["no case matches", "sweep-1000-scenarios"]);
 }
+
+#[test]
+fn a_gpu_contradicting_the_topology_is_an_error_or_an_explicit_override() {
+    fails_with(
+        &["predict", "--model", "resnet50", "--gpu", "a100", "--batch", "64", "--gpus", "1"],
+        &["--gpu", "a100-sxm4-40gb", "k80-cluster", "Tesla K80", "--force-gpu"],
+    );
+    let o = dagsim()
+        .args(["predict", "--model", "resnet50", "--gpu", "a100", "--batch", "64", "--gpus", "1", "--force-gpu"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("note: --force-gpu"));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("topology k80-cluster (A100 SXM4"),
+        "results carry the GPU simulated"
+    );
+    // The same GPU under another spelling is no contradiction.
+    dagsim()
+        .args([
+            "predict",
+            "--model",
+            "resnet50",
+            "--gpu",
+            "V100",
+            "--batch",
+            "64",
+            "--gpus",
+            "1",
+            "--topology",
+            "v100-cluster",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn batch_on_a_trace_scales_compute_linearly_and_says_so() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "1", "--format", "json"];
+        args.extend_from_slice(extra);
+        let o = dagsim().args(&args).output().unwrap();
+        assert!(o.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (base, quiet) = run(&[]);
+    let (small, note) = run(&["--batch", "128"]);
+    assert!(!quiet.contains("note: --batch"));
+    assert!(note.contains("128/1024 = 0.125"), "{note}");
+    let compute = |v: &serde_json::Value| v["breakdown"]["compute"].as_f64().unwrap();
+    let ratio = compute(&small) / compute(&base);
+    // Forward and backward scale by 1/8; the update (0 in this trace) does not.
+    assert!((ratio - 0.125).abs() < 1e-6, "compute ratio {ratio}");
+    assert_eq!(small["batch_per_gpu"], 128);
+}

@@ -110,6 +110,127 @@ fn perfetto_trace_spans_match_the_run() {
     assert_eq!(starts, dag.edge_count());
 }
 
+/// Spans on one track must nest or be disjoint in the integer nanoseconds Perfetto's importer
+/// makes of them (`llround(us * 1000)`), or it drops them; returns the offending pairs.
+fn overlapping_spans(events: &[Value]) -> usize {
+    let ns = |v: &Value| (v.as_f64().unwrap() * 1000.0).round() as i64;
+    let mut tracks: BTreeMap<(u64, u64), Vec<(i64, i64)>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let ts = ns(&e["ts"]);
+        tracks
+            .entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+            .or_default()
+            .push((ts, ts + ns(&e["dur"])));
+    }
+    let mut bad = 0;
+    for spans in tracks.values_mut() {
+        spans.sort_by_key(|&(s, e)| (s, std::cmp::Reverse(e)));
+        let mut open: Vec<i64> = Vec::new();
+        for &(s, e) in spans.iter() {
+            while open.last().is_some_and(|&end| end <= s) {
+                open.pop();
+            }
+            bad += open.last().is_some_and(|&end| e > end) as usize;
+            open.push(e);
+        }
+    }
+    bad
+}
+
+fn timeline_events(extra: &[&str]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    dagsim()
+        .args(["timeline", "--trace", trace().to_str().unwrap(), "--gpus", "8", "--iterations", "2", "-o"])
+        .arg(&out)
+        .args(extra)
+        .assert()
+        .success();
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    doc["traceEvents"].as_array().unwrap().clone()
+}
+
+#[test]
+fn timeline_ranks_and_detail_cut_the_trace_and_keep_it_well_formed() {
+    let count = |events: &[Value], ph: &str| events.iter().filter(|e| e["ph"] == ph).count();
+    let full = timeline_events(&[]);
+    assert_eq!(overlapping_spans(&full), 0);
+    // Async transfers begin and end in pairs with the same id; flows start and finish in pairs.
+    let ids =
+        |ph: &str| full.iter().filter(|e| e["ph"] == ph).map(|e| e["id"].as_u64().unwrap()).collect::<BTreeSet<_>>();
+    assert_eq!(ids("b"), ids("e"));
+    assert_eq!(ids("s"), ids("f"));
+
+    // --ranks: only the shown GPUs' processes and spans, and only their node's host (k80-cluster:
+    // 4 GPUs per node).
+    let some = timeline_events(&["--ranks", "0-1,3"]);
+    let gpu_pids: BTreeSet<u64> = some
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"].as_u64().unwrap() < dagsim::report::perfetto::HOST_PID_BASE)
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(gpu_pids, BTreeSet::from([1, 2, 4]), "GPU processes are rank + 1");
+    let process_names: Vec<&str> = some
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(process_names.contains(&"Host 0") && !process_names.contains(&"Host 1"), "{process_names:?}");
+    assert!(!process_names.iter().any(|n| n.starts_with("GPU 2 ")), "{process_names:?}");
+    assert!(count(&some, "X") < count(&full, "X"));
+    assert!(count(&some, "b") > 0 && count(&some, "b") < count(&full, "b"));
+
+    // --detail links drops the transfers and keeps the counters; tasks keeps spans only.
+    let links = timeline_events(&["--detail", "links"]);
+    assert_eq!((count(&links, "b"), count(&links, "C")), (0, count(&full, "C")));
+    assert_eq!(count(&links, "X"), count(&full, "X"));
+    let tasks = timeline_events(&["--detail", "tasks", "--arrows", "critical"]);
+    assert_eq!((count(&tasks, "b"), count(&tasks, "C")), (0, 0));
+    assert_eq!(count(&tasks, "X"), count(&full, "X"));
+    assert!(count(&tasks, "s") < count(&full, "s"));
+}
+
+#[test]
+fn timeline_estimates_its_size_and_refuses_past_max_size() {
+    use dagsim::report::perfetto::{trace_stats, write_trace, Detail, TraceOptions};
+    let sim = setup(2).simulate(8, Options { record_flows: true, ..Options::default() }).unwrap();
+    for detail in [Detail::Full, Detail::Links, Detail::Tasks] {
+        let options = TraceOptions { detail, ..TraceOptions::default() };
+        let mut bytes = Vec::new();
+        let written = write_trace(&mut bytes, &sim.machine, &sim.dag, &sim.run, &options, &[]).unwrap();
+        let counted = trace_stats(&sim.machine, &sim.dag, &sim.run, &options);
+        assert_eq!(written, counted, "counting and writing see the same events");
+        let ratio = counted.estimated_bytes() as f64 / bytes.len() as f64;
+        assert!((0.9..1.3).contains(&ratio), "{detail:?}: estimate / size = {ratio}");
+    }
+    let o = dagsim()
+        .args([
+            "timeline",
+            "--trace",
+            trace().to_str().unwrap(),
+            "--gpus",
+            "8",
+            "--max-size",
+            "100K",
+            "-o",
+            "never.json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--max-size") && err.contains("MB") && err.contains("--ranks"), "{err}");
+    assert!(!root().join("never.json").exists());
+    for (flag, value) in [("--ranks", "3-1"), ("--ranks", "0-8"), ("--ranks", "a"), ("--max-size", "lots")] {
+        let o = dagsim()
+            .args(["timeline", "--trace", trace().to_str().unwrap(), "--gpus", "8", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(flag), "{flag} {value}");
+    }
+}
+
 #[test]
 fn timeline_csv_and_text_agree_with_the_run() {
     let out = dagsim()

@@ -328,3 +328,44 @@ fn shipped_sets_pass_ci_and_the_readme_table_is_current() {
         assert!(readme.contains(&tolerance), "validation/README.md does not state {tolerance}");
     }
 }
+
+#[test]
+fn the_alpha_beta_baseline_is_checkable_by_hand_and_gated() {
+    // Two GPUs on one host, every link 1 byte/ns without latency. The baseline is the one-GPU
+    // iteration (2 ms) plus one flat-ring all-reduce of all 8,000,000 gradient bytes, nothing
+    // overlapped: 2 (N - 1) x (8,000,000 / 2) bytes at 1 byte/ns = 8 ms. 20 samples in 10 ms is
+    // 2000 samples/s.
+    let f = Fixture::new();
+    f.set(
+        "two.json",
+        r#"{"name":"two","cluster":{"nodes":1,"gpus_per_node":2,"gpu":"test","grow":false,
+            "pcie":{"bandwidth_gb_s":1,"latency_us":0},
+            "network":{"kind":"ethernet","bandwidth_gb_s":1,"latency_us":0},
+            "storage":{"shared":false,"bandwidth_gb_s":1,"latency_us":0}}}"#,
+    );
+    let set =
+        f.set("base.csv", &format!("{HEADER}two,tiny.csv,two.json,2,io+wfbp,throughput,samples/s,2000,,,hand,\n"));
+    let (code, v) = run_json(&set, &["--baseline", "alpha-beta", "--tolerance", "50%", "--max-error", "50%"]);
+    let row = &v["rows"][0];
+    assert!((row["baseline"].as_f64().unwrap() - 2000.0).abs() < 1e-6, "{row}");
+    assert_eq!(row["baseline_error"].as_f64().unwrap(), 0.0);
+    assert!(row["error"].as_f64().unwrap() > 0.0, "dagsim overlaps, so it predicts more: {row}");
+    assert_eq!(v["sets"][0]["baseline_mean_abs_error"].as_f64().unwrap(), 0.0);
+    // The baseline is exactly right here, so it beats dagsim and the gate fails, saying so.
+    assert_eq!(code, Some(1));
+    let failures = v["failures"].to_string();
+    assert!(failures.contains("alpha-beta baseline is closer"), "{failures}");
+    // Text output shows the baseline beside dagsim; without --baseline nothing changes.
+    let out = dagsim().arg("validate").arg(&set).args(["--baseline", "alpha-beta"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("alpha-beta baseline mean abs error"), "{text}");
+    let (_, plain) = run_json(&set, &["--tolerance", "50%", "--max-error", "50%"]);
+    assert!(plain["rows"][0].get("baseline").is_none() && plain["baseline"].is_null());
+    dagsim()
+        .arg("validate")
+        .arg(&set)
+        .args(["--baseline", "guess"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown baseline `guess`"));
+}

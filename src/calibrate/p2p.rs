@@ -56,6 +56,15 @@ fn matrix_after(lines: &[&str], title: &str, path: &Path) -> Result<Option<Matri
             cols[1..].iter().map(|c| c.parse::<f64>()).collect::<std::result::Result<Vec<_>, _>>().map_err(|_| {
                 Error::parse(Location::line(path, k + 1), "matrix row has a value that is not a number")
             })?;
+        // Latencies (us) and bandwidths (GB/s) alike must be finite and positive and in range.
+        for (j, &v) in row.iter().enumerate() {
+            let ok = if title.contains("Bandwidth") {
+                crate::units::check_rate_gb_s(v).map(|_| ())
+            } else {
+                crate::units::check_duration_us(v).map(|_| ())
+            };
+            ok.map_err(|m| Error::parse(Location::line(path, k + 1).with_field(format!("column {j}")), m))?;
+        }
         rows.push(row);
     }
     if rows.is_empty() || rows.iter().any(|r| r.len() != rows.len()) {
@@ -70,13 +79,18 @@ fn matrix_after(lines: &[&str], title: &str, path: &Path) -> Result<Option<Matri
 /// Reads either form; `kind` picks the per-size latency matrix (`NVLink-Latency`, `PCIe-Latency`).
 pub fn read_p2p(path: &Path, kind: LinkKind) -> Result<P2pTable> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_p2p(&text, path, kind)
+}
+
+/// [`read_p2p`] on text already in memory; `path` names it in messages.
+pub fn parse_p2p(text: &str, path: &Path, kind: LinkKind) -> Result<P2pTable> {
     let lines: Vec<&str> = text.lines().collect();
     let input = path.display().to_string();
     let title = match kind {
         LinkKind::Nvlink => "NVLink-Latency",
         _ => "PCIe-Latency",
     };
-    let mut sizes = Vec::new();
+    let mut sizes: Vec<(u64, Matrix)> = Vec::new();
     let mut i = 0;
     while i < lines.len() {
         let t = lines[i].trim();
@@ -86,7 +100,21 @@ pub fn read_p2p(path: &Path, kind: LinkKind) -> Result<P2pTable> {
                 .parse()
                 .map_err(|_| Error::parse(Location::line(path, i + 1), format!("`{size}` is not a size in bytes")))?;
             let end = lines[i + 1..].iter().position(|l| l.starts_with("=====")).map_or(lines.len(), |p| i + 1 + p);
+            // `lines[i..end]` restarts line numbers at the block; errors inside it say the block.
             if let Some(m) = matrix_after(&lines[i..end], title, path)? {
+                if let Some((first_bytes, first)) = sizes.first() {
+                    if m.len() != first.len() {
+                        return Err(Error::parse(
+                            Location::line(path, i + 1),
+                            format!(
+                                "the `{title}` matrix for {bytes} bytes is {n}x{n}, but the one for {first_bytes} bytes \
+                                 is {f}x{f}: every block must cover the same GPUs",
+                                n = m.len(),
+                                f = first.len()
+                            ),
+                        ));
+                    }
+                }
                 sizes.push((bytes, m));
             }
             i = end;
@@ -183,7 +211,7 @@ pub fn fit_p2p(topology: &Topology, table: &P2pTable, kind: LinkKind) -> Result<
         }
     }
     let mut fitted = machine.clone();
-    fitted.apply_calibration(&cal)?;
+    fitted.apply_calibration(&cal).map_err(|e| Error::invalid(format!("fit to {}", table.input), e.to_string()))?;
     let mut checks = Vec::new();
     for (a, b, bytes, measured_us) in checks_at {
         let model_us = simulate_transfers(&fitted, &[(gpu(a), gpu(b), bytes)])?[0] as f64 / 1e3;

@@ -5,6 +5,9 @@ use dagsim::error::{Error, Result};
 use std::io::Write;
 use std::path::Path;
 
+/// Output buffer size: large enough that a multi-gigabyte trace is a few thousand writes.
+const BUFFER_BYTES: usize = 1 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Text,
@@ -34,7 +37,7 @@ pub fn install_interrupt_cleanup() {
 
 fn emit_stdout(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
     let stdout = std::io::stdout();
-    let mut lock = stdout.lock();
+    let mut lock = std::io::BufWriter::with_capacity(BUFFER_BYTES, stdout.lock());
     match write(&mut lock).and_then(|_| lock.flush()) {
         Ok(()) => Ok(()),
         // A closed pipe (`| head`) is not an error worth reporting.

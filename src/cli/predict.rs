@@ -24,7 +24,7 @@ Examples:
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8,16,32 --gpus-per-node 4 --intra pcie3 --inter 10gbe
   dagsim calibrate topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl --topology abci-v -o abci-v.cal.json
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
-  dagsim predict --model gpt3-175b --gpu a100-80gb --topology dgx-a100 --parallel tp=8,pp=8,dp=16,vp=3,sp=on,recompute=selective --micro-batch 1 --global-batch 1536
+  dagsim predict --model gpt3-175b --topology dgx-a100-80gb --parallel tp=8,pp=8,dp=16,vp=3,sp=on,recompute=selective --micro-batch 1 --global-batch 1536
 
 Defaults: topology `k80-cluster` (4 nodes x 4 K80, PCIe 15 GB/s, 10 GbE, NFS 1.1 GB/s; grows by
 whole nodes when more GPUs are asked for), strategy `io+wfbp` (Caffe-MPI: I/O overlap and wait-free

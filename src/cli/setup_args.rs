@@ -7,6 +7,7 @@ use dagsim::error::Result;
 use dagsim::hw::builder::{build_parametric, Parametric};
 use dagsim::predict::Setup;
 use dagsim::scenario::Scenario;
+use dagsim::workload::gpu::GpuSpec;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -50,7 +51,13 @@ pub struct SetupArgs {
     /// Measured single-GPU samples/s at --batch: scales --model's layer times to match it.
     #[arg(long, value_name = "SAMPLES_PER_S", requires = "model")]
     pub calibrate_throughput: Option<f64>,
-    /// Samples per GPU per iteration (overrides the trace).
+    /// Simulate --gpu's compute on a topology that names another GPU (results are labelled with
+    /// --gpu; a note says so). Without it, such a contradiction is an error.
+    #[arg(long, requires = "gpu")]
+    pub force_gpu: bool,
+    /// Samples per GPU per iteration. With --model the layers are synthesised at this batch; on a
+    /// trace, forward, backward and data-layer times scale linearly from the trace's batch (a
+    /// note says by how much; the update and gradients do not change).
     #[arg(long, value_name = "N")]
     pub batch: Option<u32>,
     /// Bytes of one input sample as stored (overrides the trace).
@@ -105,6 +112,7 @@ impl SetupArgs {
     /// parameters and the calibration applied when the flags ask for them.
     pub fn setup_of(&self, scenario: &Scenario) -> Result<Setup> {
         let mut setup = scenario.setup()?;
+        let gpu = scenario.workload.gpu.as_deref().map(GpuSpec::by_name).transpose()?;
         if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
             let d = Parametric::default();
             setup.topology = build_parametric(&Parametric {
@@ -112,8 +120,23 @@ impl SetupArgs {
                 gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
                 intra: self.intra.clone().unwrap_or(d.intra),
                 inter: self.inter.clone().unwrap_or(d.inter),
-                gpu: d.gpu,
+                gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
             })?;
+        } else if let Some(g) = gpu {
+            self.check_gpu(&mut setup.topology, g)?;
+        }
+        if let (Some(b), None) = (self.batch, &scenario.workload.model) {
+            // The trace's layer times were measured at its own batch (0: unknown, nothing to scale).
+            let from = scenario.workload_source().load()?.batch_per_gpu;
+            setup.workload.batch_per_gpu = from;
+            let f = setup.workload.scale_batch(b);
+            if f != 1.0 {
+                eprintln!(
+                    "note: --batch {b} on `{}`, measured at batch {from}: forward, backward and data-layer times \
+                     scaled by {b}/{from} = {f:.3} (linear in batch; update and gradients unchanged)",
+                    setup.workload.name
+                );
+            }
         }
         if let Some(c) = &self.calibration {
             setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
@@ -122,8 +145,10 @@ impl SetupArgs {
     }
 
     /// The machine a scenario (from [`SetupArgs::scenario`]) names, built from parameters and
-    /// calibrated when the flags ask, without loading its workload.
+    /// calibrated when the flags ask, without loading its workload; its GPU checked against the
+    /// scenario's as [`SetupArgs::setup_of`] does.
     pub fn topology_of(&self, scenario: &Scenario) -> Result<dagsim::hw::Topology> {
+        let gpu = scenario.workload.gpu.as_deref().map(GpuSpec::by_name).transpose()?;
         let mut topology =
             if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
                 let d = Parametric::default();
@@ -132,16 +157,46 @@ impl SetupArgs {
                     gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
                     intra: self.intra.clone().unwrap_or(d.intra),
                     inter: self.inter.clone().unwrap_or(d.inter),
-                    gpu: d.gpu,
+                    gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
                 })?
             } else {
                 let name = scenario.topology_arg();
-                dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?
+                let mut t =
+                    dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?;
+                if let Some(g) = gpu {
+                    self.check_gpu(&mut t, g)?;
+                }
+                t
             };
         if let Some(c) = &self.calibration {
             topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
         Ok(topology)
+    }
+
+    /// A `--gpu` (or a scenario's `workload.gpu`) that contradicts the topology's GPU is an error,
+    /// unless `--force-gpu` makes it an override that relabels the machine, with a note.
+    fn check_gpu(&self, topology: &mut dagsim::hw::Topology, gpu: &GpuSpec) -> Result<()> {
+        let Some(named) = topology.gpu_name() else { return Ok(()) };
+        // A topology GPU outside the spec table cannot be compared; it stays as it is.
+        let Ok(theirs) = GpuSpec::by_name(named) else { return Ok(()) };
+        if theirs.name == gpu.name {
+            return Ok(());
+        }
+        let name = topology.name.clone();
+        if !self.force_gpu {
+            return Err(dagsim::error::Error::invalid(
+                "--gpu",
+                format!(
+                    "`{}` contradicts topology `{name}`, whose GPUs are {named} ({}); pick a topology with \
+                     {} GPUs, or add --force-gpu to simulate {} compute on {name}'s links",
+                    gpu.name, theirs.name, gpu.name, gpu.name
+                ),
+            ));
+        }
+        eprintln!("note: --force-gpu: {} compute on topology `{name}` (built for {named})", gpu.name);
+        topology.set_gpu_name(gpu.full_name);
+        Ok(())
     }
 
     /// The scenario and setup in one step.

@@ -4,7 +4,7 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::error::{Error, Result};
-use dagsim::validate::{validate_files, write_csv, write_json, write_text, Gate};
+use dagsim::validate::{validate_files, write_csv, write_json, write_text, Baseline, Gate};
 use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
@@ -12,6 +12,7 @@ Examples:
   dagsim validate validation/*.csv
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
   dagsim validate validation/*.csv --format json -o validation-report.json
+  dagsim validate validation/scaledn.csv --baseline alpha-beta
 
 Each CSV row is one measurement: its setup (scenario file and/or trace, topology, GPU count,
 strategy) and the measured throughput, iteration time or speedup. The format is in
@@ -32,6 +33,11 @@ pub struct Args {
     /// Largest allowed absolute relative error of any row not marked known_miss.
     #[arg(long, value_name = "PERCENT", default_value = "25%", value_parser = parse_percent)]
     max_error: f64,
+    /// Also predict every row with a simpler model and report its error beside dagsim's:
+    /// `alpha-beta` (one-GPU time plus a flat-ring all-reduce at the topology's link rates, no
+    /// overlap). The gate then also fails on a set where the baseline is closer.
+    #[arg(long, value_name = "NAME")]
+    baseline: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -55,7 +61,8 @@ pub fn run(args: Args) -> Result<u8> {
     if paths.is_empty() {
         return Err(Error::invalid("FILE", "give at least one measurement set"));
     }
-    let report = validate_files(&paths, Gate { tolerance: args.tolerance, max_error: args.max_error })?;
+    let baseline = args.baseline.as_deref().map(Baseline::parse).transpose()?;
+    let report = validate_files(&paths, Gate { tolerance: args.tolerance, max_error: args.max_error }, baseline)?;
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &report),
         Format::Json => write_json(w, &report),

@@ -766,8 +766,16 @@ pub(super) fn add_server_exchange(
                 let g = m.gpus[r as usize];
                 let dst =
                     if receivers.len() == 1 && (servers.byteps || servers.local_reduce) { g.host } else { g.device };
+                // TF and MXNet servers serialise every response on their CPU (gRPC, ps-lite), as
+                // they do every push; BytePS's servers reply from a buffer.
+                let served = if servers.server_update {
+                    let cpu = Some(setup.server_cpu[srv as usize]);
+                    vec![add(b, task(Work::Fixed { ns: sum_ns(bytes) }, cpu, Phase::ServerReduce, None, l), &summed)]
+                } else {
+                    summed.clone()
+                };
                 let pull = Work::Transfer { src: host, dst, bytes };
-                let pull = add(b, task(pull, None, Phase::GradientAggregation, Some(r), l), &summed);
+                let pull = add(b, task(pull, None, Phase::GradientAggregation, Some(r), l), &served);
                 if dst == g.device {
                     b.add_edge(pull, updates[r as usize]);
                     continue;

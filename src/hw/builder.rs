@@ -179,6 +179,20 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
     if p.nodes == 0 || p.gpus_per_node == 0 {
         return Err(Error::invalid("--nodes/--gpus-per-node", "must be at least 1"));
     }
+    // A node's devices are checked and routed by name; an NVLink node is a full mesh. Beyond these
+    // sizes building the machine alone takes minutes, so they are refused up front.
+    let max_per_node = if matches!(intra.fabric, Some((kind, _)) if kind != LinkKind::Nvswitch) { 128 } else { 1024 };
+    if p.gpus_per_node > max_per_node {
+        return Err(Error::invalid(
+            "--gpus-per-node",
+            format!(
+                "{} GPUs in one `{}` node is beyond the limit of {max_per_node} for a built machine; \
+                 use more nodes, or a graph topology file for a bigger NVSwitch domain",
+                p.gpus_per_node, p.intra
+            ),
+        ));
+    }
+    crate::limits::check("gpus", p.nodes as u64 * p.gpus_per_node as u64)?;
     // PCIe switches add ~0.1-0.2 us per hop in hardware; 0.5 us leaves room for the software path.
     let pcie_lat = 0.5;
     let switches = p.gpus_per_node.div_ceil(intra.per_switch);

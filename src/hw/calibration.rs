@@ -154,20 +154,36 @@ impl Calibration {
                 (None, Some(_), Some(_)) => {}
                 _ => return Err(Error::parse(at(format!("links[{i}]")), "give either `kind` or both `from` and `to`")),
             }
-            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
-                return Err(Error::parse(field("latency_us"), "must be a non-negative number"));
-            }
-            if l.bandwidth.is_empty() {
-                return Err(Error::parse(field("bandwidth"), "needs at least one point"));
-            }
-            if let Some(p) = l.bandwidth.iter().position(|p| !(p.gb_s.is_finite() && p.gb_s > 0.0)) {
-                return Err(Error::parse(field(&format!("bandwidth[{p}].gb_s")), "must be positive"));
-            }
+            l.check_values().map_err(|(f, m)| Error::parse(field(&f), m))?;
         }
         for (i, c) in self.collectives.iter().enumerate() {
-            if !(c.efficiency.is_finite() && c.efficiency > 0.0) {
-                return Err(Error::parse(at(format!("collectives[{i}].efficiency")), "must be a positive number"));
-            }
+            check_efficiency(c.efficiency).map_err(|m| Error::parse(at(format!("collectives[{i}].efficiency")), m))?;
+        }
+        Ok(())
+    }
+}
+
+/// A collective efficiency: the fraction of the modelled rate reached, in [1e-3, 1e3].
+fn check_efficiency(e: f64) -> std::result::Result<(), String> {
+    if e.is_finite() && (1e-3..=1e3).contains(&e) {
+        Ok(())
+    } else {
+        Err(format!("expected an efficiency in [0.001, 1000], found `{}`", crate::units::show(e)))
+    }
+}
+
+impl LinkCalibration {
+    /// Latency and every curve point in range; the error names the field (`latency_us`,
+    /// `bandwidth[k].gb_s`). Checked when a file is read and again when applied, since fitted
+    /// calibrations never pass through a file.
+    fn check_values(&self) -> std::result::Result<(), (String, String)> {
+        crate::units::check_duration_us(self.latency_us).map_err(|m| ("latency_us".to_string(), m))?;
+        if self.bandwidth.is_empty() {
+            return Err(("bandwidth".into(), "needs at least one point".into()));
+        }
+        for (k, p) in self.bandwidth.iter().enumerate() {
+            crate::units::check_rate_gb_s(p.gb_s).map_err(|m| (format!("bandwidth[{k}].gb_s"), m))?;
+            crate::units::check_bytes(p.bytes).map_err(|m| (format!("bandwidth[{k}].bytes"), m))?;
         }
         Ok(())
     }
@@ -186,7 +202,15 @@ impl Machine {
     pub fn apply_calibration(&mut self, cal: &Calibration) -> Result<()> {
         let kinds = cal.links.iter().filter(|l| l.kind.is_some());
         let pairs = cal.links.iter().filter(|l| l.kind.is_none());
-        for entry in kinds.chain(pairs) {
+        for (i, entry) in kinds.chain(pairs).enumerate() {
+            entry.check_values().map_err(|(f, m)| {
+                let what = match (&entry.kind, &entry.from, &entry.to) {
+                    (Some(k), _, _) => format!("kind {k}"),
+                    (_, Some(a), Some(b)) => format!("{a} -> {b}"),
+                    _ => "unnamed".into(),
+                };
+                Error::invalid(format!("calibration entry {i} ({what}), field `{f}`"), m)
+            })?;
             let curve = entry.curve();
             let latency_ns = us_to_ns(entry.latency_us);
             let mut matched = 0;
@@ -213,6 +237,9 @@ impl Machine {
             }
         }
         for c in &cal.collectives {
+            check_efficiency(c.efficiency).map_err(|m| {
+                Error::invalid(format!("calibration, {} {} efficiency", c.op.name(), c.algorithm.name()), m)
+            })?;
             self.collective_efficiency.retain(|e| (e.op, e.algorithm) != (c.op, c.algorithm));
             self.collective_efficiency.push(*c);
         }

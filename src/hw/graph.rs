@@ -124,6 +124,9 @@ pub struct GraphStorage {
 fn link_curve(l: &LinkEntry, at: &dyn Fn(&str) -> Location) -> Result<BandwidthCurve> {
     let what = format!("link {} -> {}", l.from, l.to);
     if let Some(points) = &l.curve {
+        for p in points {
+            crate::units::check_rate_gb_s(p.gb_s).map_err(|m| Error::parse(at("curve"), format!("{what}: {m}")))?;
+        }
         let pts = points.iter().map(|p| (p.bytes, gb_per_s_to_bytes_per_ns(p.gb_s))).collect();
         return BandwidthCurve::from_points(pts)
             .ok_or_else(|| Error::parse(at("curve"), format!("{what}: every curve point needs a positive gb_s")));
@@ -138,9 +141,7 @@ fn link_curve(l: &LinkEntry, at: &dyn Fn(&str) -> Location) -> Result<BandwidthC
             ))
         }
     };
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(Error::parse(at("bandwidth_gb_s"), format!("{what} has zero bandwidth; it must be positive")));
-    }
+    crate::units::check_rate_gb_s(rate).map_err(|m| Error::parse(at("bandwidth_gb_s"), format!("{what}: {m}")))?;
     Ok(BandwidthCurve::constant(rate))
 }
 
@@ -197,12 +198,8 @@ impl GraphSpec {
             if l.from == l.to {
                 return Err(Error::parse(field("to"), format!("link {} -> {} joins a device to itself", l.from, l.to)));
             }
-            if !(l.latency_us.is_finite() && l.latency_us >= 0.0) {
-                return Err(Error::parse(
-                    field("latency_us"),
-                    format!("link {} -> {}: must be non-negative", l.from, l.to),
-                ));
-            }
+            crate::units::check_duration_us(l.latency_us)
+                .map_err(|m| Error::parse(field("latency_us"), format!("link {} -> {}: {m}", l.from, l.to)))?;
             link_curve(l, &|f| field(f))?;
         }
         if let Some(net) = &self.network {

@@ -204,9 +204,21 @@ impl Machine {
             if l.from >= n || l.to >= n {
                 return Err(err(format!("link {i} names a device that does not exist")));
             }
+            let (a, b) = (&devices[l.from as usize].name, &devices[l.to as usize].name);
             if l.capacity().is_nan() || l.capacity() <= 0.0 {
-                let (a, b) = (&devices[l.from as usize].name, &devices[l.to as usize].name);
                 return Err(err(format!("link {a} -> {b} has zero bandwidth")));
+            }
+            // Every rate and latency, however it was given (file, preset, calibration, efficiency
+            // factor), must be in the range the engine's integer time can hold.
+            for &(_, rate) in l.bandwidth.points() {
+                crate::units::check_rate_gb_s(rate).map_err(|m| err(format!("link {a} -> {b}: {m}")))?;
+            }
+            if l.latency_ns as f64 > crate::units::MAX_DURATION_US * 1e3 {
+                return Err(err(format!(
+                    "link {a} -> {b}: latency of {} ns is beyond the limit of {:e} us",
+                    l.latency_ns,
+                    crate::units::MAX_DURATION_US
+                )));
             }
             out_links[l.from as usize].push(i as LinkId);
             in_links[l.to as usize].push(i as LinkId);

@@ -31,7 +31,7 @@ impl Machine {
     /// message at its peak rate, in whole nanoseconds (integers keep the choice deterministic).
     fn route_cost(&self, l: LinkId) -> u64 {
         let link = &self.links[l as usize];
-        link.latency_ns + (ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64
+        link.latency_ns.saturating_add((ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64)
     }
 
     /// Cheapest route from `src` to `dst` (Dijkstra on [`Machine::route_cost`]; ties go to the
@@ -58,7 +58,7 @@ impl Machine {
                 let mut up = self.search(src, gw, false)?;
                 let down = self.search(gw, dst, true)?;
                 up.links.extend(down.links);
-                up.latency_ns += down.latency_ns;
+                up.latency_ns = up.latency_ns.saturating_add(down.latency_ns);
                 return Some(up);
             }
         }
@@ -98,7 +98,7 @@ impl Machine {
             for &l in links {
                 let link = &self.links[l as usize];
                 let to = if reverse { link.from } else { link.to };
-                let next = c + self.route_cost(l);
+                let next = c.saturating_add(self.route_cost(l));
                 let e = state.entry(to).or_insert((u64::MAX, None, false));
                 if next < e.0 {
                     *e = (next, Some(l), e.2);
@@ -127,7 +127,7 @@ impl Machine {
         if !reverse {
             links.reverse();
         }
-        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).sum();
+        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
         Route { links, latency_ns }
     }
 }

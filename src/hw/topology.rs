@@ -20,6 +20,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("dgx1-p100", include_str!("../../topologies/dgx1-p100.json")),
     ("dgx1-v100", include_str!("../../topologies/dgx1-v100.json")),
     ("dgx-a100", include_str!("../../topologies/dgx-a100.json")),
+    ("dgx-a100-80gb", include_str!("../../topologies/dgx-a100-80gb.json")),
     ("scaledl-server-a", include_str!("../../topologies/scaledl-server-a.json")),
     ("scaledl-server-b", include_str!("../../topologies/scaledl-server-b.json")),
     ("dettmers-4gpu", include_str!("../../topologies/dettmers-4gpu.json")),
@@ -58,6 +59,9 @@ pub struct Topology {
     #[serde(skip)]
     pub calibrated: Option<Calibration>,
 }
+
+/// NVLink ports of an H100 SXM, the most of any GPU (NVIDIA H100 architecture whitepaper, 2022).
+const MAX_NVLINK_PORTS: u32 = 18;
 
 /// Identical nodes, each with `gpus_per_node` GPUs under one host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,12 +143,9 @@ impl LinkSpec {
                 ))
             }
         };
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(Error::topology(topo, format!("{what}: bandwidth must be positive")));
-        }
-        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
-            return Err(Error::topology(topo, format!("{what}: latency_us must be a non-negative number")));
-        }
+        crate::units::check_rate_gb_s(rate).map_err(|m| Error::topology(topo, format!("{what}: {m}")))?;
+        crate::units::check_duration_us(self.latency_us)
+            .map_err(|m| Error::topology(topo, format!("{what} (field `latency_us`): {m}")))?;
         Ok(rate)
     }
 }
@@ -182,11 +183,33 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
     } else {
         serde_json::from_str(text).map_err(|e| Error::parse(Location::line(path, e.line()), e.to_string()))?
     };
-    topo.check(path)?;
+    // Errors that name only the topology (a link's rate, a node count) also name the file; the
+    // machine the file describes is built once so nothing in it fails later.
+    let in_file = |e: Error| match e {
+        Error::Topology { msg, .. } | Error::Invalid { msg, .. } => Error::parse(Location::file(path), msg),
+        other => other,
+    };
+    topo.check(path).map_err(in_file)?;
+    topo.instantiate(1).map_err(in_file)?;
     Ok(topo)
 }
 
 impl Topology {
+    /// The GPU the file names (`cluster.gpu` or `graph.gpu`).
+    pub fn gpu_name(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.gpu.as_str()).or(self.graph.as_ref().map(|g| g.gpu.as_str()))
+    }
+
+    /// Relabels the machine's GPUs (results name this GPU); links and devices stay as they are.
+    pub fn set_gpu_name(&mut self, gpu: &str) {
+        if let Some(c) = &mut self.cluster {
+            c.gpu = gpu.to_string();
+        }
+        if let Some(g) = &mut self.graph {
+            g.gpu = gpu.to_string();
+        }
+    }
+
     fn check(&self, path: &Path) -> Result<()> {
         let t = &self.name;
         let c = match (&self.cluster, &self.graph) {
@@ -205,6 +228,22 @@ impl Topology {
         c.pcie.rate(t, "cluster.pcie")?;
         if let Some(nv) = &c.nvlink {
             nv.rate(t, "cluster.nvlink")?;
+            // The parametric form joins every GPU pair of a node with its own link, which needs
+            // gpus_per_node - 1 NVLink ports per GPU; the most any GPU has is 18 (H100 SXM, NVIDIA
+            // H100 Tensor Core GPU Architecture whitepaper, 2022). Larger NVLink domains go through
+            // NVSwitches, which the explicit `graph` form describes.
+            if c.gpus_per_node - 1 > MAX_NVLINK_PORTS {
+                return Err(Error::topology(
+                    t,
+                    format!(
+                        "cluster.nvlink joins every pair of a node's GPUs, which needs {} NVLink ports per GPU \
+                         for cluster.gpus_per_node = {}; no GPU has more than {MAX_NVLINK_PORTS}. Describe a \
+                         larger NVLink domain with an NVSwitch in the `graph` form",
+                        c.gpus_per_node - 1,
+                        c.gpus_per_node
+                    ),
+                ));
+            }
         }
         c.network.link.rate(t, "cluster.network")?;
         if !(c.network.efficiency > 0.0 && c.network.efficiency <= 1.0) {
@@ -214,19 +253,10 @@ impl Topology {
         Ok(())
     }
 
-    /// The GPU model the file names (for reports and, with transformer plans, the GPU spec).
-    pub fn gpu_name(&self) -> Option<String> {
-        match (&self.cluster, &self.graph) {
-            (Some(c), _) => Some(c.gpu.clone()),
-            (None, Some(g)) => Some(g.gpu.clone()),
-            _ => None,
-        }
-    }
-
     /// Total GPUs the file describes.
     pub fn gpu_count(&self) -> u32 {
         let (nodes, per_node, _) = self.shape();
-        nodes * per_node
+        nodes.saturating_mul(per_node)
     }
 
     /// (nodes, GPUs per node, may grow) of either form.
@@ -253,6 +283,9 @@ impl Topology {
         } else {
             file_nodes
         };
+        // Refuse a machine too big to build before allocating it (a node count of 1e9 in a file).
+        crate::limits::check("gpus", nodes as u64 * per_node as u64)
+            .map_err(|e| Error::topology(t, format!("{nodes} nodes of {per_node} GPUs: {e}")))?;
         let mut machine = match (&self.cluster, &self.graph) {
             (Some(c), _) => self.build_cluster(c, nodes)?,
             (None, Some(g)) => g.build(t, &g.gpu, nodes)?,
@@ -396,5 +429,17 @@ mod tests {
         assert!(e.starts_with("x.json:1"), "{e}");
         let e = load_topology("no-such-thing").unwrap_err().to_string();
         assert!(e.contains("neither a preset"), "{e}");
+    }
+
+    #[test]
+    fn nvlink_mesh_beyond_a_gpus_ports_is_refused_not_built() {
+        // 1,000 GPUs a node all-to-all would be 4 million links (a fuzz input that hung CI).
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/topologies/v100-cluster.json"))
+            .unwrap()
+            .replace("\"gpus_per_node\": 4", "\"gpus_per_node\": 1000");
+        let e = parse_topology(&text, Path::new("big.json"), false).unwrap_err().to_string();
+        assert!(e.contains("999 NVLink ports") && e.contains("graph"), "{e}");
+        let ok = text.replace("\"gpus_per_node\": 1000", "\"gpus_per_node\": 19");
+        assert!(parse_topology(&ok, Path::new("ok.json"), false).is_ok());
     }
 }

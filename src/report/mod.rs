@@ -213,6 +213,13 @@ pub struct Prediction {
     pub strategy: String,
     pub allreduce: String,
     pub comm_source: String,
+    /// The framework runtime that exchanges gradients (`none`: one all-reduce per layer, or the
+    /// strategy's `fusion=`/`priority=`).
+    pub runtime: String,
+    /// Gradient tensors per iteration, and whether the workload listed them or they were derived
+    /// one per layer.
+    pub grad_tensors: usize,
+    pub grad_tensors_source: crate::workload::TensorSource,
     pub iterations_simulated: u32,
     pub iteration_time_s: f64,
     pub throughput_samples_per_s: f64,

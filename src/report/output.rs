@@ -44,6 +44,17 @@ pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<
             b.idle
         )?;
     }
+    // Per-tensor runtimes act on tensors the workload does not list: say what they saw instead.
+    if p.runtime != "none" && p.grad_tensors_source == crate::workload::TensorSource::PerLayer {
+        writeln!(
+            out,
+            "note: `{}` lists no gradient tensors; runtime {} sees {} tensors, {}",
+            p.workload,
+            p.runtime,
+            p.grad_tensors,
+            p.grad_tensors_source.name()
+        )?;
+    }
     Ok(())
 }
 
@@ -60,6 +71,9 @@ pub fn csv_fields(p: &Prediction) -> Vec<(&'static str, String)> {
         ("strategy", p.strategy.clone()),
         ("allreduce", p.allreduce.clone()),
         ("comm_source", p.comm_source.clone()),
+        ("runtime", p.runtime.clone()),
+        ("grad_tensors", p.grad_tensors.to_string()),
+        ("grad_tensors_source", p.grad_tensors_source.key().to_string()),
         ("iteration_time_s", p.iteration_time_s.to_string()),
         ("throughput_samples_per_s", p.throughput_samples_per_s.to_string()),
         ("speedup", p.speedup.to_string()),

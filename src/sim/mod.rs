@@ -144,6 +144,33 @@ pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     Engine::new(dag, machine, options).run()
 }
 
+/// How many flows a run of `dag` on `machine` moves (and records with
+/// [`Options::record_flows`]): one per transfer task, and every transfer of every collective step
+/// as the engine lowers it. Counts each distinct step class once, so it is cheap at any scale.
+pub fn flow_count(dag: &Dag, machine: &Machine) -> u64 {
+    let mut flows = 0u64;
+    for task in dag.tasks() {
+        match task.work {
+            Work::Transfer { .. } => flows += 1,
+            Work::Collective { group, op, algorithm, bytes } => {
+                let gpus = &machine.gpus;
+                let layout = Layout::from_nodes(dag.group(group).iter().map(|&r| gpus[r as usize].node));
+                let plan = Plan::lower_on(op, algorithm, layout, bytes);
+                let mut per_class: HashMap<u32, u64> = HashMap::default();
+                for step in 0..plan.step_count() {
+                    flows += *per_class.entry(plan.step_class(step)).or_insert_with(|| {
+                        let mut n = 0;
+                        plan.for_each_transfer(step, |_| n += 1);
+                        n
+                    });
+                }
+            }
+            Work::Fixed { .. } | Work::Shared { .. } => {}
+        }
+    }
+    flows
+}
+
 struct Engine<'a> {
     dag: &'a Dag,
     machine: &'a Machine,

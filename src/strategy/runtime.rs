@@ -99,6 +99,8 @@ pub struct Ps {
     /// Tensors larger than this are split evenly over all servers (MXNET_KVSTORE_BIGARRAY_BOUND
     /// elements x 4 bytes); u64::MAX: never (TensorFlow places whole variables).
     pub split_above: u64,
+    /// Bytes per second a server handles per push (receive and sum) and per pull (serialise and
+    /// send), on its CPU.
     pub sum_bytes_per_s: f64,
     pub call_ns: Nanos,
 }
@@ -137,6 +139,13 @@ pub const MXNET_BIGARRAY_BYTES: u64 = 1_000_000 * 4;
 /// summed runs near 4 GB/s per thread; BytePS runs 4 engine threads (BYTEPS_SERVER_ENGINE_THREAD,
 /// `byteps/server/server.cc` 0.2.5): 16 GB/s per server. An estimate from those two sources.
 pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
+
+/// A TensorFlow parameter-server shard's throughput: workers adding tensors into variables on one
+/// ps task over gRPC reach 0.5-0.6 GB/s on a Xeon (Y. Bulatov's sharded-PS benchmark for
+/// tensorflow/tensorflow issue #6116, TF 0.12-1.0, 2017: ps=1 0.5-0.6 GB/s, ps=2 1.1-1.3,
+/// ps=4 1.7-1.9), i.e. the server's serialisation and summation, not the network, set the rate.
+/// The model charges each push and each pull `bytes / rate` on the server's CPU.
+pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 
 /// The runtime names users write.
 pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps"];
@@ -305,7 +314,7 @@ impl Runtime {
                         .filter(|&b| b > 0)
                         .ok_or_else(|| bad("split", v, "a size in bytes, or off"))?,
                 },
-                sum_bytes_per_s: sum(SERVER_SUM_BYTES_PER_S)?,
+                sum_bytes_per_s: sum(TF_PS_BYTES_PER_S)?,
                 call_ns,
             }),
             _ => unreachable!("checked against NAMES"),

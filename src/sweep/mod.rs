@@ -104,6 +104,12 @@ impl Sweep {
     /// Reads a sweep file; errors name the file, and the line or axis at fault.
     pub fn load(path: &Path) -> Result<Sweep> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&text, path)
+    }
+
+    /// [`Sweep::load`] on text already in memory; `path` names it and anchors relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Sweep> {
+        let text = text.to_string();
         let file: SweepFile = toml::from_str(&text).map_err(|e| {
             let line = e.span().map(|sp| text[..sp.start].lines().count().max(1));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())

@@ -5,11 +5,13 @@
 //! Produces a [`Report`]; printing and exit codes belong to the CLI. Must not tune anything to the
 //! measurements: a row's inputs are its setup columns only, never its measured value.
 
+pub mod baseline;
 pub mod format;
 mod output;
 pub mod run;
 pub mod stats;
 
+pub use baseline::Baseline;
 pub use format::{read_measurements, MeasurementSet, Metric, Row};
 pub use output::{write_csv, write_json, write_text};
 
@@ -66,6 +68,11 @@ pub struct RowResult {
     pub predicted: f64,
     /// (predicted - measured) / measured.
     pub error: Option<f64>,
+    /// The same metric under the baseline model (`--baseline`), and its error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_error: Option<f64>,
     /// The prediction lies within measured +- spread.
     pub within_spread: Option<bool>,
     pub status: Status,
@@ -90,6 +97,12 @@ pub struct SetSummary {
     pub worst_row: String,
     /// Positive: the model predicts more than was measured, on average.
     pub mean_signed_error: f64,
+    /// With `--baseline`: the baseline's mean |error| over the rows it predicts, and dagsim's
+    /// over the same rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_mean_abs_error: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_abs_error_baseline_rows: Option<f64>,
 }
 
 /// Rank agreement of the rows of one group (same setup, different strategies).
@@ -108,6 +121,9 @@ pub struct GroupResult {
 pub struct Report {
     pub dagsim_version: &'static str,
     pub gate: Gate,
+    /// The baseline model compared against, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
     pub rows: Vec<RowResult>,
     pub sets: Vec<SetSummary>,
     pub overall: Option<SetSummary>,
@@ -120,22 +136,23 @@ pub struct Report {
     pub failures: Vec<String>,
 }
 
-/// Reads, predicts and compares the given measurement files.
-pub fn validate_files(paths: &[&Path], gate: Gate) -> Result<Report> {
+/// Reads, predicts and compares the given measurement files (and, with `baseline`, the same rows
+/// under the baseline model: the gate then also fails where the baseline is closer on a set).
+pub fn validate_files(paths: &[&Path], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
     let sets = paths.iter().map(|p| read_measurements(p)).collect::<Result<Vec<_>>>()?;
-    validate_sets(&sets, gate)
+    validate_sets(&sets, gate, baseline)
 }
 
 /// Predicts and compares already-read sets.
-pub fn validate_sets(sets: &[MeasurementSet], gate: Gate) -> Result<Report> {
-    let predicted = run::predict_rows(sets)?;
+pub fn validate_sets(sets: &[MeasurementSet], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
+    let predicted = run::predict_rows(sets, baseline)?;
     let mut rows = Vec::new();
     for (set, preds) in sets.iter().zip(predicted) {
         for (row, p) in set.rows.iter().zip(preds) {
             rows.push(compare(&set.name, row, p, gate));
         }
     }
-    Ok(assemble(sets, rows, gate))
+    Ok(assemble(sets, rows, gate, baseline))
 }
 
 fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
@@ -147,6 +164,7 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         (Some(e), Some(_)) if e.abs() <= gate.max_error => Status::KnownMissNowOk,
         (Some(_), Some(_)) => Status::KnownMiss,
     };
+    let baseline_error = row.measured.zip(p.baseline).map(|(m, b)| relative_error(b, m));
     let within_spread = match (row.measured, row.spread) {
         (Some(m), Some(s)) => Some((p.value - m).abs() <= s),
         _ => None,
@@ -165,6 +183,8 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         spread: row.spread,
         predicted: p.value,
         error,
+        baseline: p.baseline,
+        baseline_error,
         within_spread,
         status,
         group: row.group.clone(),
@@ -179,7 +199,14 @@ fn summary(name: &str, rows: &[&RowResult]) -> Option<SetSummary> {
     let s: ErrorSummary = summarize(&errors)?;
     let unmarked: Vec<f64> = scored.iter().filter(|r| r.known_miss.is_none()).filter_map(|r| r.error).collect();
     let worst = scored[s.worst_index];
+    let with_baseline: Vec<&RowResult> = scored.iter().map(|r| **r).filter(|r| r.baseline_error.is_some()).collect();
+    let mean_abs = |f: &dyn Fn(&RowResult) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = with_baseline.iter().filter_map(|r| f(r)).map(f64::abs).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
     Some(SetSummary {
+        baseline_mean_abs_error: mean_abs(&|r| r.baseline_error),
+        mean_abs_error_baseline_rows: mean_abs(&|r| r.error),
         set: name.to_string(),
         rows: s.rows,
         known_misses: scored.iter().filter(|r| r.known_miss.is_some()).count(),
@@ -192,7 +219,7 @@ fn summary(name: &str, rows: &[&RowResult]) -> Option<SetSummary> {
     })
 }
 
-fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report {
+fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate, baseline: Option<Baseline>) -> Report {
     let mut set_summaries = Vec::new();
     let mut groups = Vec::new();
     for set in sets {
@@ -236,6 +263,21 @@ fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report
             ));
         }
     }
+    if let Some(b) = baseline {
+        for s in &set_summaries {
+            if let (Some(base), Some(own)) = (s.baseline_mean_abs_error, s.mean_abs_error_baseline_rows) {
+                if base < own {
+                    failures.push(format!(
+                        "set {}: the {} baseline is closer to the measurements (mean |error| {:.1}%) than dagsim ({:.1}%)",
+                        s.set,
+                        b.name(),
+                        base * 100.0,
+                        own * 100.0
+                    ));
+                }
+            }
+        }
+    }
     for r in rows.iter().filter(|r| r.status == Status::Miss) {
         failures.push(format!(
             "{}/{} (line {}): error {:+.1}% exceeds --max-error {:.1}% and is not marked known_miss",
@@ -249,6 +291,7 @@ fn assemble(sets: &[MeasurementSet], rows: Vec<RowResult>, gate: Gate) -> Report
     Report {
         dagsim_version: env!("CARGO_PKG_VERSION"),
         gate,
+        baseline,
         rank_concordant: groups.iter().map(|g| g.concordant).sum(),
         rank_discordant: groups.iter().map(|g| g.discordant).sum(),
         rows,

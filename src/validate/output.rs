@@ -44,15 +44,28 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         super::Metric::Speedup => format!("speedup ({})", x.unit),
     };
     let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
+    // With a baseline, two more columns: its prediction and its error.
+    let base_head = match r.baseline {
+        Some(b) => format!("  {:>10}  {:>8}", b.name(), "error"),
+        None => String::new(),
+    };
     writeln!(
         w,
-        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  status",
+        "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{base_head}  status",
         "set", "id", "gpus", "strategy", "metric", "measured", "predicted", "error"
     )?;
     for x in &r.rows {
+        let base = match r.baseline {
+            Some(_) => format!(
+                "  {:>10}  {:>8}",
+                x.baseline.map_or("-".to_string(), value),
+                x.baseline_error.map_or("-".to_string(), percent)
+            ),
+            None => String::new(),
+        };
         writeln!(
             w,
-            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}  {}",
+            "{:set_w$}  {:id_w$}  {:>5}  {:st_w$}  {:m_w$}  {:>10}  {:>10}  {:>8}{base}  {}",
             x.set,
             x.id,
             x.gpus,
@@ -65,15 +78,25 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         )?;
     }
     writeln!(w)?;
+    let (base_head, base_rule) = match r.baseline {
+        Some(b) => (format!(" {} baseline mean abs error |", b.name()), "---:|"),
+        None => (String::new(), ""),
+    };
     writeln!(
         w,
-        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |"
+        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |{base_head}"
     )?;
-    writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|")?;
+    writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|{base_rule}")?;
     for s in r.sets.iter().chain(&r.overall) {
+        let base = match r.baseline {
+            Some(_) => {
+                format!(" {} |", s.baseline_mean_abs_error.map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0)))
+            }
+            None => String::new(),
+        };
         writeln!(
             w,
-            "| {} | {} | {} | {:.1}% | {} | {:.1}% | {:.1}% ({}) | {} |",
+            "| {} | {} | {} | {:.1}% | {} | {:.1}% | {:.1}% ({}) | {} |{base}",
             s.set,
             s.rows,
             s.known_misses,

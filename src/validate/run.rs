@@ -4,6 +4,7 @@
 //! run Dettmers' data/model-parallel DAG from a hybrid table instead. Reads rows, calls the
 //! pipeline in `predict` (or `predict_hybrid`); computes no statistics.
 
+use super::baseline::{alpha_beta_throughput, Baseline};
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
 use crate::dag::hybrid::Channels;
 use crate::error::{Error, Location, Result};
@@ -32,6 +33,8 @@ pub struct Simulated {
 pub struct Predicted {
     /// The row's metric, predicted, in the metric's canonical unit.
     pub value: f64,
+    /// The same metric under the baseline model, when one was asked for and applies.
+    pub baseline: Option<f64>,
     /// The simulated configuration of the row itself (its GPU count).
     pub simulated: Simulated,
 }
@@ -75,6 +78,17 @@ impl Model {
         })))
     }
 
+    /// The baseline's throughput on `gpus` GPUs, given the one-GPU prediction of the same setup;
+    /// `None` where the baseline cannot express the setup (the hybrid model-parallel scheme).
+    fn baseline(&self, baseline: Baseline, gpus: u32, one_gpu: &Simulated) -> Result<Option<f64>> {
+        match (self, baseline) {
+            (Model::Pipeline(setup), Baseline::AlphaBeta) => {
+                alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
+            }
+            (Model::Hybrid(_), _) => Ok(None),
+        }
+    }
+
     fn simulate(&self, gpus: u32) -> Result<Simulated> {
         let p = match self {
             Model::Pipeline(setup) => setup.predict(gpus)?,
@@ -91,9 +105,9 @@ impl Model {
     }
 }
 
-/// Predicts every row of every set. Results are in set order, then row order. An error names the
-/// file, line and row id.
-pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
+/// Predicts every row of every set (and, with `baseline`, the same rows under the baseline model).
+/// Results are in set order, then row order. An error names the file, line and row id.
+pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
     let mut setups: BTreeMap<String, Model> = BTreeMap::new();
     let mut jobs: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -109,7 +123,7 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
             }
             let gpus = gpu_count(row).map_err(at)?;
             jobs.insert((key.clone(), gpus));
-            if row.metric == Metric::Speedup && row.relative_to.is_none() {
+            if (row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some() {
                 jobs.insert((key.clone(), 1));
             }
             own_jobs.push((key, gpus));
@@ -118,7 +132,22 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
     }
     let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
     let results: Vec<Result<Simulated>> = jobs.par_iter().map(|(key, gpus)| setups[key].simulate(*gpus)).collect();
-    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.into_iter().zip(results).collect();
+    let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.iter().cloned().zip(results).collect();
+    // The baseline of every job, from the same setup's one-GPU prediction.
+    let base: BTreeMap<(String, u32), Option<f64>> = match baseline {
+        None => BTreeMap::new(),
+        Some(b) => jobs
+            .iter()
+            .map(|(key, gpus)| {
+                let one = done[&(key.clone(), 1)].as_ref().ok();
+                let value = match one {
+                    Some(one) => setups[key].baseline(b, *gpus, one).ok().flatten(),
+                    None => None,
+                };
+                ((key.clone(), *gpus), value)
+            })
+            .collect(),
+    };
 
     let mut out = Vec::new();
     for (set, own_jobs) in sets.iter().zip(row_jobs) {
@@ -143,7 +172,17 @@ pub fn predict_rows(sets: &[MeasurementSet]) -> Result<Vec<Vec<Predicted>>> {
                     own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
                 }
             };
-            predicted.push(Predicted { value, simulated: own.clone() });
+            let base_of = |job: &(String, u32)| base.get(job).copied().flatten();
+            let baseline = match (row.metric, &row.relative_to) {
+                (Metric::Throughput, _) => base_of(job),
+                (Metric::IterationTime, _) => base_of(job).map(|thr| {
+                    let samples = own.throughput_samples_per_s * own.iteration_time_s;
+                    samples / thr
+                }),
+                (Metric::Speedup, None) => base_of(job).zip(base_of(&(job.0.clone(), 1))).map(|(n, one)| n / one),
+                (Metric::Speedup, Some(b)) => base_of(job).zip(base_of(job_of[b.as_str()])).map(|(n, one)| n / one),
+            };
+            predicted.push(Predicted { value, baseline, simulated: own.clone() });
         }
         out.push(predicted);
     }

@@ -126,6 +126,14 @@ pub enum TensorSource {
 }
 
 impl TensorSource {
+    /// The value in CSV and JSON output.
+    pub fn key(self) -> &'static str {
+        match self {
+            TensorSource::Listed => "listed",
+            TensorSource::PerLayer => "per_layer",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TensorSource::Listed => "listed",
@@ -159,6 +167,33 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Runs the workload at `batch` samples per GPU by the stated rule for measured traces: forward,
+    /// backward and data-layer times scale linearly with the batch (per-sample cost constant);
+    /// the update and the gradients, which depend on the model only, do not. Real GPUs are less
+    /// efficient at small batches, so a smaller batch comes out optimistic and a larger one
+    /// pessimistic until the GPU is full. Returns the factor (1 when the batch was unknown: then
+    /// only the batch changes).
+    pub fn scale_batch(&mut self, batch: u32) -> f64 {
+        let from = self.batch_per_gpu;
+        self.batch_per_gpu = batch;
+        if from == 0 || from == batch {
+            return 1.0;
+        }
+        let f = batch as f64 / from as f64;
+        let scale = |s: &mut Stat| {
+            s.mean_ns = (s.mean_ns as f64 * f).round() as Nanos;
+            s.std_ns *= f;
+        };
+        for l in &mut self.layers {
+            scale(&mut l.forward);
+            scale(&mut l.backward);
+        }
+        if let Some(d) = &mut self.data_load {
+            scale(d);
+        }
+        f
+    }
+
     /// Sum of mean forward times.
     pub fn forward_ns(&self) -> Nanos {
         self.layers.iter().map(|l| l.forward.mean_ns).fold(0, u64::saturating_add)

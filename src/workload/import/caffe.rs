@@ -150,6 +150,20 @@ fn parse_net(lines: &[&str], offset: usize, path: &Path) -> Result<Profile> {
     if times.is_empty() {
         return Err(Error::parse(at(0), "the net has no `Average time per layer` table"));
     }
+    // Caffe closes the table with `Average Forward-Backward`; a log cut short (a killed job, a
+    // partial copy) would otherwise lose its last layers without a word.
+    let last_time_line = times.last().map_or(0, |t| t.3);
+    if iteration_ms.is_none() || lines.iter().skip(last_time_line).all(|l| !l.contains("Average Forward-Backward")) {
+        let last = lines.len().saturating_sub(1);
+        return Err(Error::parse(
+            at(last),
+            format!(
+                "the log ends inside the per-layer time table (last layer read: `{}`, no `Average \
+                 Forward-Backward` line after it): the file looks truncated",
+                times.last().map_or("", |t| t.0.as_str())
+            ),
+        ));
+    }
     let mut profile = Profile {
         name,
         batch,

@@ -180,7 +180,11 @@ pub fn kind_of(op: &str) -> LayerKind {
 /// A finite non-negative number or an error at `at`.
 fn number(v: &str, at: impl FnOnce() -> Location) -> Result<f64> {
     match v.trim().parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        // Times in profiles are us or ms; 1e9 of either is beyond any layer (units::MAX_DURATION_US).
+        Ok(x) if x.is_finite() && (0.0..=1e9).contains(&x) => Ok(x),
+        Ok(x) if x.is_finite() && x > 1e9 => {
+            Err(Error::parse(at(), format!("`{}` is beyond the limit of 1e9 for a time in this profile", v.trim())))
+        }
         _ => Err(Error::parse(at(), format!("expected a non-negative number, found `{}`", v.trim()))),
     }
 }
