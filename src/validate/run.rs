@@ -11,6 +11,7 @@ use crate::error::{Error, Location, Result};
 use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
 use crate::predict::{Setup, DEFAULT_ITERATIONS};
 use crate::predict_hybrid::HybridSetup;
+use crate::predict_plan::{PlanRequest, PlanSetup};
 use crate::scenario::Scenario;
 use crate::strategy::hybrid::{HybridTable, Precision as HybridPrecision};
 use rayon::prelude::*;
@@ -26,6 +27,9 @@ pub struct Simulated {
     pub strategy: String,
     pub throughput_samples_per_s: f64,
     pub iteration_time_s: f64,
+    /// Transformer plans only: tokens/s per GPU and model TFLOP/s per GPU.
+    pub tokens_per_s_per_gpu: Option<f64>,
+    pub model_tflops_per_gpu: Option<f64>,
 }
 
 /// What the model says for one row.
@@ -45,10 +49,27 @@ enum Model {
     Pipeline(Box<Setup>),
     /// Krizhevsky's hybrid scheme as Dettmers models it: fixed-time tasks from a hybrid table.
     Hybrid(Box<HybridSetup>),
+    /// A transformer under a parallel plan (`dagsim predict --parallel`): one GPU count.
+    Plan(Box<PlanSetup>),
 }
 
 impl Model {
     fn build(row: &RowSetup) -> Result<Self> {
+        if let Some(plan) = &row.parallel {
+            let scenario = scenario_for(row)?;
+            let topology = load_topology(scenario.topology_arg().as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+            return PlanSetup::from_request(PlanRequest {
+                scenario: &scenario,
+                topology,
+                spec: plan,
+                micro_batch: row.micro_batch,
+                global_batch: row.global_batch,
+                seq_len: row.seq_len,
+                matmul_tflops: None,
+                gpus: row.gpus,
+            })
+            .map(|p| Model::Plan(Box::new(p)));
+        }
         let spec = row.strategy.as_deref().unwrap_or("");
         if spec != "hybrid" && !spec.starts_with("hybrid+") {
             return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
@@ -85,7 +106,7 @@ impl Model {
             (Model::Pipeline(setup), Baseline::AlphaBeta) => {
                 alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
             }
-            (Model::Hybrid(_), _) => Ok(None),
+            (Model::Hybrid(_) | Model::Plan(_), _) => Ok(None),
         }
     }
 
@@ -93,7 +114,15 @@ impl Model {
         let p = match self {
             Model::Pipeline(setup) => setup.predict(gpus)?,
             Model::Hybrid(h) => h.predict(gpus)?,
+            Model::Plan(p) if p.plan.gpus() != gpus => {
+                return Err(Error::invalid(
+                    "gpus",
+                    format!("{gpus} GPUs, but plan {} needs {}", p.plan.name(), p.plan.gpus()),
+                ))
+            }
+            Model::Plan(p) => p.predict()?,
         };
+        let plan = p.llm.as_ref();
         Ok(Simulated {
             workload: p.workload,
             topology: p.topology,
@@ -101,6 +130,8 @@ impl Model {
             strategy: p.strategy,
             throughput_samples_per_s: p.throughput_samples_per_s,
             iteration_time_s: p.iteration_time_s,
+            tokens_per_s_per_gpu: plan.map(|r| r.tokens_per_s_per_gpu),
+            model_tflops_per_gpu: plan.map(|r| r.model_tflops_per_gpu),
         })
     }
 }
@@ -123,7 +154,8 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
             }
             let gpus = gpu_count(row).map_err(at)?;
             jobs.insert((key.clone(), gpus));
-            if (row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some() {
+            let plan = matches!(setups[&key], Model::Plan(_));
+            if !plan && ((row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some()) {
                 jobs.insert((key.clone(), 1));
             }
             own_jobs.push((key, gpus));
@@ -139,7 +171,7 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
         Some(b) => jobs
             .iter()
             .map(|(key, gpus)| {
-                let one = done[&(key.clone(), 1)].as_ref().ok();
+                let one = done.get(&(key.clone(), 1)).and_then(|r| r.as_ref().ok());
                 let value = match one {
                     Some(one) => setups[key].baseline(b, *gpus, one).ok().flatten(),
                     None => None,
@@ -162,7 +194,12 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
                 })
             };
             let own = get(job)?;
+            let planned = |v: Option<f64>| {
+                v.ok_or_else(|| in_row(&set.path, row, Error::invalid("metric", "needs a `parallel` plan")))
+            };
             let value = match (row.metric, &row.relative_to) {
+                (Metric::TokensPerSPerGpu, _) => planned(own.tokens_per_s_per_gpu)?,
+                (Metric::ModelTflopsPerGpu, _) => planned(own.model_tflops_per_gpu)?,
                 (Metric::Throughput, _) => own.throughput_samples_per_s,
                 (Metric::IterationTime, _) => own.iteration_time_s,
                 (Metric::Speedup, None) => {
@@ -174,6 +211,7 @@ pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Resu
             };
             let base_of = |job: &(String, u32)| base.get(job).copied().flatten();
             let baseline = match (row.metric, &row.relative_to) {
+                (Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu, _) => None,
                 (Metric::Throughput, _) => base_of(job),
                 (Metric::IterationTime, _) => base_of(job).map(|thr| {
                     let samples = own.throughput_samples_per_s * own.iteration_time_s;
@@ -251,6 +289,9 @@ pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
     }
     if row.calibrate_throughput.is_some() {
         w.calibrate_throughput = row.calibrate_throughput;
+    }
+    if row.seq_len.is_some() {
+        w.seq_len = row.seq_len;
     }
     Ok(s)
 }
