@@ -64,3 +64,25 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
         &["--parallel", "--model", "not --trace"],
     );
 }
+
+#[test]
+fn plan_search_lists_every_plan_and_refuses_a_gpu_count_none_fits() {
+    let args = ["plan", "--model", "llama2-7b", "--topology", "dgx-a100", "--gpus", "8", "--global-batch", "8"];
+    let out = dagsim().args(args).args(["--format", "csv"]).assert().success();
+    let csv = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    let text = dagsim().args(args).args(["--top", "3"]).assert().success();
+    let text = String::from_utf8(text.get_output().stdout.clone()).unwrap();
+    // "N plans: S simulated, F do not fit in memory", then a header and the best three.
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with(&format!("{} plans: ", rows.len())), "{first}");
+    assert_eq!(text.lines().count(), 2 + 3, "{text}");
+    let best = text.lines().nth(2).unwrap().split_whitespace().next().unwrap();
+    assert!(rows[0].starts_with(&format!("\"{best}\"")), "CSV and text agree on the best plan: {best} vs {}", rows[0]);
+    assert!(rows.iter().any(|r| r.contains(",false,")), "some plans of a 7B model on 40 GB GPUs do not fit");
+    // 7 GPUs: no degree split of the 32 layers and 32 heads with a global batch of 8.
+    fails_with(
+        &["plan", "--model", "llama2-7b", "--topology", "dgx-a100", "--gpus", "7", "--global-batch", "8"],
+        &["no plan", "7 GPUs"],
+    );
+}

@@ -145,3 +145,33 @@ fn one_f_one_b_step_and_bubble_match_the_hand_computation() {
     assert!((r.bubble_fraction - bubble).abs() < 0.005, "bubble {} vs {bubble}", r.bubble_fraction);
     assert!(r.breakdown.bubble > 0.0 && r.breakdown.pp_comm > 0.0);
 }
+
+#[test]
+fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
+    use dagsim::plan_search::{enumerate, search};
+    let base = setup(small_gpt(), "dp=8", 1, 8, "dgx-a100");
+    // By hand (16 layers, 16 heads, 8 GPUs per node, global batch 8): per (tp, pp), vp 1 or 2
+    // where 2 pp divides the layers (interleaving also needs the micro-batches per pipeline in
+    // multiples of pp), micro-batches dividing 8 / dp, sp on/off with tp > 1, three
+    // recomputations, ZeRO-1 or not with dp > 1. tp 1: 6 + 18 + 24 + 15; tp 2: 24 + 60 + 36;
+    // tp 4: 36 + 42; tp 8: 24.
+    let plans = enumerate(&base, 8);
+    assert_eq!(plans.len(), 63 + 120 + 78 + 24);
+    for p in &plans {
+        assert!(p.gpus() == 8 && p.check(8, 16).is_ok(), "{}: {:?}", p.name(), p.check(8, 16));
+    }
+    let found = search(&base, &|| {}).unwrap();
+    assert_eq!(found.len(), plans.len());
+    let steps: Vec<f64> = found.iter().filter_map(|c| c.report.as_ref().map(|r| r.step_time_s)).collect();
+    assert!(!steps.is_empty() && steps.windows(2).all(|w| w[0] <= w[1]), "fastest first");
+    for c in &found {
+        assert_eq!(c.report.is_some() || c.error.is_some(), c.memory <= c.capacity, "{}", c.plan);
+    }
+    // The best plan's figures are what `predict` gives for it.
+    let best = &found[0];
+    let r = best.report.as_ref().unwrap();
+    let mut again = base.clone();
+    again.plan = best.parallel.clone();
+    again.strategy = default_plan_strategy(&again.plan);
+    assert_eq!(report(&again, true).step_time_s, r.step_time_s, "{}", best.plan);
+}

@@ -9,6 +9,7 @@ mod calibrate_gpu;
 mod compare;
 mod completions;
 mod output;
+mod plan;
 mod plan_args;
 mod predict;
 #[cfg(feature = "cuda")]
@@ -66,6 +67,7 @@ pub fn verbosity() -> i8 {
 #[derive(Debug, Subcommand)]
 enum Command {
     Predict(predict::Args),
+    Plan(plan::Args),
     Bench(bench::Args),
     Validate(validate::Args),
     Trace(trace::Args),
@@ -93,6 +95,7 @@ pub fn run() -> ExitCode {
     output::install_interrupt_cleanup();
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
+        Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Trace(args) => trace::run(args),
