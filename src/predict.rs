@@ -167,6 +167,7 @@ impl Setup {
             breakdown: breakdown_seconds(&steady),
             utilisation: utilisation(&sim.machine, &sim.run, &steady, sim.dag.meta.gpus),
             events: sim.run.events,
+            llm: None,
         })
     }
 

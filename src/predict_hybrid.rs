@@ -81,6 +81,7 @@ impl HybridSetup {
             breakdown: breakdown_seconds(&steady),
             utilisation: utilisation(&machine, &run, &steady, gpus),
             events: run.events,
+            llm: None,
         })
     }
 

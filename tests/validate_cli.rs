@@ -369,3 +369,45 @@ fn the_alpha_beta_baseline_is_checkable_by_hand_and_gated() {
         .code(2)
         .stderr(predicate::str::contains("unknown baseline `guess`"));
 }
+
+#[test]
+fn plan_rows_predict_a_transformer_and_refuse_what_does_not_fit() {
+    let f = Fixture::new();
+    let head = "id,model,topology,gpus,parallel,micro_batch,global_batch,seq_len,metric,unit,measured,source\n";
+    // The row's prediction is `predict --parallel`'s, figure for figure.
+    let plan = "tp=4,pp=2,dp=2,sp=on";
+    let set = f.set(
+        "plan.csv",
+        &format!("{head}a,llama2-7b,dgx-a100,16,\"{plan}\",1,16,2048,tokens_per_s_per_gpu,tokens/s/GPU,1000,hand\n"),
+    );
+    let (code, v) = run_json(&set, &["--tolerance", "1000%", "--max-error", "1000%"]);
+    assert_eq!(code, Some(0), "{v}");
+    let out = dagsim()
+        .args(["predict", "--model", "llama2-7b", "--topology", "dgx-a100", "--parallel", plan])
+        .args(["--micro-batch", "1", "--global-batch", "16", "--seq-len", "2048", "--format", "json"])
+        .output()
+        .unwrap();
+    let p = json(&out);
+    assert_eq!(v["rows"][0]["predicted"].as_f64(), p["llm"]["tokens_per_s_per_gpu"].as_f64(), "{v}");
+    let cases: &[(&str, &[&str])] = &[
+        // A plan metric without a plan, and plan columns without one.
+        (
+            "a,llama2-7b,dgx-a100,16,,,,,tokens_per_s_per_gpu,tokens/s/GPU,1000,hand",
+            &[":2 (field `metric`)", "needs a `parallel` plan"],
+        ),
+        ("a,llama2-7b,dgx-a100,16,,1,,,iteration_time,s,1,hand", &[":2 (field `micro_batch`)"]),
+        // The plan's degrees and the row's GPU count disagree.
+        ("a,llama2-7b,dgx-a100,32,\"tp=8,pp=1,dp=2\",1,16,,iteration_time,s,1,hand", &["row `a`", "32 GPUs"]),
+        ("a,llama2-7b,dgx-a100,16,\"tp=8,pp=1,dp=2\",1,16,,speedup,x,1,hand", &["no speedup"]),
+    ];
+    for (row, needles) in cases {
+        let set = f.set("bad_plan.csv", &format!("{head}{row}\n"));
+        let out = dagsim().arg("validate").arg(&set).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{row}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        for n in *needles {
+            assert!(stderr.contains(n), "{row}: `{n}` not in {stderr}");
+        }
+    }
+}

@@ -10,6 +10,8 @@ mod compare;
 mod completions;
 mod output;
 mod plot;
+mod plan;
+mod plan_args;
 mod predict;
 #[cfg(feature = "cuda")]
 mod replay;
@@ -66,6 +68,7 @@ pub fn verbosity() -> i8 {
 #[derive(Debug, Subcommand)]
 enum Command {
     Predict(predict::Args),
+    Plan(plan::Args),
     Bench(bench::Args),
     Validate(validate::Args),
     Trace(trace::Args),
@@ -94,6 +97,7 @@ pub fn run() -> ExitCode {
     output::install_interrupt_cleanup();
     let result = match cli.command {
         Command::Predict(args) => predict::run(args),
+        Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Trace(args) => trace::run(args),

@@ -2,6 +2,7 @@
 
 use super::exit;
 use super::output::{emit, Format};
+use super::plan_args::PlanArgs;
 use super::setup_args::SetupArgs;
 use dagsim::dag::hybrid::Channels;
 use dagsim::error::{Error, Result};
@@ -23,6 +24,7 @@ Examples:
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8,16,32 --gpus-per-node 4 --intra pcie3 --inter 10gbe
   dagsim calibrate topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl --topology abci-v -o abci-v.cal.json
   dagsim predict --trace traces/alexnet_k80.csv --gpus 8 --topology abci-v --calibration abci-v.cal.json
+  dagsim predict --model gpt3-175b --topology dgx-a100-80gb --parallel tp=8,pp=8,dp=16,vp=3,sp=on,recompute=selective --micro-batch 1 --global-batch 1536
 
 Defaults: topology `k80-cluster` (4 nodes x 4 K80, PCIe 15 GB/s, 10 GbE, NFS 1.1 GB/s; grows by
 whole nodes when more GPUs are asked for), strategy `io+wfbp` (Caffe-MPI: I/O overlap and wait-free
@@ -50,6 +52,8 @@ pub struct Args {
     strategy: Option<String>,
     #[command(flatten)]
     hybrid: HybridArgs,
+    #[command(flatten)]
+    plan: PlanArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -126,6 +130,10 @@ pub fn run(args: Args) -> Result<u8> {
         let gpus = gpu_counts(args.gpus.clone(), Some(vec![1, 2, 4]))?;
         let preds = setup.predict_scaling(&gpus)?;
         return write_predictions(&args, &preds);
+    }
+    if let Some(setup) = args.plan.setup(&args.setup, args.strategy.as_deref(), args.gpus.as_deref())? {
+        let pred = setup.predict()?;
+        return write_predictions(&args, &[pred]);
     }
     let scenario = args.setup.scenario(args.strategy.as_deref())?;
     let gpus = gpu_counts(args.gpus.clone(), scenario.gpus.clone())?;

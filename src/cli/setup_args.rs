@@ -162,7 +162,7 @@ impl SetupArgs {
                 gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
             })?;
         } else if let Some(g) = gpu {
-            self.check_gpu(&mut setup, g)?;
+            self.check_gpu(&mut setup.topology, g)?;
         }
         if let (Some(b), None) = (self.batch, &scenario.workload.model) {
             // The trace's layer times were measured at its own batch (0: unknown, nothing to scale).
@@ -184,28 +184,58 @@ impl SetupArgs {
         Ok(setup)
     }
 
+    /// The machine a scenario (from [`SetupArgs::scenario`]) names, built from parameters and
+    /// calibrated when the flags ask, without loading its workload; its GPU checked against the
+    /// scenario's as [`SetupArgs::setup_of`] does.
+    pub fn topology_of(&self, scenario: &Scenario) -> Result<dagsim::hw::Topology> {
+        let gpu = scenario.workload.gpu.as_deref().map(GpuSpec::by_name).transpose()?;
+        let mut topology =
+            if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
+                let d = Parametric::default();
+                build_parametric(&Parametric {
+                    nodes: self.nodes.unwrap_or(d.nodes),
+                    gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
+                    intra: self.intra.clone().unwrap_or(d.intra),
+                    inter: self.inter.clone().unwrap_or(d.inter),
+                    gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
+                })?
+            } else {
+                let name = scenario.topology_arg();
+                let mut t =
+                    dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?;
+                if let Some(g) = gpu {
+                    self.check_gpu(&mut t, g)?;
+                }
+                t
+            };
+        if let Some(c) = &self.calibration {
+            topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
+        }
+        Ok(topology)
+    }
+
     /// A `--gpu` (or a scenario's `workload.gpu`) that contradicts the topology's GPU is an error,
     /// unless `--force-gpu` makes it an override that relabels the machine, with a note.
-    fn check_gpu(&self, setup: &mut Setup, gpu: &GpuSpec) -> Result<()> {
-        let Some(named) = setup.topology.gpu_name() else { return Ok(()) };
+    fn check_gpu(&self, topology: &mut dagsim::hw::Topology, gpu: &GpuSpec) -> Result<()> {
+        let Some(named) = topology.gpu_name() else { return Ok(()) };
         // A topology GPU outside the spec table cannot be compared; it stays as it is.
         let Ok(theirs) = GpuSpec::by_name(named) else { return Ok(()) };
         if theirs.name == gpu.name {
             return Ok(());
         }
-        let topology = setup.topology.name.clone();
+        let name = topology.name.clone();
         if !self.force_gpu {
             return Err(dagsim::error::Error::invalid(
                 "--gpu",
                 format!(
-                    "`{}` contradicts topology `{topology}`, whose GPUs are {named} ({}); pick a topology with \
-                     {} GPUs, or add --force-gpu to simulate {} compute on {topology}'s links",
+                    "`{}` contradicts topology `{name}`, whose GPUs are {named} ({}); pick a topology with \
+                     {} GPUs, or add --force-gpu to simulate {} compute on {name}'s links",
                     gpu.name, theirs.name, gpu.name, gpu.name
                 ),
             ));
         }
-        eprintln!("note: --force-gpu: {} compute on topology `{topology}` (built for {named})", gpu.name);
-        setup.topology.set_gpu_name(gpu.full_name);
+        eprintln!("note: --force-gpu: {} compute on topology `{name}` (built for {named})", gpu.name);
+        topology.set_gpu_name(gpu.full_name);
         Ok(())
     }
 

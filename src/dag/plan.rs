@@ -49,6 +49,9 @@ pub struct PlanLayout {
     pub tied_bytes: u64,
     /// GPUs per FSDP shard group (hybrid sharding); the DP degree otherwise.
     pub shard_group: u32,
+    /// DP replicas simulated (those with DP index below it); each stands for the replicas whose
+    /// index is the same modulo it. The DP degree when every replica is simulated.
+    pub dp_block: u32,
 }
 
 impl PlanLayout {
@@ -62,6 +65,7 @@ impl PlanLayout {
             param_per_grad_byte: 0.0,
             tied_bytes: 0,
             shard_group: gpus,
+            dp_block: gpus,
         }
     }
 
@@ -79,10 +83,13 @@ struct DpGroup {
     group: GroupId,
     queues: Queues,
     gather: Option<QueueId>,
-    /// Its represented members' GPU indices, in group order.
+    /// The GPU indices that drive its members (see `driver` in [`build_plan`]), in group order.
     members: Vec<u32>,
-    /// FSDP hybrid: the replica group that all-reduces this shard's gradients, and its queue.
-    replicas: Option<(GroupId, QueueId)>,
+    /// Whether each driven member has tasks of its own (else its TP group's first rank drives it).
+    own: Vec<bool>,
+    /// The global ranks driven, in group order.
+    driven: Vec<u32>,
+    tp_rank: u32,
 }
 
 /// Builds the DAG of `input` under `layout`.
@@ -105,6 +112,22 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     }
     let identity = rep.iter().enumerate().all(|(i, &r)| i as u32 == r);
     let local: HashMap<u32, u32> = rep.iter().enumerate().map(|(i, &r)| (r, i as u32)).collect();
+    // Every rank's driver: the GPU index of the rank itself when it has tasks, else of its TP
+    // group's first rank when that one has (the members of a TP group run in lockstep: every block
+    // ends with a collective over all of them), else none (a symmetric image of a simulated rank).
+    // A rank of a DP replica left out (index at or past `dp_block`) is driven as its image in the
+    // simulated block.
+    let driver = |r: u32| -> Option<u32> {
+        let mut c = plan.coords(r);
+        if c.dp >= layout.dp_block {
+            c.dp %= layout.dp_block;
+        }
+        let image = plan.rank(c);
+        local
+            .get(&image)
+            .copied()
+            .or_else(|| (c.tp != 0).then(|| local.get(&plan.rank(Coords { tp: 0, ..c })).copied()).flatten())
+    };
     let layers = &w.layers;
     let nl = layers.len();
     let (tp, pp, dp) = (plan.tp, plan.pp, plan.dp);
@@ -141,34 +164,43 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     // Data-parallel communicators, one per (stage, TP rank) (FSDP hybrid: per shard group).
     let hybrid = plan.sharding == Sharding::FsdpHybrid && shard < dp;
     let mut dp_groups: Vec<DpGroup> = Vec::new();
+    let mut replica_groups: HashMap<(u32, u32), Vec<(GroupId, QueueId)>> = HashMap::new();
     for stage in 0..pp {
         for t in 0..tp {
             for first in (0..dp).step_by(if hybrid { shard as usize } else { dp as usize }) {
                 let width = if hybrid { shard } else { dp };
                 let ranks_of: Vec<u32> =
                     (first..first + width).map(|d| plan.rank(Coords { tp: t, dp: d, stage })).collect();
-                let members: Vec<u32> = ranks_of.iter().filter_map(|r| local.get(r).copied()).collect();
+                let members: Vec<u32> = ranks_of.iter().filter_map(|&r| driver(r)).collect();
+                let own: Vec<bool> =
+                    ranks_of.iter().filter(|&&r| driver(r).is_some()).map(|r| local.contains_key(r)).collect();
                 if members.is_empty() {
                     continue;
                 }
+                let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
                 let queues = Queues::new(&mut b, &exchange_plans[stage as usize]);
                 let group = b.add_group(ranks_of);
                 let gather = plan
                     .sharding
                     .shards_optimizer()
                     .then(|| b.add_queue(format!("dp{stage}.{t}.{first}.gather"), Discipline::Fifo, None));
-                let replicas = hybrid.then(|| {
-                    let d0 = first;
-                    let ranks_of: Vec<u32> = (0..dp)
-                        .filter(|d| d % shard == d0 % shard)
-                        .map(|d| plan.rank(Coords { tp: t, dp: d, stage }))
-                        .collect();
-                    (
-                        b.add_group(ranks_of),
-                        b.add_queue(format!("dp{stage}.{t}.{first}.replicas"), Discipline::Fifo, None),
-                    )
-                });
-                dp_groups.push(DpGroup { stage, group, queues, gather, members, replicas });
+                dp_groups.push(DpGroup { stage, tp_rank: t, group, queues, gather, members, own, driven });
+            }
+            // FSDP hybrid: the j-th GPU of every shard group all-reduce their shards together.
+            if hybrid {
+                let groups = (0..shard)
+                    .map(|j| {
+                        let ranks_of: Vec<u32> = (j..dp)
+                            .step_by(shard as usize)
+                            .map(|d| plan.rank(Coords { tp: t, dp: d, stage }))
+                            .collect();
+                        (
+                            b.add_group(ranks_of),
+                            b.add_queue(format!("dp{stage}.{t}.replicas{j}"), Discipline::Fifo, None),
+                        )
+                    })
+                    .collect();
+                replica_groups.insert((stage, t), groups);
             }
         }
     }
@@ -180,38 +212,42 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         }
         _ => None,
     };
-    // Each represented GPU's DP group.
-    let mut dp_group_of = vec![usize::MAX; n as usize];
+    // Each driven rank's DP group.
+    let mut dp_group_of: HashMap<u32, usize> = HashMap::new();
     for (i, dpg) in dp_groups.iter().enumerate() {
-        for &g in &dpg.members {
-            dp_group_of[g as usize] = i;
+        for &r in &dpg.driven {
+            dp_group_of.insert(r, i);
         }
     }
     // Tensor-parallel groups of the represented ranks: (group, queue) by the group's first rank.
-    let mut tp_groups: Vec<(Vec<u32>, GroupId, QueueId)> = Vec::new();
+    let mut tp_groups: Vec<(Vec<u32>, Vec<u32>, GroupId, QueueId)> = Vec::new();
     for &r in rep {
         let c = plan.coords(r);
         if c.tp != 0 {
             continue;
         }
         let members = plan.tp_group(r);
-        let locals: Vec<u32> =
-            members.iter().map(|x| local.get(x).copied()).collect::<Option<_>>().ok_or_else(|| {
-                Error::invalid("represented GPUs", "a TP group must be represented whole".to_string())
-            })?;
+        let locals: Vec<u32> = members.iter().filter_map(|x| local.get(x).copied()).collect();
+        if locals.len() != 1 && locals.len() != members.len() {
+            return Err(Error::invalid(
+                "represented GPUs",
+                "a TP group is simulated whole or through its first rank".to_string(),
+            ));
+        }
         let (group, queue) = if tp > 1 {
-            (b.add_group(members), b.add_queue(format!("tp{}.{}.comm", c.stage, c.dp), Discipline::Fifo, None))
+            (b.add_group(members.clone()), b.add_queue(format!("tp{}.{}.comm", c.stage, c.dp), Discipline::Fifo, None))
         } else {
             (0, 0)
         };
-        tp_groups.push((locals, group, queue));
+        tp_groups.push((locals, members, group, queue));
     }
     // Tied embeddings: the first and last stage of each pipeline all-reduce the shared gradient.
     let mut tied: HashMap<(u32, u32), (GroupId, QueueId)> = HashMap::new();
     if layout.tied_bytes > 0 && pp > 1 {
-        for &r in rep {
+        let driven: Vec<u32> = (0..ranks).filter(|&r| plan.coords(r).stage == 0 && driver(r).is_some()).collect();
+        for r in driven {
             let c = plan.coords(r);
-            if c.stage == 0 {
+            {
                 let last = plan.rank(Coords { stage: pp - 1, ..c });
                 let g = b.add_group(vec![r, last]);
                 let q = b.add_queue(format!("tied{}.{}", c.tp, c.dp), Discipline::Fifo, None);
@@ -264,13 +300,17 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         let mut bwd: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); micro_batches as usize]; n as usize];
         let mut updates: Vec<TaskId> = vec![0; n as usize];
         let mut step_ends: Vec<HashMap<Step, (TaskId, TaskId)>> = vec![HashMap::new(); n as usize];
-        for (members, tp_group, tp_queue) in &tp_groups {
+        let mut gathers: HashMap<(usize, usize, u32, bool), TaskId> = HashMap::new();
+        for (members, tp_ranks, tp_group, tp_queue) in &tp_groups {
+            let whole = members.len() == tp_ranks.len();
             let stage = plan.coords(rep[members[0] as usize]).stage;
             let mut last: Vec<Option<TaskId>> = vec![None; members.len()];
             let mut first_compute: Vec<Option<TaskId>> = vec![None; members.len()];
+            // The first stage reads the batch; in a TP group only its first rank does and
+            // broadcasts it (Megatron's `get_batch`), inside the group's first collective's time.
             for (k, &g) in members.iter().enumerate() {
                 let gi = g as usize;
-                if stage != 0 {
+                if stage != 0 || k > 0 {
                     continue;
                 }
                 let info = m.gpus[rep[gi] as usize];
@@ -325,6 +365,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             // The compute tasks of the last few layers, for ZeRO-3 prefetch (gather layer l once
             // layer l - 2 is done, so at most two layers' parameters are gathered).
             let mut recent: Vec<TaskId> = Vec::new();
+            let first_member_h2d = last[0];
+            for l in last.iter_mut().skip(1) {
+                *l = first_member_h2d;
+            }
             for step in &orders[stage as usize] {
                 let chunk = &layout.chunks[stage as usize][step.chunk as usize];
                 let seq: Vec<usize> = match step.pass {
@@ -338,33 +382,41 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         Pass::Forward => (Phase::Forward, layer.forward.mean_ns),
                         Pass::Backward => (Phase::Backward, layer.backward.mean_ns),
                     };
-                    // ZeRO-3 / FSDP: every member gathers the layer's parameters over its own DP
+                    // ZeRO-3 / FSDP: every TP rank gathers the layer's parameters over its own DP
                     // group before each use, once the layer two before it is done (one ahead).
-                    let gathered: Vec<Option<TaskId>> = members
-                        .iter()
-                        .map(|&g| {
-                            (gather_params && layer.is_learnable()).then(|| {
-                                let dpg = &dp_groups[dp_group_of[g as usize]];
-                                let ag = b.add_task(task(
-                                    Work::Collective {
-                                        group: dpg.group,
-                                        op: CollectiveOp::AllGather,
-                                        algorithm: s.allreduce,
-                                        bytes: param_bytes(layer.grad_bytes),
-                                    },
-                                    dpg.gather,
-                                    Phase::ParamGather,
-                                    None,
-                                    it,
-                                    Some(l),
-                                ));
-                                if recent.len() >= 2 {
-                                    b.add_edge(recent[recent.len() - 2], ag);
-                                }
-                                ag
+                    let gathered: Vec<(u32, TaskId)> = if gather_params && layer.is_learnable() {
+                        tp_ranks
+                            .iter()
+                            .map(|&r| {
+                                let gidx = dp_group_of[&r];
+                                let key = (gidx, l, step.micro_batch, step.pass == Pass::Forward);
+                                // One gather per DP group, made by its first replica to get here.
+                                let ag = *gathers.entry(key).or_insert_with(|| {
+                                    let dpg = &dp_groups[gidx];
+                                    let ag = b.add_task(task(
+                                        Work::Collective {
+                                            group: dpg.group,
+                                            op: CollectiveOp::AllGather,
+                                            algorithm: s.allreduce,
+                                            bytes: param_bytes(layer.grad_bytes),
+                                        },
+                                        dpg.gather,
+                                        Phase::ParamGather,
+                                        None,
+                                        it,
+                                        Some(l),
+                                    ));
+                                    if recent.len() >= 2 {
+                                        b.add_edge(recent[recent.len() - 2], ag);
+                                    }
+                                    ag
+                                });
+                                (r, ag)
                             })
-                        })
-                        .collect();
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     let mut made = Vec::with_capacity(members.len());
                     for (k, &g) in members.iter().enumerate() {
                         let gi = g as usize;
@@ -379,8 +431,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         if let Some(p) = last[k] {
                             b.add_edge(p, t);
                         }
-                        if let Some(ag) = gathered[k] {
-                            b.add_edge(ag, t);
+                        // A TP group simulated through its first rank waits for every member's gather.
+                        for &(r, ag) in &gathered {
+                            if !whole || r == rep[gi] {
+                                b.add_edge(ag, t);
+                            }
                         }
                         if step.pass == Pass::Forward && step.micro_batch == 0 {
                             for &p in layer_ready[gi][l].iter().chain(&param_ready[gi][l]) {
@@ -458,33 +513,47 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         }
 
         // Pipeline transfers: a step that needs another stage's output waits for it to arrive.
+        // A rank driving its TP group receives every member's share.
         if pp > 1 {
             for (gi, &r) in rep.iter().enumerate() {
                 let c = plan.coords(r);
+                let whole_group = plan.tp_group(r).iter().all(|x| local.contains_key(x));
+                let group: Vec<u32> = if whole_group { vec![r] } else { plan.tp_group(r) };
+                // The DP replicas this one stands for send theirs at the same instants: their
+                // transfers load the network as in a full simulation.
+                let receivers: Vec<u32> = group
+                    .iter()
+                    .flat_map(|&x| {
+                        let cx = plan.coords(x);
+                        (cx.dp..dp).step_by(layout.dp_block as usize).map(move |d| plan.rank(Coords { dp: d, ..cx }))
+                    })
+                    .collect();
                 for step in &orders[c.stage as usize] {
                     let Some((src_stage, src_step)) = upstream(*step, c.stage, pp, plan.vp) else { continue };
                     let Some(&(entry, _)) = step_ends[gi].get(step) else { continue };
-                    let src_rank = plan.rank(Coords { stage: src_stage, ..c });
-                    let src_local = local[&src_rank] as usize;
+                    let src_local = local[&plan.rank(Coords { stage: src_stage, ..c })] as usize;
                     let Some(&(_, exit)) = step_ends[src_local].get(&src_step) else { continue };
                     if src_stage == c.stage {
                         b.add_edge(exit, entry);
                         continue;
                     }
-                    let x = b.add_task(task(
-                        Work::Transfer {
-                            src: m.gpus[src_rank as usize].device,
-                            dst: m.gpus[r as usize].device,
-                            bytes: layout.pp_bytes,
-                        },
-                        None,
-                        Phase::PipelineTransfer,
-                        Some(gi as u32),
-                        it,
-                        None,
-                    ));
-                    b.add_edge(exit, x);
-                    b.add_edge(x, entry);
+                    for &x in &receivers {
+                        let src_rank = plan.rank(Coords { stage: src_stage, ..plan.coords(x) });
+                        let t = b.add_task(task(
+                            Work::Transfer {
+                                src: m.gpus[src_rank as usize].device,
+                                dst: m.gpus[x as usize].device,
+                                bytes: layout.pp_bytes,
+                            },
+                            None,
+                            Phase::PipelineTransfer,
+                            Some(gi as u32),
+                            it,
+                            None,
+                        ));
+                        b.add_edge(exit, t);
+                        b.add_edge(t, entry);
+                    }
                 }
             }
         }
@@ -497,6 +566,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             CollectiveOp::AllReduce
         };
         let every_micro_batch = plan.sharding.shards_grads();
+        let mut hybrid_done: HashMap<(u32, u32, usize), Vec<TaskId>> = HashMap::new();
+        let mut hybrid_upd: HashMap<(u32, u32), Vec<TaskId>> = HashMap::new();
         for (gidx, dpg) in dp_groups.iter().enumerate() {
             if ranks <= 1 || dp == 1 && !hybrid {
                 break;
@@ -528,11 +599,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     add_server_exchange(&mut b, &exchange, setup, m, &grads, &upd);
                     continue;
                 }
+                // A member driven by its TP group's first rank codes on its own GPU: off that
+                // rank's stream.
+                let own = &dpg.own;
                 let mut codec_task = |b: &mut DagBuilder, r: usize, ns, l: usize| {
                     let g = members[r];
                     b.add_task(task(
                         Work::Fixed { ns },
-                        Some(compute_q[g as usize]),
+                        own[r].then(|| compute_q[g as usize]),
                         Phase::Codec,
                         Some(g),
                         it,
@@ -560,26 +634,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     &mut codec_task,
                     &mut on_done,
                 );
-                // FSDP hybrid: the shard's reduced gradient is all-reduced across replicas.
-                if let (Some((group, queue)), true) = (dpg.replicas, mb == micro_batches - 1) {
-                    for bucket in bucket_plan {
-                        let done: Vec<TaskId> = done_tasks.iter().filter(|d| d.1 == bucket.last).map(|d| d.2).collect();
-                        let ar = b.add_task(task(
-                            Work::Collective {
-                                group,
-                                op: CollectiveOp::AllReduce,
-                                algorithm: s.allreduce,
-                                bytes: bucket.fp32_bytes / shard as u64,
-                            },
-                            Some(queue),
-                            Phase::GradientAggregation,
-                            None,
-                            it,
-                            Some(to_global(bucket.last)),
-                        ));
-                        done.iter().for_each(|&d| b.add_edge(d, ar));
-                        upd.iter().for_each(|&u| b.add_edge(ar, u));
+                // FSDP hybrid: the shard groups' reduced gradients meet across replicas below.
+                if hybrid && mb == micro_batches - 1 {
+                    for (i, bucket) in bucket_plan.iter().enumerate() {
+                        let done = hybrid_done.entry((st, dpg.tp_rank, i)).or_default();
+                        done.extend(done_tasks.iter().filter(|d| d.1 == bucket.last).map(|d| d.2));
                     }
+                    hybrid_upd.entry((st, dpg.tp_rank)).or_default().extend(&upd);
                 }
             }
             // ZeRO-1/2: every rank's updated shard is all-gathered per bucket; the next iteration's
@@ -614,10 +675,36 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             }
         }
 
+        // FSDP hybrid: per bucket, the j-th GPUs of the shard groups all-reduce their shard once
+        // every shard group has reduce-scattered it.
+        for ((st, t), groups) in sorted_vec(&replica_groups) {
+            let bucket_plan = &exchange_plans[st as usize].buckets;
+            let sl = &stage_layers[st as usize];
+            for (i, bucket) in bucket_plan.iter().enumerate() {
+                for &(group, queue) in groups {
+                    let ar = b.add_task(task(
+                        Work::Collective {
+                            group,
+                            op: CollectiveOp::AllReduce,
+                            algorithm: s.allreduce,
+                            bytes: bucket.fp32_bytes / shard as u64,
+                        },
+                        Some(queue),
+                        Phase::GradientAggregation,
+                        None,
+                        it,
+                        Some(if pp > 1 { sl[bucket.last] } else { bucket.last }),
+                    ));
+                    hybrid_done.get(&(st, t, i)).into_iter().flatten().for_each(|&d| b.add_edge(d, ar));
+                    hybrid_upd.get(&(st, t)).into_iter().flatten().for_each(|&u| b.add_edge(ar, u));
+                }
+            }
+        }
+
         // Tied embeddings: after both ends' last backward, before both updates.
         for ((t, d), (group, queue)) in sorted(&tied) {
-            let first = local[&plan.rank(Coords { tp: t, dp: d, stage: 0 })] as usize;
-            let last = local[&plan.rank(Coords { tp: t, dp: d, stage: pp - 1 })] as usize;
+            let first = driver(plan.rank(Coords { tp: t, dp: d, stage: 0 })).expect("driven") as usize;
+            let last = driver(plan.rank(Coords { tp: t, dp: d, stage: pp - 1 })).expect("driven") as usize;
             let ar = b.add_task(task(
                 Work::Collective {
                     group,
@@ -648,6 +735,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         iteration_end.extend_from_slice(&updates);
     }
     b.build(DagMeta { gpus: n, iterations, iteration_end })
+}
+
+/// A map's entries in key order, values borrowed.
+fn sorted_vec<K: Ord + Copy, V>(m: &HashMap<K, V>) -> Vec<(K, &V)> {
+    let mut v: Vec<(K, &V)> = m.iter().map(|(k, v)| (*k, v)).collect();
+    v.sort_by_key(|x| x.0);
+    v
 }
 
 /// A map's entries in key order (deterministic task ids).

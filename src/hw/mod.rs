@@ -486,27 +486,46 @@ impl Machine {
                 return None;
             }
         }
-        let first = self.node_signature(0);
-        (1..nodes).all(|n| self.node_signature(n) == first).then_some(per_node)
+        // Each node's devices and touching links, gathered in one pass (so the check stays linear
+        // in the machine's size).
+        let mut devices: Vec<Vec<DeviceId>> = vec![Vec::new(); nodes as usize];
+        let mut position = vec![0u64; self.devices.len()];
+        for (i, d) in self.devices.iter().enumerate() {
+            if let Some(n) = d.node.filter(|&n| n < nodes) {
+                position[i] = devices[n as usize].len() as u64;
+                devices[n as usize].push(i as DeviceId);
+            }
+        }
+        let mut links: Vec<Vec<LinkId>> = vec![Vec::new(); nodes as usize];
+        for (i, l) in self.links.iter().enumerate() {
+            let (a, b) = (self.devices[l.from as usize].node, self.devices[l.to as usize].node);
+            for n in [a, b].into_iter().flatten().filter(|&n| n < nodes) {
+                if links[n as usize].last() != Some(&(i as LinkId)) {
+                    links[n as usize].push(i as LinkId);
+                }
+            }
+        }
+        let first = self.node_signature(0, &devices[0], &links[0], &position);
+        (1..nodes)
+            .all(|n| self.node_signature(n, &devices[n as usize], &links[n as usize], &position) == first)
+            .then_some(per_node)
     }
 
     /// A node's devices (kinds, in order) and the links touching it, with devices renamed to their
     /// position in the node (shared devices keep their id): equal signatures mean identical nodes.
-    fn node_signature(&self, node: u32) -> Vec<u64> {
-        let mut local = std::collections::HashMap::new();
-        let mut sig = Vec::new();
-        for (i, d) in self.devices.iter().enumerate() {
-            if d.node == Some(node) {
-                local.insert(i as DeviceId, local.len() as u64);
-                sig.push(d.kind as u64);
+    fn node_signature(&self, node: u32, devices: &[DeviceId], links: &[LinkId], position: &[u64]) -> Vec<u64> {
+        let mut sig: Vec<u64> = devices.iter().map(|&d| self.devices[d as usize].kind as u64).collect();
+        let name = |d: DeviceId| {
+            if self.devices[d as usize].node == Some(node) {
+                position[d as usize]
+            } else {
+                u64::MAX / 2 + d as u64
             }
-        }
-        let name = |d: DeviceId| local.get(&d).copied().unwrap_or(u64::MAX / 2 + d as u64);
-        for l in &self.links {
-            if local.contains_key(&l.from) || local.contains_key(&l.to) {
-                sig.extend([name(l.from), name(l.to), l.kind as u64, l.latency_ns]);
-                sig.extend(l.bandwidth.points().iter().flat_map(|&(b, r)| [b, r.to_bits()]));
-            }
+        };
+        for &li in links {
+            let l = &self.links[li as usize];
+            sig.extend([name(l.from), name(l.to), l.kind as u64, l.latency_ns]);
+            sig.extend(l.bandwidth.points().iter().flat_map(|&(b, r)| [b, r.to_bits()]));
         }
         sig
     }

@@ -20,6 +20,8 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("dgx1-p100", include_str!("../../topologies/dgx1-p100.json")),
     ("dgx1-v100", include_str!("../../topologies/dgx1-v100.json")),
     ("dgx-a100", include_str!("../../topologies/dgx-a100.json")),
+    ("dgx-a100-80gb", include_str!("../../topologies/dgx-a100-80gb.json")),
+    ("dgx-h100", include_str!("../../topologies/dgx-h100.json")),
     ("scaledl-server-a", include_str!("../../topologies/scaledl-server-a.json")),
     ("scaledl-server-b", include_str!("../../topologies/scaledl-server-b.json")),
     ("dettmers-4gpu", include_str!("../../topologies/dettmers-4gpu.json")),

@@ -84,7 +84,7 @@ impl PlanMemory {
             "--parallel",
             format!(
                 "plan {plan} needs {:.1} GiB per GPU on pipeline stage {} (weights {:.1}, gradients {:.1}, optimizer {:.1}, \
-                 gathered parameters {:.1}, activations {:.1} for {} micro-batch chunks) but a {gpu} has {:.1} GiB; \
+                 gathered parameters {:.1}, activations {:.1} for {} micro-batch chunks) but one {gpu} has {:.1} GiB; \
                  try recompute=selective or full, sp=on, a larger tp or pp, zero=1, or a smaller --micro-batch",
                 gib(s.total),
                 s.stage,

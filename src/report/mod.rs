@@ -6,11 +6,12 @@
 pub mod critical;
 mod output;
 pub mod perfetto;
+pub mod plan;
 pub mod plot;
 
 pub use output::{csv_fields, ratio_cell, write_csv, write_json, write_text};
 
-use crate::dag::{Category, Dag, Work};
+use crate::dag::{Category, Dag, Phase, Work};
 use crate::hw::Machine;
 use crate::sim::Run;
 use crate::units::{ns_to_s, Nanos};
@@ -75,13 +76,27 @@ pub fn steady_state(dag: &Dag, run: &Run) -> Steady {
 
 /// For each GPU: [compute, exposed communication, exposed I/O, idle] in ns within `window`.
 pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 4]> {
-    let n = dag.meta.gpus as usize;
-    let (a, b) = window;
-    let rank = |c: Category| match c {
+    let rank = |p: Phase| match p.category() {
         Category::Compute => 0u8,
         Category::Communication => 1,
         Category::Io => 2,
     };
+    exposed(dag, run, window, 3, &rank).into_iter().map(|t| [t[0], t[1], t[2], t[3]]).collect()
+}
+
+/// For each GPU with tasks (in the DAG's GPU order): the time within `window` in each of
+/// `categories` categories, the lowest-numbered category active at a moment taking it (the last
+/// slot is idle time). A task counts for its GPU; a collective for every GPU of
+/// its group that has tasks; any other group task for every GPU.
+pub fn exposed(
+    dag: &Dag,
+    run: &Run,
+    window: (Nanos, Nanos),
+    categories: usize,
+    category: &dyn Fn(Phase) -> u8,
+) -> Vec<Vec<Nanos>> {
+    let n = dag.meta.gpus as usize;
+    let (a, b) = window;
     // Intervals per GPU, and per group for tasks that belong to a whole group.
     let mut own: Vec<Vec<(Nanos, Nanos, u8)>> = vec![Vec::new(); n];
     let mut shared: Vec<(Nanos, Nanos, u8, Option<u32>)> = Vec::new();
@@ -90,7 +105,7 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
         if s >= e {
             continue;
         }
-        let r = rank(task.phase.category());
+        let r = category(task.phase);
         match (task.gpu, task.work) {
             (Some(g), _) => own[g as usize].push((s, e, r)),
             (None, Work::Collective { group, .. }) => shared.push((s, e, r, Some(group))),
@@ -106,9 +121,9 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
             }
             if member[g].is_empty() {
                 member[g] = vec![false; n];
-                // Ranks beyond `n` have no tasks of their own (one node standing for all).
-                for &r in dag.group(g as u32).iter().filter(|&&r| (r as usize) < n) {
-                    member[g][r as usize] = true;
+                // Ranks without tasks of their own (a symmetric reduction) are skipped.
+                for local in dag.group(g as u32).iter().filter_map(|&r| dag.local_of(r)).filter(|&l| (l as usize) < n) {
+                    member[g][local as usize] = true;
                 }
             }
         }
@@ -126,17 +141,17 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
                 points.push((e, -1, r));
             }
             points.sort_unstable();
-            let mut active = [0i64; 3];
-            let mut out = [0 as Nanos; 4];
+            let mut active = vec![0i64; categories];
+            let mut out = vec![0 as Nanos; categories + 1];
             let mut last = a;
             for &(t, delta, r) in &points {
                 let span = t - last;
-                let top = active.iter().position(|&c| c > 0).unwrap_or(3);
+                let top = active.iter().position(|&c| c > 0).unwrap_or(categories);
                 out[top] += span;
                 last = t;
                 active[r as usize] += delta as i64;
             }
-            out[3] += b - last;
+            out[categories] += b - last;
             out
         })
         .collect()
@@ -149,11 +164,22 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
 /// devices only, so idle nodes a topology adds do not dilute the figure, and a run where one node
 /// stands for all (symmetric setups) reports what the full run would.
 pub fn utilisation(machine: &Machine, run: &Run, steady: &Steady, gpus: u32) -> BTreeMap<String, f64> {
+    utilisation_of(machine, run, steady, 0..gpus)
+}
+
+/// [`utilisation`] counting the links of the nodes of the given GPU ranks (those simulated).
+pub fn utilisation_of(
+    machine: &Machine,
+    run: &Run,
+    steady: &Steady,
+    ranks: impl Iterator<Item = u32>,
+) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     if steady.iteration_ns > 0.0 {
         out.insert("gpu_compute".to_string(), steady.breakdown_ns[0] / steady.iteration_ns);
     }
-    let used: std::collections::BTreeSet<u32> = machine.gpus.iter().take(gpus as usize).map(|g| g.node).collect();
+    let used: std::collections::BTreeSet<u32> =
+        ranks.filter_map(|r| machine.gpus.get(r as usize)).map(|g| g.node).collect();
     let node = |d: u32| machine.devices[d as usize].node;
     let counts = |from: u32, to: u32| match (node(from), node(to)) {
         (None, None) => true,
@@ -207,6 +233,9 @@ pub struct Prediction {
     pub breakdown: Breakdown,
     pub utilisation: BTreeMap<String, f64>,
     pub events: u64,
+    /// The parallel-plan figures (transformer workloads under `--parallel`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<plan::PlanReport>,
 }
 
 impl Prediction {

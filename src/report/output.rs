@@ -6,6 +6,17 @@ use std::io::Write;
 /// A table with one row per prediction, preceded by the setup they share.
 pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<()> {
     let Some(p) = preds.first() else { return Ok(()) };
+    if p.llm.is_some() {
+        for (i, p) in preds.iter().enumerate() {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            if let Some(r) = &p.llm {
+                super::plan::write_plan_text(out, p, r)?;
+            }
+        }
+        return Ok(());
+    }
     writeln!(
         out,
         "workload {} (batch {}/GPU) | topology {} ({}) | strategy {} | all-reduce {} ({} times)",
@@ -108,10 +119,22 @@ pub fn write_csv(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<(
     let util_keys: Vec<String> = preds.first().map(|p| p.utilisation.keys().cloned().collect()).unwrap_or_default();
     let Some(first) = preds.first() else { return w.flush() };
     let mut header: Vec<String> = csv_fields(first).into_iter().map(|(k, _)| k.to_string()).collect();
+    let plan_keys: Vec<&str> = first
+        .llm
+        .as_ref()
+        .map(|r| super::plan::plan_csv_fields(r).into_iter().map(|(k, _)| k).collect())
+        .unwrap_or_default();
+    header.extend(plan_keys.iter().map(|k| k.to_string()));
     header.extend(util_keys.iter().map(|k| format!("util_{k}")));
     w.write_record(&header)?;
     for p in preds {
         let mut row: Vec<String> = csv_fields(p).into_iter().map(|(_, v)| v).collect();
+        if !plan_keys.is_empty() {
+            match &p.llm {
+                Some(r) => row.extend(super::plan::plan_csv_fields(r).into_iter().map(|(_, v)| v)),
+                None => row.extend(plan_keys.iter().map(|_| String::new())),
+            }
+        }
         row.extend(util_keys.iter().map(|k| p.utilisation.get(k).map(|v| ratio_cell(*v)).unwrap_or_default()));
         w.write_record(&row)?;
     }

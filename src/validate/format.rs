@@ -16,6 +16,11 @@ pub enum Metric {
     IterationTime,
     /// Throughput over a baseline: the same setup on one GPU, or the row named in `relative_to`.
     Speedup,
+    /// Tokens per second per GPU of a transformer under a `parallel` plan.
+    TokensPerSPerGpu,
+    /// Model FLOPs (no recomputation) per second per GPU of a transformer under a `parallel` plan,
+    /// in TFLOP/s; the source's own FLOP count must be 6 per parameter per token plus attention.
+    ModelTflopsPerGpu,
 }
 
 impl Metric {
@@ -24,6 +29,8 @@ impl Metric {
             "throughput" => Some(Metric::Throughput),
             "iteration_time" => Some(Metric::IterationTime),
             "speedup" => Some(Metric::Speedup),
+            "tokens_per_s_per_gpu" => Some(Metric::TokensPerSPerGpu),
+            "model_tflops_per_gpu" => Some(Metric::ModelTflopsPerGpu),
             _ => None,
         }
     }
@@ -34,7 +41,14 @@ impl Metric {
             Metric::Throughput => "samples/s",
             Metric::IterationTime => "s",
             Metric::Speedup => "x",
+            Metric::TokensPerSPerGpu => "tokens/s/GPU",
+            Metric::ModelTflopsPerGpu => "TFLOP/s",
         }
+    }
+
+    /// Whether only a transformer under a `parallel` plan has this metric.
+    pub fn needs_plan(self) -> bool {
+        matches!(self, Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu)
     }
 
     /// Factor that converts `unit` into the canonical unit, if the unit fits this metric.
@@ -44,6 +58,8 @@ impl Metric {
             (Metric::IterationTime, "s") => Some(1.0),
             (Metric::IterationTime, "ms") => Some(1e-3),
             (Metric::Speedup, "x") => Some(1.0),
+            (Metric::TokensPerSPerGpu, "tokens/s/GPU") => Some(1.0),
+            (Metric::ModelTflopsPerGpu, "TFLOP/s") => Some(1.0),
             _ => None,
         }
     }
@@ -53,6 +69,8 @@ impl Metric {
             Metric::Throughput => "samples/s, images/s, sequences/s",
             Metric::IterationTime => "s, ms",
             Metric::Speedup => "x",
+            Metric::TokensPerSPerGpu => "tokens/s/GPU",
+            Metric::ModelTflopsPerGpu => "TFLOP/s",
         }
     }
 }
@@ -75,6 +93,11 @@ pub struct RowSetup {
     pub topology: Option<String>,
     pub gpus: Option<u32>,
     pub strategy: Option<String>,
+    /// A parallel plan for a transformer `model` (`--parallel`), with its batches and sequence.
+    pub parallel: Option<String>,
+    pub micro_batch: Option<u32>,
+    pub global_batch: Option<u32>,
+    pub seq_len: Option<u32>,
 }
 
 /// One measurement.
@@ -124,6 +147,10 @@ pub const COLUMNS: &[&str] = &[
     "topology",
     "gpus",
     "strategy",
+    "parallel",
+    "micro_batch",
+    "global_batch",
+    "seq_len",
     "metric",
     "unit",
     "measured",
@@ -220,7 +247,10 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
         let metric = Metric::parse(metric_name).ok_or_else(|| {
             Error::parse(
                 at("metric"),
-                format!("unknown metric `{metric_name}` (known: throughput, iteration_time, speedup)"),
+                format!(
+                    "unknown metric `{metric_name}` (known: throughput, iteration_time, speedup, \
+                     tokens_per_s_per_gpu, model_tflops_per_gpu)"
+                ),
             )
         })?;
         let unit = cell("unit").unwrap_or(metric.unit());
@@ -252,7 +282,23 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             topology,
             gpus: count("gpus")?,
             strategy: cell("strategy").map(str::to_string),
+            parallel: cell("parallel").map(str::to_string),
+            micro_batch: count("micro_batch")?,
+            global_batch: count("global_batch")?,
+            seq_len: count("seq_len")?,
         };
+        if setup.parallel.is_none() {
+            if metric.needs_plan() {
+                return Err(Error::parse(at("metric"), format!("`{metric_name}` needs a `parallel` plan")));
+            }
+            for c in ["micro_batch", "global_batch", "seq_len"] {
+                if cell(c).is_some() {
+                    return Err(Error::parse(at(c), "only a row with a `parallel` plan takes it"));
+                }
+            }
+        } else if metric == Metric::Speedup {
+            return Err(Error::parse(at("metric"), "a `parallel` plan runs on one GPU count: no speedup"));
+        }
         if setup.scenario.is_none() && setup.trace.is_none() && setup.model.is_none() {
             return Err(Error::parse(
                 Location::line(path, line),

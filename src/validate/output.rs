@@ -42,6 +42,8 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         super::Metric::Throughput => format!("throughput ({})", x.unit),
         super::Metric::IterationTime => format!("iteration time ({})", x.unit),
         super::Metric::Speedup => format!("speedup ({})", x.unit),
+        super::Metric::TokensPerSPerGpu => format!("tokens/s per GPU ({})", x.unit),
+        super::Metric::ModelTflopsPerGpu => format!("model TFLOP/s per GPU ({})", x.unit),
     };
     let m_w = r.rows.iter().map(|x| metric(x).len()).max().unwrap_or(6).max(6);
     // With a baseline, two more columns: its prediction and its error.

@@ -12,6 +12,7 @@ use crate::error::{Error, Location, Result};
 use crate::hw::{load_topology, topology::DEFAULT_TOPOLOGY};
 use crate::predict::{Setup, DEFAULT_ITERATIONS};
 use crate::predict_hybrid::HybridSetup;
+use crate::predict_plan::{PlanRequest, PlanSetup};
 use crate::scenario::Scenario;
 use crate::strategy::hybrid::{HybridTable, Precision as HybridPrecision};
 use rayon::prelude::*;
@@ -29,6 +30,9 @@ pub struct Simulated {
     pub iteration_time_s: f64,
     /// How its collectives ran (`Prediction::collectives_line`).
     pub collectives: String,
+    /// Transformer plans only: tokens/s per GPU and model TFLOP/s per GPU.
+    pub tokens_per_s_per_gpu: Option<f64>,
+    pub model_tflops_per_gpu: Option<f64>,
 }
 
 /// What the model says for one row.
@@ -48,6 +52,8 @@ enum Model {
     Pipeline(Box<Setup>),
     /// Krizhevsky's hybrid scheme as Dettmers models it: fixed-time tasks from a hybrid table.
     Hybrid(Box<HybridSetup>),
+    /// A transformer under a parallel plan (`dagsim predict --parallel`): one GPU count.
+    Plan(Box<PlanSetup>),
 }
 
 impl Model {
@@ -64,6 +70,7 @@ impl Model {
         match self {
             Model::Pipeline(s) => s.topology.collectives = c,
             Model::Hybrid(h) => h.topology.collectives = c,
+            Model::Plan(p) => p.topology.collectives = c,
         }
     }
 
@@ -72,12 +79,28 @@ impl Model {
         let mut m = match self {
             Model::Pipeline(s) => Model::Pipeline(s.clone()),
             Model::Hybrid(h) => Model::Hybrid(h.clone()),
+            Model::Plan(p) => Model::Plan(p.clone()),
         };
         m.set_collectives(c);
         m
     }
 
     fn build_plain(row: &RowSetup) -> Result<Self> {
+        if let Some(plan) = &row.parallel {
+            let scenario = scenario_for(row)?;
+            let topology = load_topology(scenario.topology_arg().as_deref().unwrap_or(DEFAULT_TOPOLOGY))?;
+            return PlanSetup::from_request(PlanRequest {
+                scenario: &scenario,
+                topology,
+                spec: plan,
+                micro_batch: row.micro_batch,
+                global_batch: row.global_batch,
+                seq_len: row.seq_len,
+                matmul_tflops: None,
+                gpus: row.gpus,
+            })
+            .map(|p| Model::Plan(Box::new(p)));
+        }
         let spec = row.strategy.as_deref().unwrap_or("");
         if spec != "hybrid" && !spec.starts_with("hybrid+") {
             return scenario_for(row).and_then(|s| s.setup()).map(|s| Model::Pipeline(Box::new(s)));
@@ -114,7 +137,7 @@ impl Model {
             (Model::Pipeline(setup), Baseline::AlphaBeta) => {
                 alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
             }
-            (Model::Hybrid(_), Baseline::AlphaBeta) => Ok(None),
+            (Model::Hybrid(_) | Model::Plan(_), Baseline::AlphaBeta) => Ok(None),
             // Re-simulated in `predict_rows`, not derived from the one-GPU run.
             (_, Baseline::IdealRing) => Ok(None),
         }
@@ -124,8 +147,16 @@ impl Model {
         let p = match self {
             Model::Pipeline(setup) => setup.predict(gpus)?,
             Model::Hybrid(h) => h.predict(gpus)?,
+            Model::Plan(p) if p.plan.gpus() != gpus => {
+                return Err(Error::invalid(
+                    "gpus",
+                    format!("{gpus} GPUs, but plan {} needs {}", p.plan.name(), p.plan.gpus()),
+                ))
+            }
+            Model::Plan(p) => p.predict()?,
         };
         let collectives = p.collectives_line();
+        let plan = p.llm.as_ref();
         Ok(Simulated {
             workload: p.workload,
             topology: p.topology,
@@ -134,6 +165,8 @@ impl Model {
             throughput_samples_per_s: p.throughput_samples_per_s,
             iteration_time_s: p.iteration_time_s,
             collectives,
+            tokens_per_s_per_gpu: plan.map(|r| r.tokens_per_s_per_gpu),
+            model_tflops_per_gpu: plan.map(|r| r.model_tflops_per_gpu),
         })
     }
 }
@@ -165,7 +198,8 @@ pub fn predict_rows_with(
             }
             let gpus = gpu_count(row).map_err(at)?;
             jobs.insert((key.clone(), gpus));
-            if (row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some() {
+            let plan = matches!(setups[&key], Model::Plan(_));
+            if !plan && ((row.metric == Metric::Speedup && row.relative_to.is_none()) || baseline.is_some()) {
                 jobs.insert((key.clone(), 1));
             }
             own_jobs.push((key, gpus));
@@ -191,7 +225,7 @@ pub fn predict_rows_with(
         Some(b) => jobs
             .iter()
             .map(|(key, gpus)| {
-                let one = done[&(key.clone(), 1)].as_ref().ok();
+                let one = done.get(&(key.clone(), 1)).and_then(|r| r.as_ref().ok());
                 let value = match one {
                     Some(one) => setups[key].baseline(b, *gpus, one).ok().flatten(),
                     None => None,
@@ -214,7 +248,12 @@ pub fn predict_rows_with(
                 })
             };
             let own = get(job)?;
+            let planned = |v: Option<f64>| {
+                v.ok_or_else(|| in_row(&set.path, row, Error::invalid("metric", "needs a `parallel` plan")))
+            };
             let value = match (row.metric, &row.relative_to) {
+                (Metric::TokensPerSPerGpu, _) => planned(own.tokens_per_s_per_gpu)?,
+                (Metric::ModelTflopsPerGpu, _) => planned(own.model_tflops_per_gpu)?,
                 (Metric::Throughput, _) => own.throughput_samples_per_s,
                 (Metric::IterationTime, _) => own.iteration_time_s,
                 (Metric::Speedup, None) => {
@@ -226,6 +265,7 @@ pub fn predict_rows_with(
             };
             let base_of = |job: &(String, u32)| base.get(job).copied().flatten();
             let baseline = match (row.metric, &row.relative_to) {
+                (Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu, _) => None,
                 (Metric::Throughput, _) => base_of(job),
                 (Metric::IterationTime, _) => base_of(job).map(|thr| {
                     let samples = own.throughput_samples_per_s * own.iteration_time_s;
@@ -303,6 +343,9 @@ pub fn scenario_for(row: &RowSetup) -> Result<Scenario> {
     }
     if row.calibrate_throughput.is_some() {
         w.calibrate_throughput = row.calibrate_throughput;
+    }
+    if row.seq_len.is_some() {
+        w.seq_len = row.seq_len;
     }
     Ok(s)
 }

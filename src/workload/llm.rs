@@ -557,7 +557,12 @@ impl TransformerCost {
             return Err(Error::invalid("--calibrate-throughput", "must be a positive number of samples per second"));
         }
         let target = self.options_micro_batch as f64 / samples_per_s * 1e9;
-        let factor = target / self.single_gpu_step_ns();
+        self.scale(target / self.single_gpu_step_ns());
+        Ok(())
+    }
+
+    /// Multiplies every time by `factor` (a calibration found on another cost of the same model).
+    pub fn scale(&mut self, factor: f64) {
         for blk in self.blocks_mut() {
             for o in &mut blk.ops {
                 o.forward_ns *= factor;
@@ -567,7 +572,6 @@ impl TransformerCost {
         }
         self.update_ns_per_param *= factor;
         self.calibration_factor *= factor;
-        Ok(())
     }
 
     /// The workload of one TP rank for one micro-batch: `embedding`, then `L<i>.attn` and

@@ -1,0 +1,160 @@
+//! `dagsim plan`: the fastest parallel plans of a transformer on a machine that fit in memory.
+
+use super::output::{emit, Format};
+use super::setup_args::SetupArgs;
+use super::{exit, plan_args::PlanArgs};
+use dagsim::error::{Error, Result};
+use dagsim::plan_search::{search, Candidate};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  dagsim plan --model llama2-7b --topology dgx-a100 --gpus 16 --global-batch 32 --top 5
+  dagsim plan --model llama2-7b --topology dgx-a100 --gpus 8 --global-batch 16 --format csv -o plans.csv
+
+Every plan of tp (inside a node, dividing the heads), pp (dividing the layers; vp 2 where it
+divides them too), micro-batch 1/2/4/8, sp, recompute none/selective/full and ZeRO-1 is checked
+for memory; those that fit are simulated in parallel and ranked by step time. Text shows the best
+--top; CSV and JSON list every plan, those that do not fit with their memory. docs/parallel.md.";
+
+#[derive(Debug, clap::Args)]
+#[command(about = "Search the parallel plans of a transformer for the fastest that fit in memory", after_help = EXAMPLES)]
+pub struct Args {
+    #[command(flatten)]
+    setup: SetupArgs,
+    /// GPU count.
+    #[arg(long, value_name = "N")]
+    gpus: u32,
+    /// Sequences per iteration over all data-parallel ranks.
+    #[arg(long, value_name = "N")]
+    global_batch: u32,
+    /// Tokens per sequence (default: the model config's).
+    #[arg(long, value_name = "TOKENS")]
+    seq_len: Option<u32>,
+    /// Plans shown in text output.
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    top: usize,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Write to FILE instead of stdout (written atomically).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    if args.gpus == 0 || args.global_batch == 0 {
+        return Err(Error::invalid("--gpus / --global-batch", "must be at least 1"));
+    }
+    // The base setup: data parallelism over every GPU, only to resolve model, GPU and machine.
+    let flags = PlanArgs {
+        parallel: Some(format!("dp={}", args.gpus)),
+        micro_batch: Some(1),
+        global_batch: Some(args.gpus),
+        seq_len: args.seq_len,
+        matmul_tflops: None,
+    };
+    let Some(mut base) = flags.setup(&args.setup, None, Some(&[args.gpus]))? else { return Ok(exit::BAD_INPUT) };
+    base.plan.global_batch = args.global_batch;
+    let bar = if super::verbosity() >= 0 && std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} plans  {elapsed} (eta {eta})")
+                .expect("the template is valid"),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let count = dagsim::plan_search::enumerate(&base, {
+        let m = base.topology.instantiate(args.gpus)?;
+        dagsim::predict_plan::gpus_per_node(&m)
+    })
+    .len();
+    if count == 0 {
+        return Err(Error::invalid(
+            "--gpus",
+            format!(
+                "no plan of {} divides {} GPUs and a global batch of {}",
+                base.model.name, args.gpus, args.global_batch
+            ),
+        ));
+    }
+    bar.set_length(count as u64);
+    let found = search(&base, &|| bar.inc(1))?;
+    bar.finish_and_clear();
+    emit(args.output.as_deref(), |w| match args.format {
+        Format::Text => write_text(w, &found, args.top),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *w, &found)?;
+            writeln!(w)
+        }
+        Format::Csv => write_csv(w, &found),
+    })?;
+    Ok(exit::OK)
+}
+
+fn write_text(w: &mut dyn Write, found: &[Candidate], top: usize) -> std::io::Result<()> {
+    let fits = found.iter().filter(|c| c.report.is_some()).count();
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    writeln!(w, "{} plans: {} simulated, {} do not fit in memory", found.len(), fits, found.len() - fits)?;
+    writeln!(
+        w,
+        "{:<64} {:>9} {:>12} {:>6} {:>9} {:>7} {:>7} {:>7} {:>7}",
+        "plan", "step_s", "tokens/s/GPU", "MFU", "mem_GiB", "bubble", "tp_s", "pp_s", "dp_s"
+    )?;
+    for c in found.iter().filter(|c| c.report.is_some()).take(top) {
+        let r = c.report.as_ref().expect("filtered");
+        writeln!(
+            w,
+            "{:<64} {:>9.4} {:>12.1} {:>5.1}% {:>9.1} {:>6.1}% {:>7.3} {:>7.3} {:>7.3}",
+            c.plan,
+            r.step_time_s,
+            r.tokens_per_s_per_gpu,
+            100.0 * r.mfu,
+            gib(c.memory),
+            100.0 * r.bubble_fraction,
+            r.breakdown.tp_comm,
+            r.breakdown.pp_comm,
+            r.breakdown.dp_comm
+        )?;
+    }
+    Ok(())
+}
+
+fn write_csv(w: &mut dyn Write, found: &[Candidate]) -> std::io::Result<()> {
+    let mut out = csv::Writer::from_writer(w);
+    out.write_record([
+        "plan",
+        "fits",
+        "memory_per_gpu_bytes",
+        "memory_capacity_bytes",
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "bubble_fraction",
+        "tp_comm_s",
+        "pp_comm_s",
+        "dp_comm_s",
+        "error",
+    ])?;
+    for c in found {
+        let f = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let r = c.report.as_ref();
+        out.write_record([
+            c.plan.clone(),
+            (c.memory <= c.capacity).to_string(),
+            c.memory.to_string(),
+            c.capacity.to_string(),
+            f(r.map(|r| r.step_time_s)),
+            f(r.map(|r| r.tokens_per_s_per_gpu)),
+            f(r.map(|r| r.mfu)),
+            f(r.map(|r| r.bubble_fraction)),
+            f(r.map(|r| r.breakdown.tp_comm)),
+            f(r.map(|r| r.breakdown.pp_comm)),
+            f(r.map(|r| r.breakdown.dp_comm)),
+            c.error.clone().unwrap_or_default(),
+        ])?;
+    }
+    out.flush()
+}

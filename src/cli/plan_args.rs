@@ -1,0 +1,62 @@
+//! The flags of a parallel plan for a transformer (`--parallel`, `--micro-batch`,
+//! `--global-batch`, `--seq-len`, `--matmul-tflops`), shared by the subcommands that simulate one
+//! (`predict`, `timeline`). With the setup flags (model, GPU, precision, machine) they build a
+//! validated [`PlanSetup`].
+
+use super::setup_args::SetupArgs;
+use dagsim::error::{Error, Result};
+use dagsim::predict_plan::{PlanRequest, PlanSetup};
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// Parallel plan for a transformer --model: tp=8,pp=4,dp=8[,vp=2,sp=on,zero=1|2|3,
+    /// fsdp=full|hybrid,recompute=none|selective|full,schedule=gpipe|1f1b|interleaved,flash=off,
+    /// tp-across-nodes=on] (docs/parallel.md).
+    #[arg(long, value_name = "SPEC")]
+    pub parallel: Option<String>,
+    /// Sequences per micro-batch (with --parallel; default 1).
+    #[arg(long, value_name = "N", requires = "parallel")]
+    pub micro_batch: Option<u32>,
+    /// Sequences per iteration over all data-parallel ranks (with --parallel; default: one
+    /// micro-batch per DP rank).
+    #[arg(long, value_name = "N", requires = "parallel")]
+    pub global_batch: Option<u32>,
+    /// Tokens per sequence (with --parallel; default: the model config's).
+    #[arg(long, value_name = "TOKENS", requires = "parallel")]
+    pub seq_len: Option<u32>,
+    /// Measured best matmul TFLOP/s of the GPU at the training precision, replacing the shipped
+    /// table's (with --parallel).
+    #[arg(long, value_name = "TFLOPS", requires = "parallel")]
+    pub matmul_tflops: Option<f64>,
+}
+
+impl PlanArgs {
+    /// The plan setup the flags describe, or None without `--parallel`. `gpus` is `--gpus` (one
+    /// count, or none: the plan's product).
+    pub fn setup(&self, setup: &SetupArgs, strategy: Option<&str>, gpus: Option<&[u32]>) -> Result<Option<PlanSetup>> {
+        let Some(spec) = &self.parallel else { return Ok(None) };
+        if setup.trace.is_some() || setup.batch.is_some() {
+            return Err(Error::invalid(
+                "--parallel",
+                "a plan takes a transformer --model and --micro-batch / --global-batch, not --trace or --batch",
+            ));
+        }
+        let scenario = setup.scenario(strategy)?;
+        let gpus = match gpus {
+            Some([one]) => Some(*one),
+            None => None,
+            Some(_) => return Err(Error::invalid("--gpus", "a plan runs on one GPU count (tp x pp x dp)")),
+        };
+        PlanSetup::from_request(PlanRequest {
+            scenario: &scenario,
+            topology: setup.topology_of(&scenario)?,
+            spec,
+            micro_batch: self.micro_batch,
+            global_batch: self.global_batch,
+            seq_len: self.seq_len,
+            matmul_tflops: self.matmul_tflops,
+            gpus,
+        })
+        .map(Some)
+    }
+}

@@ -1,0 +1,124 @@
+//! `dagsim plan`: every parallel plan of a transformer on a GPU count and global batch (tp, pp, dp,
+//! vp, micro-batch, sequence parallelism, recomputation, ZeRO-1), those that do not fit in the
+//! GPU's memory dropped with their figures, the rest simulated in parallel
+//! ([`PlanSetup::predict`]) and ranked by step time. Builds no DAG of its own.
+
+use crate::error::Result;
+use crate::parallel::{ParallelPlan, Sharding};
+use crate::predict_plan::{default_plan_strategy, gpus_per_node, PlanSetup};
+use crate::report::plan::PlanReport;
+use crate::workload::llm::Recompute;
+use rayon::prelude::*;
+
+/// Micro-batch sizes tried (those dividing a DP rank's share of the global batch).
+pub const MICRO_BATCHES: [u32; 4] = [1, 2, 4, 8];
+
+/// One enumerated plan and what became of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Candidate {
+    /// The plan, e.g. `tp=8,pp=4,dp=8,mb=1,gbs=512,recompute=selective`.
+    pub plan: String,
+    /// The same plan, for simulating it again.
+    #[serde(skip)]
+    pub parallel: ParallelPlan,
+    /// Bytes per GPU on the stage that needs the most, and the GPU's capacity.
+    pub memory: u64,
+    pub capacity: u64,
+    /// The simulated figures; `None` when the plan does not fit (or cannot be built: `error`).
+    pub report: Option<PlanReport>,
+    pub error: Option<String>,
+}
+
+/// The plans of `base`'s model on `base.plan.gpus()` GPUs at `base.plan.global_batch`, in a fixed
+/// order (tp, pp, vp, micro-batch, sp, recompute, ZeRO): TP inside a node and dividing the heads,
+/// KV heads and FFN width; PP dividing the layers (vp 2 when the layers split that finely);
+/// micro-batches dividing a DP rank's share; each passing [`ParallelPlan::check`].
+pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
+    let gpus = base.plan.gpus();
+    let gbs = base.plan.global_batch;
+    let m = &base.model;
+    let mut out = Vec::new();
+    for tp in (1..=per_node.min(gpus)).filter(|t| {
+        per_node % t == 0 && gpus % t == 0 && m.heads % t == 0 && m.kv_heads % t == 0 && m.ffn_hidden % *t as u64 == 0
+    }) {
+        for pp in (1..=m.layers).filter(|p| m.layers % p == 0 && (gpus / tp) % p == 0) {
+            let dp = gpus / tp / pp;
+            if gbs % dp != 0 {
+                continue;
+            }
+            let vps: &[u32] = if pp > 1 && m.layers % (2 * pp) == 0 { &[1, 2] } else { &[1] };
+            for &vp in vps {
+                for mb in MICRO_BATCHES.into_iter().filter(|mb| (gbs / dp) % mb == 0) {
+                    let sps: &[bool] = if tp > 1 { &[false, true] } else { &[false] };
+                    for &sp in sps {
+                        for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
+                            let shardings: &[Sharding] =
+                                if dp > 1 { &[Sharding::None, Sharding::Zero1] } else { &[Sharding::None] };
+                            for &sharding in shardings {
+                                let plan = ParallelPlan {
+                                    tp,
+                                    pp,
+                                    dp,
+                                    vp,
+                                    sp,
+                                    micro_batch: mb,
+                                    global_batch: gbs,
+                                    sharding,
+                                    recompute,
+                                    schedule: if vp > 1 {
+                                        crate::dag::schedule::Schedule::Interleaved
+                                    } else {
+                                        crate::dag::schedule::Schedule::OneFOneB
+                                    },
+                                    ..base.plan.clone()
+                                };
+                                // The plan's own rules (interleaving needs micro-batches in
+                                // multiples of pp).
+                                if plan.check(gpus, m.layers).is_ok() {
+                                    out.push(plan);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Enumerates, checks memory, simulates the plans that fit in parallel (`done` is called after
+/// each) and returns every candidate, fastest first, then those that do not fit by memory.
+pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidate>> {
+    let machine = base.topology.instantiate(base.plan.gpus())?;
+    let per_node = gpus_per_node(&machine);
+    let plans = enumerate(base, per_node);
+    let mut out: Vec<Candidate> = plans
+        .par_iter()
+        .map(|plan| {
+            let setup = PlanSetup { strategy: default_plan_strategy(plan), plan: plan.clone(), ..base.clone() };
+            let memory = setup.memory(per_node);
+            let peak = memory.peak().total;
+            let report = if memory.fits() { Some(setup.predict().map(|p| p.llm)) } else { None };
+            done();
+            let (report, error) = match report {
+                None => (None, None),
+                Some(Ok(r)) => (r, None),
+                Some(Err(e)) => (None, Some(e.to_string())),
+            };
+            Candidate {
+                plan: plan.name(),
+                parallel: plan.clone(),
+                memory: peak,
+                capacity: memory.capacity,
+                report,
+                error,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |c: &Candidate| c.report.as_ref().map_or(f64::INFINITY, |r| r.step_time_s);
+        key(a).total_cmp(&key(b)).then(a.memory.cmp(&b.memory)).then(a.plan.cmp(&b.plan))
+    });
+    Ok(out)
+}

@@ -1,0 +1,451 @@
+//! A transformer trained under a parallel plan, end to end: the model's per-operation costs on the
+//! GPU ([`crate::workload::llm`]), the plan's memory per GPU (refused when it does not fit), the
+//! layout of stages, chunks and represented ranks, the one DAG builder ([`crate::dag::plan`]),
+//! the engine, and the report ([`crate::report::plan`]). Holds no state of its own.
+
+use crate::collective::Algorithm;
+use crate::dag::build::{build_dag, BuildInput};
+use crate::dag::plan::PlanLayout;
+use crate::dag::Dag;
+use crate::error::{Error, Result};
+use crate::hw::{Machine, Topology};
+use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
+use crate::parallel::{ParallelPlan, Sharding};
+use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
+use crate::report::{breakdown_seconds, steady_state, utilisation_of, Prediction};
+use crate::scenario::Scenario;
+use crate::sim::{simulate, Options, Run};
+use crate::strategy::{CommSource, Strategy};
+use crate::units::ns_to_s;
+use crate::workload::gpu::GpuSpec;
+use crate::workload::llm::{cost, CostOptions, TransformerCost, GRAD_BYTES};
+use crate::workload::transformer::TransformerConfig;
+use crate::workload::{Precision, Workload};
+
+/// Iterations simulated for a plan by default: one warm-up and one measured. Every step after the
+/// first repeats it (GPT-3 175B tp8 pp8 dp2, Megatron 22B tp4 pp4 dp4 vp2 and Llama 2 7B ZeRO-3 on
+/// 64 GPUs give the same step time to within 2 ns with 2, 3 and 4 iterations).
+pub const PLAN_ITERATIONS: u32 = 2;
+
+/// Everything a plan prediction depends on.
+#[derive(Debug, Clone)]
+pub struct PlanSetup {
+    pub model: TransformerConfig,
+    pub gpu: &'static GpuSpec,
+    pub precision: Precision,
+    pub seq_len: u32,
+    pub plan: ParallelPlan,
+    pub topology: Topology,
+    pub strategy: Strategy,
+    pub iterations: u32,
+    /// Measured single-GPU samples/s of this model at this micro-batch (scales every time).
+    pub calibrate_throughput: Option<f64>,
+    /// Measured best matmul TFLOP/s of the GPU, replacing the shipped table's.
+    pub matmul_tflops: Option<f64>,
+}
+
+/// A simulated plan with what is needed to inspect it further.
+pub struct SimulatedPlan {
+    pub machine: Machine,
+    pub dag: Dag,
+    pub run: Run,
+    pub layout: PlanLayout,
+    pub cost: TransformerCost,
+    pub memory: PlanMemory,
+    /// The workload of one TP rank for one micro-batch, as simulated.
+    pub workload: Workload,
+}
+
+/// The default strategy of a plan: Megatron's overlapped gradient reduction in buckets of
+/// max(40 M, 1 M x dp) parameters (Megatron-LM `--ddp-bucket-size` default), FP32 gradients.
+pub fn default_plan_strategy(plan: &ParallelPlan) -> Strategy {
+    let bucket_params = 40_000_000u64.max(1_000_000 * plan.dp as u64);
+    Strategy::parse(&format!("io+wfbp+fusion={}", bucket_params * GRAD_BYTES)).expect("a valid strategy")
+}
+
+/// A plan prediction as a user asks for it (flags, a validation row): the scenario's model, GPU,
+/// precision, strategy, iterations and calibration, the machine, and the plan's own choices.
+pub struct PlanRequest<'a> {
+    pub scenario: &'a Scenario,
+    pub topology: Topology,
+    /// The `--parallel` spec.
+    pub spec: &'a str,
+    pub micro_batch: Option<u32>,
+    pub global_batch: Option<u32>,
+    pub seq_len: Option<u32>,
+    pub matmul_tflops: Option<f64>,
+    /// The GPU count asked for, which the plan's degrees must multiply to.
+    pub gpus: Option<u32>,
+}
+
+impl PlanSetup {
+    /// Resolves a request: the transformer config, the GPU (the scenario's, else the topology's),
+    /// the plan with its batches (checked against the GPU count and the layers), the strategy
+    /// (Megatron's default unless one is given) and the precision (bf16 where the GPU has it).
+    pub fn from_request(r: PlanRequest) -> Result<PlanSetup> {
+        let scenario = r.scenario;
+        let name = scenario.workload.model.clone().ok_or_else(|| {
+            Error::invalid("--parallel", "a plan needs a transformer --model (a named config or a config.json)")
+        })?;
+        let model = TransformerConfig::resolve(&name)?;
+        let topology = r.topology;
+        let gpu = match (&scenario.workload.gpu, topology.gpu_name()) {
+            (Some(g), _) => GpuSpec::by_name(g)?,
+            (None, Some(g)) => GpuSpec::by_name(g).map_err(|_| {
+                Error::invalid(
+                    "--gpu",
+                    format!("topology `{}` names GPU `{g}`, which dagsim does not know; give --gpu", topology.name),
+                )
+            })?,
+            (None, None) => return Err(Error::invalid("--gpu", "the topology does not name its GPU; give --gpu")),
+        };
+        let mut plan = ParallelPlan::parse(r.spec)?;
+        plan.micro_batch = r.micro_batch.unwrap_or(1);
+        plan.global_batch = r.global_batch.unwrap_or(plan.micro_batch * plan.dp);
+        plan.check(r.gpus.unwrap_or(plan.gpus()), model.layers)?;
+        let strategy = match &scenario.strategy {
+            Some(s) => Strategy::parse(s)?,
+            None => default_plan_strategy(&plan),
+        };
+        let precision = scenario.workload.precision.unwrap_or(if gpu.bf16 { Precision::Bf16 } else { Precision::Fp16 });
+        Ok(PlanSetup {
+            seq_len: r.seq_len.or(scenario.workload.seq_len).unwrap_or(model.seq_len),
+            model,
+            gpu,
+            precision,
+            plan,
+            topology,
+            strategy,
+            iterations: scenario.iterations.unwrap_or(PLAN_ITERATIONS),
+            calibrate_throughput: scenario.workload.calibrate_throughput,
+            matmul_tflops: r.matmul_tflops,
+        })
+    }
+
+    /// Flash attention unless the plan says otherwise and where the GPU runs it (Ampere on).
+    pub fn flash(&self) -> bool {
+        self.plan.flash.unwrap_or(self.gpu.bf16)
+    }
+
+    /// The per-operation cost of one micro-batch on one TP rank, calibrated if asked.
+    pub fn cost(&self) -> Result<TransformerCost> {
+        let opts = CostOptions {
+            micro_batch: self.plan.micro_batch,
+            seq_len: self.seq_len,
+            precision: self.precision,
+            tp: self.plan.tp,
+            sequence_parallel: self.plan.sp,
+            recompute: self.plan.recompute,
+            flash_attention: self.flash(),
+            matmul_tflops: self.matmul_tflops,
+        };
+        let mut c = cost(&self.model, self.gpu, &opts)?;
+        if let Some(x) = self.calibrate_throughput {
+            // The single-GPU number is for the whole model without TP: calibrate on that cost and
+            // carry the factor over.
+            let mut one = cost(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts })?;
+            one.calibrate_throughput(x)?;
+            c.scale(one.calibration_factor);
+        }
+        Ok(c)
+    }
+
+    /// Memory per GPU of every stage.
+    pub fn memory(&self, gpus_per_node: u32) -> PlanMemory {
+        plan_memory(&MemoryInput {
+            model: &self.model,
+            plan: &self.plan,
+            precision: self.precision,
+            seq_len: self.seq_len,
+            flash: self.flash(),
+            gpus_per_node,
+            capacity: self.gpu.mem_bytes(),
+        })
+    }
+
+    /// Checks the plan against the model, the GPU count and the machine: degrees, divisibility,
+    /// TP inside a node, memory.
+    pub fn check(&self, machine: &Machine) -> Result<PlanMemory> {
+        let gpus = self.plan.gpus();
+        self.plan.check(gpus, self.model.layers)?;
+        if self.iterations < 2 {
+            return Err(Error::invalid("iterations", "at least 2 are needed (one warm-up)"));
+        }
+        let per_node = gpus_per_node(machine);
+        if self.plan.tp > 1 && per_node % self.plan.tp != 0 && !self.plan.tp_across_nodes {
+            return Err(Error::invalid(
+                "--parallel",
+                format!(
+                    "tp={} does not fit the {per_node} GPUs of a node of `{}`: its collectives would cross the \
+                     network; use a tp dividing {per_node}, or tp-across-nodes=on",
+                    self.plan.tp, machine.name
+                ),
+            ));
+        }
+        let memory = self.memory(per_node);
+        memory.check_fits(&self.plan.name(), self.gpu.name)?;
+        Ok(memory)
+    }
+
+    /// Ranks that get tasks: all of them, or, with `symmetric`, the first rank of each TP group
+    /// (the group runs in lockstep: every block ends with a collective over it; the others' pipeline
+    /// transfers, gathers and gradient exchanges are still simulated) and, when the machine is made
+    /// of identical nodes meeting at one switch and the collectives are symmetric, only those with
+    /// DP index below k (whole nodes of the first block of DP replicas), k = GPUs per node /
+    /// gcd(GPUs per node, tp).
+    pub fn represented(&self, machine: &Machine, symmetric: bool) -> Vec<u32> {
+        let p = &self.plan;
+        let gpus = p.gpus();
+        let all: Vec<u32> = (0..gpus).collect();
+        let s = &self.strategy;
+        let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
+        if !symmetric || servers || !matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical) {
+            return all;
+        }
+        let first_of_tp: Vec<u32> = all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect();
+        if machine.uniform_nodes(gpus).is_none() {
+            return first_of_tp;
+        }
+        let k = self.dp_block(machine);
+        first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect()
+    }
+
+    /// How many DP replicas a symmetric simulation keeps: k = GPUs per node / gcd(GPUs per node,
+    /// tp), the replicas filling whole nodes, when rotating the nodes by k replicas maps the
+    /// machine and the plan onto themselves (identical nodes meeting at one switch, whole stages
+    /// of whole nodes, FSDP shard groups made of whole blocks) and traffic inside a TP group never
+    /// shares a link with traffic between nodes (then the TP collectives of the replicas left out
+    /// cannot change what the simulated ones see); the DP degree otherwise.
+    pub fn dp_block(&self, machine: &Machine) -> u32 {
+        let p = &self.plan;
+        let gpus = p.gpus();
+        let Some(g) = machine.uniform_nodes(gpus) else { return p.dp };
+        let k = g / gcd(g, p.tp);
+        let shard_ok = p.sharding != Sharding::FsdpHybrid || self.shard_group(g) % k == 0;
+        if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !tp_apart_from_network(machine, p.tp, g) {
+            return p.dp;
+        }
+        k
+    }
+
+    fn shard_group(&self, gpus_per_node: u32) -> u32 {
+        match self.plan.sharding {
+            Sharding::FsdpHybrid if self.plan.shard_group > 0 => self.plan.shard_group.min(self.plan.dp),
+            Sharding::FsdpHybrid => (gpus_per_node / self.plan.tp).max(1).min(self.plan.dp),
+            _ => self.plan.dp,
+        }
+    }
+
+    /// Stages, chunks and represented ranks of the plan over `workload` (from [`Self::cost`]).
+    pub fn layout(&self, machine: &Machine, workload: &Workload, symmetric: bool) -> PlanLayout {
+        let p = &self.plan;
+        let last = workload.layers.len() - 1; // embedding 0, blocks 1..=2L, head last
+        let chunks = (0..p.pp)
+            .map(|stage| {
+                p.stage_layers(self.model.layers, stage)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(c, r)| {
+                        let mut v: Vec<usize> = Vec::new();
+                        if stage == 0 && c == 0 {
+                            v.push(0);
+                        }
+                        v.extend(r.flat_map(|i| [1 + 2 * i as usize, 2 + 2 * i as usize]));
+                        if stage == p.pp - 1 && c as u32 == p.vp - 1 {
+                            v.push(last);
+                        }
+                        v
+                    })
+                    .collect()
+            })
+            .collect();
+        let elem = self.precision.bytes();
+        let tokens = p.micro_batch as u64 * self.seq_len as u64;
+        PlanLayout {
+            plan: p.clone(),
+            chunks,
+            represented: self.represented(machine, symmetric),
+            // Each TP rank sends its 1/tp of the activations (sequence parallelism, or Megatron's
+            // scatter-gather of the replicated tensor).
+            pp_bytes: (tokens * self.model.hidden * elem).div_ceil(p.tp as u64),
+            param_per_grad_byte: elem as f64 / GRAD_BYTES as f64,
+            tied_bytes: if self.model.tied_embeddings && p.pp > 1 {
+                self.model.vocab * self.model.hidden / p.tp as u64 * GRAD_BYTES
+            } else {
+                0
+            },
+            shard_group: self.shard_group(gpus_per_node(machine)),
+            dp_block: if symmetric { self.dp_block(machine) } else { p.dp },
+        }
+    }
+
+    /// Builds and runs the plan's DAG; `symmetric` lets identical DP replicas be simulated once.
+    pub fn simulate(&self, symmetric: bool, options: Options) -> Result<SimulatedPlan> {
+        let gpus = self.plan.gpus();
+        // The model's own checks (tp dividing the heads) before the machine's and memory's.
+        let cost = self.cost()?;
+        let machine = self.topology.instantiate(gpus)?;
+        let memory = self.check(&machine)?;
+        let mut workload = cost.to_workload();
+        // The tied output layer keeps its own copy of the embedding when it is on another stage.
+        if self.model.tied_embeddings && self.plan.pp > 1 {
+            let head = workload.layers.last_mut().expect("a head");
+            let extra = self.model.vocab * self.model.hidden / self.plan.tp as u64 * GRAD_BYTES;
+            head.grad_bytes += extra;
+            head.grad_tensors.insert(0, extra);
+        }
+        let layout = self.layout(&machine, &workload, symmetric);
+        let dag = build_dag(&BuildInput {
+            workload: &workload,
+            machine: &machine,
+            gpus,
+            strategy: &self.strategy,
+            iterations: self.iterations,
+            represented: layout.represented.len() as u32,
+            plan: Some(&layout),
+        })?;
+        let run = simulate(&dag, &machine, options)?;
+        Ok(SimulatedPlan { machine, dag, run, layout, cost, memory, workload })
+    }
+
+    /// Simulates and summarises the plan.
+    pub fn predict(&self) -> Result<Prediction> {
+        self.predict_with(true)
+    }
+
+    /// [`PlanSetup::predict`], choosing whether identical DP replicas may be simulated once.
+    pub fn predict_with(&self, symmetric: bool) -> Result<Prediction> {
+        let sim = self.simulate(symmetric, Options::default())?;
+        let p = &self.plan;
+        let gpus = p.gpus();
+        let steady = steady_state(&sim.dag, &sim.run);
+        let step_ns = steady.iteration_ns;
+        let step_s = ns_to_s(step_ns);
+        let periods = (self.iterations - 1) as f64;
+        let per_gpu = plan_breakdown_per_gpu(&sim.dag, &sim.run, steady.window, p.pp > 1);
+        let rows: Vec<&[u64; 7]> = per_gpu.iter().collect();
+        let breakdown = average(&rows, periods);
+        let stages = (0..p.pp)
+            .map(|stage| {
+                let rows: Vec<&[u64; 7]> = per_gpu
+                    .iter()
+                    .enumerate()
+                    .filter(|(g, _)| p.coords(sim.dag.rank_of(*g as u32)).stage == stage)
+                    .map(|(_, r)| r)
+                    .collect();
+                StageBreakdown { stage, gpus_simulated: rows.len() as u32, breakdown: average(&rows, periods) }
+            })
+            .collect();
+        let tokens = p.global_batch as f64 * self.seq_len as f64;
+        let micro_batches = p.micro_batches() as f64;
+        let model_flops = sim.cost.model_flops * micro_batches * p.dp as f64;
+        let hardware_flops = sim.cost.hardware_flops * micro_batches * p.dp as f64;
+        let peak = self.gpu.peak_flops_per_ns(self.precision) * 1e9; // FLOP/s
+        let mfu = model_flops / (step_s * gpus as f64 * peak);
+        let m = sim.memory.peak();
+        let report = PlanReport {
+            plan: p.name(),
+            model: self.model.name.clone(),
+            parameters: self.model.params().total(),
+            precision: self.precision.name().into(),
+            seq_len: self.seq_len,
+            tp: p.tp,
+            pp: p.pp,
+            dp: p.dp,
+            vp: p.vp,
+            micro_batch: p.micro_batch,
+            global_batch: p.global_batch,
+            micro_batches: p.micro_batches(),
+            schedule: p.schedule.name().into(),
+            step_time_s: step_s,
+            tokens_per_s: tokens / step_s,
+            tokens_per_s_per_gpu: tokens / step_s / gpus as f64,
+            model_tflops_per_gpu: model_flops / step_s / gpus as f64 / 1e12,
+            mfu,
+            hfu: hardware_flops / (step_s * gpus as f64 * peak),
+            memory: MemoryReport {
+                stage: m.stage,
+                weights: m.weights,
+                gradients: m.gradients,
+                optimizer: m.optimizer,
+                gathered_parameters: m.gathered,
+                activations: m.activations,
+                total: m.total,
+                capacity: sim.memory.capacity,
+                micro_batches_in_flight: m.in_flight,
+            },
+            bubble_fraction: if step_s > 0.0 { breakdown.bubble / step_s } else { 0.0 },
+            breakdown,
+            stages,
+            gpus_simulated: sim.dag.meta.gpus,
+        };
+        let ranks: Vec<u32> = (0..sim.dag.meta.gpus).map(|g| sim.dag.rank_of(g)).collect();
+        Ok(Prediction {
+            dagsim_version: env!("CARGO_PKG_VERSION"),
+            workload: self.model.name.clone(),
+            batch_per_gpu: p.micro_batch,
+            gpus,
+            nodes: sim.machine.gpus[..gpus as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1),
+            topology: self.topology.name.clone(),
+            gpu_model: self.gpu.name.to_string(),
+            strategy: self.strategy.name(),
+            allreduce: self.strategy.allreduce.name().to_string(),
+            comm_source: match self.strategy.comm_source {
+                CommSource::Model => "model",
+                CommSource::Trace => "trace",
+            }
+            .to_string(),
+            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
+            grad_tensors: sim.workload.tensor_count(),
+            grad_tensors_source: sim.workload.tensor_source(),
+            iterations_simulated: self.iterations,
+            iteration_time_s: step_s,
+            throughput_samples_per_s: p.global_batch as f64 / step_s,
+            speedup: 0.0,
+            scaling_efficiency: 0.0,
+            breakdown: breakdown_seconds(&steady),
+            utilisation: utilisation_of(&sim.machine, &sim.run, &steady, ranks.into_iter()),
+            collective_model: sim.machine.collectives.name(),
+            collectives: sim.run.collectives.clone(),
+            events: sim.run.events,
+            llm: Some(report),
+        })
+    }
+}
+
+/// True when no link carries both traffic between two GPUs of a TP group (`tp` consecutive GPUs
+/// of the first node) and traffic from a GPU of the first node to the second node.
+fn tp_apart_from_network(machine: &Machine, tp: u32, per_node: u32) -> bool {
+    if tp < 2 || machine.gpus.len() <= per_node as usize {
+        return true;
+    }
+    let dev = |r: u32| machine.gpus[r as usize].device;
+    let mut inside = std::collections::HashSet::new();
+    for a in 0..tp.min(per_node) {
+        for b in 0..tp.min(per_node) {
+            if a != b {
+                if let Some(route) = machine.shortest_path(dev(a), dev(b)) {
+                    inside.extend(route.links);
+                }
+            }
+        }
+    }
+    (0..per_node).all(|a| {
+        let out = machine.shortest_path(dev(a), dev(per_node + a)).map(|r| r.links).unwrap_or_default();
+        let back = machine.shortest_path(dev(per_node + a), dev(a)).map(|r| r.links).unwrap_or_default();
+        out.iter().chain(&back).all(|l| !inside.contains(l))
+    })
+}
+
+/// GPUs in the machine's first node.
+pub fn gpus_per_node(machine: &Machine) -> u32 {
+    machine.gpus.iter().filter(|g| g.node == machine.gpus[0].node).count() as u32
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}

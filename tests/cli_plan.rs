@@ -1,0 +1,88 @@
+//! `dagsim predict --parallel`: the plan's figures in every format, and bad plans refused with the
+//! flag, the figures and what would be valid (exit 2, no panic).
+
+mod common;
+use common::{dagsim, fails_with};
+
+const BASE: [&str; 4] = ["predict", "--model", "llama2-7b", "--topology"];
+
+fn run(extra: &[&str]) -> String {
+    let mut args: Vec<&str> = BASE.to_vec();
+    args.push("dgx-a100");
+    args.extend_from_slice(extra);
+    let out = dagsim().args(&args).assert().success();
+    String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}
+
+fn fails(extra: &[&str], needles: &[&str]) {
+    let mut args: Vec<&str> = BASE.to_vec();
+    args.push("dgx-a100");
+    args.extend_from_slice(extra);
+    fails_with(&args, needles);
+}
+
+#[test]
+fn prints_the_plan_figures_in_text_json_and_csv() {
+    let plan = ["--parallel", "tp=4,pp=2,dp=2,sp=on,recompute=selective", "--global-batch", "16"];
+    let text = run(&plan);
+    for needle in ["step time", "tokens/s", "MFU", "HFU", "memory per GPU", "bubble", "stage"] {
+        assert!(text.contains(needle), "text lacks `{needle}`: {text}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&run(&[&plan[..], &["--format", "json"]].concat())).unwrap();
+    let llm = &json["llm"];
+    let step = llm["step_time_s"].as_f64().unwrap();
+    assert_eq!(json["iteration_time_s"].as_f64().unwrap(), step);
+    let tokens = llm["tokens_per_s"].as_f64().unwrap();
+    assert!((tokens * step / (16.0 * 4096.0) - 1.0).abs() < 1e-12, "tokens/s is the global batch's tokens per step");
+    assert_eq!(llm["stages"].as_array().unwrap().len(), 2);
+    assert!(llm["memory"]["total"].as_u64().unwrap() < llm["memory"]["capacity"].as_u64().unwrap());
+    let csv = run(&[&plan[..], &["--format", "csv"]].concat());
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    for col in ["step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_fraction", "tp_comm_s", "dp_comm_s"] {
+        assert!(header.contains(&col), "csv lacks {col}");
+    }
+    assert_eq!(lines.count(), 1);
+}
+
+#[test]
+fn bad_plans_are_refused_with_what_would_be_valid() {
+    fails(&["--parallel", "tp=8,pp=2,dp=2", "--gpus", "64"], &["--parallel", "= 32", "64 GPUs"]);
+    fails(&["--parallel", "tp=3,pp=1,dp=2,tp-across-nodes=on"], &["tp=3", "32 attention heads"]);
+    fails(&["--parallel", "tp=1,pp=5,dp=1"], &["pp x vp", "32 layers", "1, 2, 4, 8, 16, 32"]);
+    fails(
+        &["--parallel", "tp=8,pp=1,dp=2", "--micro-batch", "3", "--global-batch", "16"],
+        &["--micro-batch", "divisor of 8"],
+    );
+    fails(&["--parallel", "tp=1,pp=1,dp=8", "--global-batch", "8"], &["needs", "GiB per GPU", "40.0 GiB"]);
+    fails(&["--parallel", "tp=8,pq=1"], &["unknown key `pq`", "tp, pp, dp"]);
+    fails(&["--parallel", "tp=8,pp=1,dp=2", "--gpus", "16,32"], &["--gpus", "one GPU count"]);
+    fails(&["--parallel", "tp=8", "--gpu", "h100"], &["--gpu", "contradicts topology `dgx-a100`", "--force-gpu"]);
+    fails_with(&["predict", "--model", "nosuch", "--parallel", "dp=8"], &["unknown model `nosuch`", "llama2-70b"]);
+    fails_with(
+        &["predict", "--trace", "traces/alexnet_k80.csv", "--parallel", "dp=8"],
+        &["--parallel", "--model", "not --trace"],
+    );
+}
+
+#[test]
+fn plan_search_lists_every_plan_and_refuses_a_gpu_count_none_fits() {
+    let args = ["plan", "--model", "llama2-7b", "--topology", "dgx-a100", "--gpus", "8", "--global-batch", "8"];
+    let out = dagsim().args(args).args(["--format", "csv"]).assert().success();
+    let csv = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    let text = dagsim().args(args).args(["--top", "3"]).assert().success();
+    let text = String::from_utf8(text.get_output().stdout.clone()).unwrap();
+    // "N plans: S simulated, F do not fit in memory", then a header and the best three.
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with(&format!("{} plans: ", rows.len())), "{first}");
+    assert_eq!(text.lines().count(), 2 + 3, "{text}");
+    let best = text.lines().nth(2).unwrap().split_whitespace().next().unwrap();
+    assert!(rows[0].starts_with(&format!("\"{best}\"")), "CSV and text agree on the best plan: {best} vs {}", rows[0]);
+    assert!(rows.iter().any(|r| r.contains(",false,")), "some plans of a 7B model on 40 GB GPUs do not fit");
+    // 7 GPUs: no degree split of the 32 layers and 32 heads with a global batch of 8.
+    fails_with(
+        &["plan", "--model", "llama2-7b", "--topology", "dgx-a100", "--gpus", "7", "--global-batch", "8"],
+        &["no plan", "7 GPUs"],
+    );
+}

@@ -1,0 +1,177 @@
+//! Transformer plans end to end: the reduced simulation (a TP group through its first rank, one
+//! block of DP replicas) gives the full simulation's step time bit for bit; pipeline schedules,
+//! sequence parallelism, ZeRO and recomputation move the figures the way they should.
+
+use dagsim::hw::load_topology;
+use dagsim::parallel::ParallelPlan;
+use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
+use dagsim::report::plan::PlanReport;
+use dagsim::workload::gpu::GpuSpec;
+use dagsim::workload::transformer::TransformerConfig;
+use dagsim::workload::Precision;
+
+/// A small GPT (16 layers, hidden 2048, a vocabulary of 8192 so that the output layer costs about
+/// what a layer does) so every GPU can be simulated.
+fn small_gpt() -> TransformerConfig {
+    TransformerConfig {
+        name: "gpt-small".into(),
+        layers: 16,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        ffn_hidden: 8192,
+        vocab: 8192,
+        ..TransformerConfig::named("gpt3-175b").unwrap()
+    }
+}
+
+fn setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, topology: &str) -> PlanSetup {
+    let mut plan = ParallelPlan::parse(spec).unwrap();
+    plan.micro_batch = mb;
+    plan.global_batch = gbs;
+    PlanSetup {
+        seq_len: 2048,
+        model,
+        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
+        precision: Precision::Bf16,
+        strategy: default_plan_strategy(&plan),
+        plan,
+        topology: load_topology(topology).unwrap(),
+        iterations: 2,
+        calibrate_throughput: None,
+        matmul_tflops: None,
+    }
+}
+
+fn report(s: &PlanSetup, symmetric: bool) -> PlanReport {
+    s.predict_with(symmetric).unwrap().llm.unwrap()
+}
+
+#[test]
+fn reduced_simulation_gives_the_full_step_time() {
+    let plans = [
+        ("tp=8,pp=2,dp=2", 1, 8),
+        ("tp=4,pp=2,dp=4,sp=on", 1, 16),
+        ("tp=2,pp=4,dp=4,vp=2", 1, 32),
+        ("tp=2,pp=2,dp=8,zero=1,recompute=selective", 2, 32),
+        ("tp=4,pp=1,dp=8,zero=3", 1, 16),
+        ("tp=2,pp=1,dp=16,fsdp=hybrid", 1, 32),
+        ("tp=1,pp=2,dp=16,schedule=gpipe", 1, 32),
+    ];
+    for topology in ["dgx-a100", "v100-cluster"] {
+        for (spec, mb, gbs) in plans {
+            // v100-cluster has 4 GPUs per node: TP groups of 8 span two, through the network.
+            let spec = if topology == "v100-cluster" { format!("{spec},tp-across-nodes=on") } else { spec.to_string() };
+            let s = setup(small_gpt(), &spec, mb, gbs, topology);
+            let (fast, full) = (report(&s, true), report(&s, false));
+            assert!(fast.gpus_simulated < full.gpus_simulated, "{topology} {spec}: nothing reduced");
+            assert_eq!(fast.step_time_s, full.step_time_s, "{topology} {spec}");
+            let (a, b) = (fast.breakdown.total(), full.breakdown.total());
+            assert!((a - b).abs() < 1e-9 * b, "{topology} {spec}: breakdowns sum to the step");
+        }
+    }
+}
+
+#[test]
+fn breakdown_sums_to_the_step_and_names_what_each_dimension_costs() {
+    let s = setup(small_gpt(), "tp=4,pp=2,dp=4", 1, 32, "dgx-a100");
+    let r = report(&s, true);
+    assert!((r.breakdown.total() - r.step_time_s).abs() < 1e-9 * r.step_time_s);
+    assert!(r.breakdown.tp_comm > 0.0 && r.breakdown.pp_comm > 0.0 && r.breakdown.dp_comm >= 0.0);
+    assert!(r.breakdown.bubble > 0.0);
+    for st in &r.stages {
+        assert!((st.breakdown.total() - r.step_time_s).abs() < 1e-9 * r.step_time_s, "stage {}", st.stage);
+    }
+    // Without tensor or pipeline parallelism there is no TP, PP or bubble time.
+    let dp = report(&setup(small_gpt(), "dp=32", 1, 32, "dgx-a100"), true);
+    assert_eq!((dp.breakdown.tp_comm, dp.breakdown.pp_comm, dp.breakdown.bubble), (0.0, 0.0, 0.0));
+    assert!(dp.mfu > 0.0 && dp.mfu < 1.0 && dp.hfu >= dp.mfu);
+}
+
+#[test]
+fn more_micro_batches_and_interleaving_shrink_the_bubble() {
+    let bubble = |spec: &str, gbs| report(&setup(small_gpt(), spec, 1, gbs, "dgx-a100"), true).bubble_fraction;
+    let (few, many) = (bubble("tp=1,pp=8,dp=1", 8), bubble("tp=1,pp=8,dp=1", 64));
+    assert!(few > 2.0 * many, "{few} {many}");
+    // (p - 1) / (m + p - 1) for 1F1B with 8 micro-batches on 8 stages is 47%; the first and last
+    // stages' embedding and output layer make it a little more.
+    assert!(few > 7.0 / 15.0 && few < 7.0 / 15.0 + 0.1, "{few}");
+    let interleaved = bubble("tp=1,pp=4,dp=1,vp=2", 16);
+    let plain = bubble("tp=1,pp=4,dp=1", 16);
+    assert!(interleaved < plain, "{interleaved} {plain}");
+    // GPipe has 1F1B's bubble but holds every micro-batch.
+    let g = report(&setup(small_gpt(), "tp=1,pp=4,dp=1,schedule=gpipe", 1, 16, "dgx-a100"), true);
+    let o = report(&setup(small_gpt(), "tp=1,pp=4,dp=1", 1, 16, "dgx-a100"), true);
+    assert!((g.step_time_s / o.step_time_s - 1.0).abs() < 0.05);
+    assert!(g.memory.activations > 3 * o.memory.activations);
+}
+
+#[test]
+fn plan_choices_move_time_and_memory_as_they_should() {
+    let r = |spec: &str, gbs| report(&setup(small_gpt(), spec, 1, gbs, "dgx-a100"), true);
+    let none = r("tp=2,pp=1,dp=16", 32);
+    let z1 = r("tp=2,pp=1,dp=16,zero=1", 32);
+    let z3 = r("tp=2,pp=1,dp=16,zero=3", 32);
+    assert!(z1.memory.optimizer < none.memory.optimizer / 8);
+    assert!(z3.memory.weights < none.memory.weights);
+    assert!(z3.breakdown.dp_comm + z3.breakdown.compute > none.breakdown.compute);
+    let full = r("tp=2,pp=1,dp=16,recompute=full", 32);
+    assert!(full.step_time_s > none.step_time_s && full.hfu > full.mfu);
+    assert!(full.memory.activations < none.memory.activations / 4);
+    let sp = r("tp=8,pp=1,dp=4,sp=on", 32);
+    let ar = r("tp=8,pp=1,dp=4", 32);
+    assert!(sp.memory.activations < ar.memory.activations);
+}
+
+#[test]
+fn one_f_one_b_step_and_bubble_match_the_hand_computation() {
+    // Equal stages (a vocabulary of 64 makes the embedding and output layer negligible), no tensor
+    // or data parallelism: 1F1B takes (m + p - 1) forward-and-backward slots of a stage plus its
+    // optimizer step, and a stage waits (p - 1) slots (Narayanan et al. 2021, section 2.2).
+    let model = TransformerConfig { vocab: 64, ..small_gpt() };
+    let (p, m) = (4u32, 8u32);
+    let s = setup(model, "tp=1,pp=4,dp=1", 1, m, "dgx-a100");
+    let w = s.cost().unwrap();
+    let per_layer =
+        (w.attention.forward_ns() + w.attention.backward_ns() + w.mlp.forward_ns() + w.mlp.backward_ns()) / 1e9;
+    let slot = per_layer * (16 / p) as f64;
+    let update = (w.attention.params + w.mlp.params) as f64 * (16 / p) as f64 * w.update_ns_per_param / 1e9;
+    let step = (m + p - 1) as f64 * slot + update;
+    let bubble = (p - 1) as f64 * slot / step;
+    let r = report(&s, true);
+    // What the hand computation leaves out: 2 (p - 1) activation transfers of 8 MiB on NVLink on
+    // the critical path, the batch's copy to the GPU, the tiny embedding and head.
+    assert!((r.step_time_s / step - 1.0).abs() < 0.01, "step {} vs {step}", r.step_time_s);
+    assert!((r.bubble_fraction - bubble).abs() < 0.005, "bubble {} vs {bubble}", r.bubble_fraction);
+    assert!(r.breakdown.bubble > 0.0 && r.breakdown.pp_comm > 0.0);
+}
+
+#[test]
+fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
+    use dagsim::plan_search::{enumerate, search};
+    let base = setup(small_gpt(), "dp=8", 1, 8, "dgx-a100");
+    // By hand (16 layers, 16 heads, 8 GPUs per node, global batch 8): per (tp, pp), vp 1 or 2
+    // where 2 pp divides the layers (interleaving also needs the micro-batches per pipeline in
+    // multiples of pp), micro-batches dividing 8 / dp, sp on/off with tp > 1, three
+    // recomputations, ZeRO-1 or not with dp > 1. tp 1: 6 + 18 + 24 + 15; tp 2: 24 + 60 + 36;
+    // tp 4: 36 + 42; tp 8: 24.
+    let plans = enumerate(&base, 8);
+    assert_eq!(plans.len(), 63 + 120 + 78 + 24);
+    for p in &plans {
+        assert!(p.gpus() == 8 && p.check(8, 16).is_ok(), "{}: {:?}", p.name(), p.check(8, 16));
+    }
+    let found = search(&base, &|| {}).unwrap();
+    assert_eq!(found.len(), plans.len());
+    let steps: Vec<f64> = found.iter().filter_map(|c| c.report.as_ref().map(|r| r.step_time_s)).collect();
+    assert!(!steps.is_empty() && steps.windows(2).all(|w| w[0] <= w[1]), "fastest first");
+    for c in &found {
+        assert_eq!(c.report.is_some() || c.error.is_some(), c.memory <= c.capacity, "{}", c.plan);
+    }
+    // The best plan's figures are what `predict` gives for it.
+    let best = &found[0];
+    let r = best.report.as_ref().unwrap();
+    let mut again = base.clone();
+    again.plan = best.parallel.clone();
+    again.strategy = default_plan_strategy(&again.plan);
+    assert_eq!(report(&again, true).step_time_s, r.step_time_s, "{}", best.plan);
+}
