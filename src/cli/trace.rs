@@ -1,5 +1,6 @@
 //! `dagsim trace`: make workloads without a measured trace (`gen` from the model zoo and GPU
-//! specs), convert measured profiles (`import`), check synthesis against shipped measurements
+//! specs), convert measured profiles (`import`), write a workload as a Chakra execution trace
+//! (`export-chakra`), check synthesis against shipped measurements
 //! (`compare`), show per-GPU memory (`memory`) and list what is known (`list`).
 
 use super::exit;
@@ -20,6 +21,8 @@ Examples:
   dagsim trace gen --model resnet50 --gpu v100-pcie --batch 64 -o resnet50_v100.csv
   dagsim trace gen --model resnet50 --gpu v100-pcie --batch 64 --precision fp16 --calibrate-throughput 253
   dagsim trace import --format pipedream traces/profiles/pipedream/vgg16/graph.txt --batch 128 -o vgg16.csv
+  dagsim trace export-chakra --trace traces/alexnet_k80.csv -o alexnet_k80.et
+  dagsim trace import --format chakra alexnet_k80.et -o alexnet_from_chakra.csv
   dagsim trace compare
   dagsim trace memory --model bert-large --gpu v100 --batch 16
   dagsim trace list";
@@ -35,8 +38,10 @@ pub struct Args {
 enum Command {
     /// Synthesise a trace from a zoo model on a GPU (roofline per layer, optional calibration).
     Gen(GenArgs),
-    /// Convert a measured profile (PipeDream, Caffe, B-Caffe, Kineto) to a native trace.
+    /// Convert a measured profile (PipeDream, Caffe, B-Caffe, Kineto, Chakra ET) to a native trace.
     Import(ImportArgs),
+    /// Write a workload as a Chakra execution trace: the DAG one data-parallel rank runs.
+    ExportChakra(ExportChakraArgs),
     /// Compare synthetic layer times with the measured profiles under traces/profiles.
     Compare(CompareArgs),
     /// Memory footprint per GPU of a zoo model, with an out-of-memory check.
@@ -95,6 +100,19 @@ struct GenArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct ExportChakraArgs {
+    /// The workload: a native or Shi trace, or a profile with --profile-format.
+    #[arg(long, value_name = "FILE")]
+    trace: PathBuf,
+    /// Read --trace with this importer (pipedream, caffe, bcaffe, kineto, chakra).
+    #[arg(long, value_name = "FORMAT")]
+    profile_format: Option<ProfileFormat>,
+    /// The Chakra ET file to write (binary; written atomically).
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
 struct ImportArgs {
     /// Profile format.
     #[arg(long, value_name = "FORMAT")]
@@ -135,6 +153,7 @@ pub fn run(args: Args) -> Result<u8> {
     match args.command {
         Command::Gen(a) => gen(a),
         Command::Import(a) => import(a),
+        Command::ExportChakra(a) => export_chakra(a),
         Command::Compare(a) => compare(a),
         Command::Memory(a) => memory(a),
         Command::List => list(),
@@ -162,9 +181,20 @@ fn gen(a: GenArgs) -> Result<u8> {
     Ok(exit::OK)
 }
 
+fn export_chakra(a: ExportChakraArgs) -> Result<u8> {
+    let source = WorkloadSource { trace: Some(a.trace), profile_format: a.profile_format, ..Default::default() };
+    let workload = source.load()?;
+    let bytes = dagsim::workload::import::write_chakra_et(&workload);
+    emit(Some(&a.output), |w| w.write_all(&bytes))?;
+    Ok(exit::OK)
+}
+
 fn import(a: ImportArgs) -> Result<u8> {
-    let profile = read_profile(&a.file, a.format)?;
-    let mut workload = profile.to_workload();
+    let mut workload = match a.format {
+        // A Chakra trace becomes a workload directly (update and data load included).
+        ProfileFormat::Chakra => dagsim::workload::import::read_chakra_et(&a.file)?,
+        f => read_profile(&a.file, f)?.to_workload(),
+    };
     if let Some(b) = a.batch {
         workload.batch_per_gpu = b;
     }

@@ -67,6 +67,8 @@ impl WorkloadSource {
                     ));
                 }
                 match self.profile_format {
+                    // A Chakra trace becomes a workload directly (one dagsim wrote comes back exactly).
+                    Some(ProfileFormat::Chakra) => super::import::read_chakra_et(trace),
                     Some(f) => Ok(read_profile(trace, f)?.to_workload()),
                     None => read_trace(trace, TraceFormat::Auto),
                 }

@@ -78,12 +78,82 @@ fn profile(input: &[u8], format: dagsim::workload::import::ProfileFormat) -> Res
         F::Caffe => im::read_caffe_time_log(&t, &p).map_err(err)?,
         F::Bcaffe => vec![im::read_bcaffe_comm_log(&t, &p).map_err(err)?],
         F::Kineto => vec![im::read_kineto_trace(&t, &p).map_err(err)?],
+        F::Chakra => vec![im::Profile::from_workload(&im::chakra::chakra_et_to_workload(input, &p).map_err(err)?)],
     };
     for prof in &profiles {
         let _ = prof.compute_us();
         use_workload(&prof.to_workload());
     }
     Ok(())
+}
+
+/// Chakra traces: the shipped AlexNet trace as dagsim exports it, and a small trace shaped like a
+/// PyTorch conversion (CPU ops, their GPU kernels, an autograd op, an all-reduce).
+fn chakra_seeds() -> Vec<Vec<u8>> {
+    use dagsim::workload::import::chakra::{
+        encode_chakra_et, AttributeProto, ChakraTrace, GlobalMetadata, Node, NodeType, Value,
+    };
+    let attr =
+        |name: &str, value: Value| AttributeProto { name: name.into(), doc_string: String::new(), value: Some(value) };
+    let node = |id: u64,
+                name: &str,
+                ty: NodeType,
+                parent: Option<u64>,
+                data: Vec<u64>,
+                us: u64,
+                attrs: Vec<AttributeProto>| Node {
+        id,
+        name: name.into(),
+        r#type: ty as i32,
+        ctrl_deps: parent.into_iter().collect(),
+        data_deps: data,
+        duration_micros: us,
+        attr: attrs,
+        ..Default::default()
+    };
+    let gpu = || vec![attr("is_cpu_op", Value::BoolVal(false))];
+    let foreign = ChakraTrace {
+        metadata: GlobalMetadata {
+            version: String::new(),
+            attr: vec![attr("schema", Value::StringVal("1.0.1".into()))],
+        },
+        nodes: vec![
+            node(
+                1,
+                "aten::linear",
+                NodeType::CompNode,
+                None,
+                vec![],
+                30,
+                vec![attr("is_cpu_op", Value::BoolVal(true))],
+            ),
+            node(2, "ampere_sgemm_128x64_tn", NodeType::CompNode, Some(1), vec![], 120, gpu()),
+            node(
+                3,
+                "autograd::engine::evaluate_function: AddmmBackward0",
+                NodeType::CompNode,
+                None,
+                vec![1],
+                40,
+                vec![],
+            ),
+            node(4, "ampere_sgemm_64x64_nn", NodeType::CompNode, Some(3), vec![2], 250, gpu()),
+            node(
+                5,
+                "ncclKernel_AllReduce_RING_LL_Sum_float",
+                NodeType::CommCollNode,
+                Some(3),
+                vec![4],
+                80,
+                vec![
+                    attr("comm_type", Value::Int64Val(0)),
+                    attr("comm_size", Value::Int64Val(4_194_304)),
+                    attr("is_cpu_op", Value::BoolVal(false)),
+                ],
+            ),
+        ],
+    };
+    vec![dagsim::workload::import::write_chakra_et(&dagsim::bench::alexnet_k80()), encode_chakra_et(&foreign)]
 }
 
 fn topology(input: &[u8], toml: bool) -> Result<(), String> {
@@ -264,6 +334,7 @@ pub fn all() -> Vec<Target> {
             seeds: || read(&["traces/profiles/kineto/tiny_cnn_handwritten.json"]),
             run: |i| profile(i, F::Kineto),
         },
+        Target { name: "chakra", seeds: chakra_seeds, run: |i| profile(i, F::Chakra) },
         Target { name: "topology-json", seeds: || glob("topologies", "json"), run: |i| topology(i, false) },
         Target { name: "topology-toml", seeds: topology_toml_seeds, run: |i| topology(i, true) },
         Target {

@@ -6,11 +6,13 @@
 
 mod bcaffe;
 mod caffe;
+pub mod chakra;
 mod kineto;
 mod pipedream;
 
 pub use bcaffe::read_bcaffe_comm_log;
 pub use caffe::read_caffe_time_log;
+pub use chakra::{read_chakra_et, write_chakra_et};
 pub use kineto::read_kineto_trace;
 pub use pipedream::read_pipedream_graph;
 
@@ -33,6 +35,8 @@ pub enum ProfileFormat {
     Bcaffe,
     /// PyTorch profiler (Kineto) Chrome-trace JSON.
     Kineto,
+    /// MLCommons Chakra execution trace (protobuf, one rank).
+    Chakra,
 }
 
 impl ProfileFormat {
@@ -54,7 +58,10 @@ impl std::str::FromStr for ProfileFormat {
             "caffe" => Ok(ProfileFormat::Caffe),
             "bcaffe" | "b-caffe" => Ok(ProfileFormat::Bcaffe),
             "kineto" | "chrome" | "pytorch" => Ok(ProfileFormat::Kineto),
-            _ => Err(format!("unknown profile format `{s}` (expected one of: pipedream, caffe, bcaffe, kineto)")),
+            "chakra" | "et" => Ok(ProfileFormat::Chakra),
+            _ => {
+                Err(format!("unknown profile format `{s}` (expected one of: pipedream, caffe, bcaffe, kineto, chakra)"))
+            }
         }
     }
 }
@@ -97,6 +104,31 @@ impl Profile {
         self.layers.iter().map(|l| l.forward_us + l.backward_us).sum()
     }
 
+    /// A workload's layers as a profile (times to microseconds; the kind is not known).
+    pub fn from_workload(w: &Workload) -> Profile {
+        let us = |s: &Stat| s.mean_ns as f64 / 1e3;
+        Profile {
+            name: w.name.clone(),
+            batch: (w.batch_per_gpu > 0).then_some(w.batch_per_gpu),
+            layers: w
+                .layers
+                .iter()
+                .map(|l| ProfiledLayer {
+                    name: l.name.clone(),
+                    kind: kind_of(&l.name),
+                    forward_us: us(&l.forward),
+                    backward_us: us(&l.backward),
+                    comm_us: l.comm.as_ref().map(us),
+                    param_bytes: l.grad_bytes,
+                    tensors: l.grad_tensors.clone(),
+                })
+                .collect(),
+            input_us: w.data_load.as_ref().map(us),
+            iteration_us: None,
+            iterations: w.trace_iterations,
+        }
+    }
+
     /// The workload the DAG builder takes (batch 0 if unknown: the caller fills it in).
     pub fn to_workload(&self) -> Workload {
         let t = |us: f64| Stat::exact(us_to_ns(us));
@@ -129,12 +161,13 @@ impl Profile {
 
 /// Reads a profile in `format`.
 pub fn read_profile(path: &Path, format: ProfileFormat) -> Result<Profile> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = || std::fs::read_to_string(path).map_err(|e| Error::io(path, e));
     let profile = match format {
-        ProfileFormat::Pipedream => read_pipedream_graph(&text, path)?,
-        ProfileFormat::Caffe => read_caffe_time_log(&text, path)?.into_iter().next().expect("at least one net"),
-        ProfileFormat::Bcaffe => read_bcaffe_comm_log(&text, path)?,
-        ProfileFormat::Kineto => read_kineto_trace(&text, path)?,
+        ProfileFormat::Pipedream => read_pipedream_graph(&text()?, path)?,
+        ProfileFormat::Caffe => read_caffe_time_log(&text()?, path)?.into_iter().next().expect("at least one net"),
+        ProfileFormat::Bcaffe => read_bcaffe_comm_log(&text()?, path)?,
+        ProfileFormat::Kineto => read_kineto_trace(&text()?, path)?,
+        ProfileFormat::Chakra => Profile::from_workload(&read_chakra_et(path)?),
     };
     if profile.layers.is_empty() {
         return Err(Error::parse(Location::file(path), "the profile holds no layers"));
