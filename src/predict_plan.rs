@@ -3,7 +3,7 @@
 //! layout of stages, chunks and represented ranks, the one DAG builder ([`crate::dag::plan`]),
 //! the engine, and the report ([`crate::report::plan`]). Holds no state of its own.
 
-use crate::collective::Algorithm;
+use crate::collective::Layout;
 use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::plan::PlanLayout;
 use crate::dag::Dag;
@@ -199,7 +199,10 @@ impl PlanSetup {
         let all: Vec<u32> = (0..gpus).collect();
         let s = &self.strategy;
         let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
-        if !symmetric || servers || !matches!(s.allreduce, Algorithm::Ring | Algorithm::Hierarchical) {
+        // The collective model says whether its all-reduce is the same from every node (`auto` is the
+        // ring under the ideal model, but may be NCCL's tree across nodes).
+        let layout = Layout::from_nodes(machine.gpus[..gpus as usize].iter().map(|g| g.node));
+        if !symmetric || servers || !machine.collectives.node_symmetric(s.allreduce, layout) {
             return all;
         }
         let first_of_tp: Vec<u32> = all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect();

@@ -9,9 +9,9 @@ mod calibrate_gpu;
 mod compare;
 mod completions;
 mod output;
-mod plot;
 mod plan;
 mod plan_args;
+mod plot;
 mod predict;
 #[cfg(feature = "cuda")]
 mod replay;

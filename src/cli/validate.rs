@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
 Examples:
-  dagsim validate validation/*.csv
+  dagsim validate validation/tf2017.csv
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
-  dagsim validate validation/*.csv --format json -o validation-report.json
+  dagsim validate validation/tf2017.csv --format json -o validation-report.json
   dagsim validate validation/scaledn.csv --baseline alpha-beta
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --collective-model nccl --baseline ideal-ring
 
