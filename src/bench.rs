@@ -59,8 +59,15 @@ pub fn synthetic(layers: usize) -> Workload {
 
 /// What a case runs: one simulation, or many predictions in parallel.
 pub enum Work {
-    Single { setup: Box<Setup>, gpus: u32 },
+    Single {
+        setup: Box<Setup>,
+        gpus: u32,
+    },
     Sweep(Vec<(Setup, u32)>),
+    /// One transformer step under a parallel plan.
+    Plan(Box<crate::predict_plan::PlanSetup>),
+    /// `dagsim plan` over every plan of a model (enumeration, memory, simulation of those that fit).
+    PlanSearch(Box<crate::predict_plan::PlanSetup>),
 }
 
 /// A named benchmark case.
@@ -77,6 +84,8 @@ pub const CASES: &[&str] = &[
     "resnet50-v100-1024gpu-hierarchical",
     "resnet50-v100-8192gpu-hierarchical",
     "sweep-1000-scenarios",
+    "gpt3-175b-a100-1024gpu-plan",
+    "llama2-70b-h100-1024gpu-plan-search",
 ];
 
 /// Cases that scale the default AlexNet run (the shipped trace on the `k80-cluster` preset, whose
@@ -126,10 +135,45 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
         "resnet50-v100-1024gpu-hierarchical" => resnet("hierarchical", 1024)?,
         "resnet50-v100-8192gpu-hierarchical" => resnet("hierarchical", 8192)?,
         "sweep-1000-scenarios" => Work::Sweep(sweep_1000(iterations)?),
+        // Narayanan et al. 2021's shape of plan for GPT-3 175B on 1,024 A100s (Selene's nodes).
+        "gpt3-175b-a100-1024gpu-plan" => Work::Plan(Box::new(plan_setup(
+            "gpt3-175b",
+            "dgx-a100-80gb",
+            "tp=8,pp=8,dp=16,vp=3,sp=on,recompute=selective",
+            1536,
+            iterations,
+        )?)),
+        "llama2-70b-h100-1024gpu-plan-search" => {
+            Work::PlanSearch(Box::new(plan_setup("llama2-70b", "dgx-h100", "dp=1024", 1024, iterations)?))
+        }
         other => return Err(crate::Error::invalid("bench case", format!("unknown case `{other}`"))),
     };
     let name = CASES.iter().chain(SCALING_CASES).find(|&&n| n == name).expect("matched above");
     Ok(Case { name, work })
+}
+
+/// A transformer plan as `predict --model .. --topology .. --parallel .. --global-batch ..` builds
+/// it (micro-batch 1, the model's sequence length).
+fn plan_setup(
+    model: &str,
+    topology: &str,
+    spec: &str,
+    global_batch: u32,
+    iterations: u32,
+) -> Result<crate::predict_plan::PlanSetup> {
+    let mut scenario = crate::scenario::Scenario::default();
+    scenario.workload.model = Some(model.into());
+    scenario.iterations = Some(iterations);
+    crate::predict_plan::PlanSetup::from_request(crate::predict_plan::PlanRequest {
+        scenario: &scenario,
+        topology: load_topology(topology)?,
+        spec,
+        micro_batch: Some(1),
+        global_batch: Some(global_batch),
+        seq_len: None,
+        matmul_tflops: None,
+        gpus: None,
+    })
 }
 
 /// 1,000 scenarios: ResNet-50 at 4 batch sizes, 10 strategies, 25 GPU counts from 16 to 1,024
@@ -187,6 +231,15 @@ pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
         Work::Sweep(points) => {
             let preds: Vec<_> = points.par_iter().map(|(s, g)| s.predict_with(*g, symmetric)).collect::<Result<_>>()?;
             (preds.iter().map(|p| p.events).sum(), 0, 0, preds.len() as u64)
+        }
+        Work::Plan(setup) => {
+            let sim = setup.simulate(symmetric, Options::default())?;
+            (sim.run.events, sim.run.flows, sim.dag.len() as u64, 1)
+        }
+        Work::PlanSearch(base) => {
+            let found = crate::plan_search::search(base, &|| {})?;
+            let simulated = found.iter().filter_map(|c| c.report.as_ref()).count() as u64;
+            (0, 0, 0, simulated)
         }
     };
     Ok(Measurement { wall_s: t0.elapsed().as_secs_f64(), events, flows, tasks, runs })

@@ -1,5 +1,5 @@
 //! `dagsim plan`: every parallel plan of a transformer on a GPU count and global batch (tp, pp, dp,
-//! vp, micro-batch, sequence parallelism, recomputation, ZeRO-1), those that do not fit in the
+//! vp, micro-batch, sequence parallelism, recomputation, ZeRO 1/2/3, GPipe), those that do not fit in the
 //! GPU's memory dropped with their figures, the rest simulated in parallel
 //! ([`PlanSetup::predict`]) and ranked by step time. Builds no DAG of its own.
 
@@ -38,13 +38,25 @@ pub struct Candidate {
 }
 
 /// The plans of `base`'s model on `base.plan.gpus()` GPUs at `base.plan.global_batch`, in a fixed
-/// order (tp, pp, vp, micro-batch, sp, recompute, ZeRO): TP inside a node and dividing the heads,
-/// KV heads and FFN width; PP dividing the layers (vp 2 when the layers split that finely);
-/// micro-batches dividing a DP rank's share; each passing [`ParallelPlan::check`].
+/// order (tp, pp, vp, micro-batch, sp, schedule, recompute, sharding): TP inside a node and dividing
+/// the heads, KV heads and FFN width; PP dividing the layers (vp 2 when the layers split that
+/// finely); micro-batches dividing a DP rank's share; each passing [`ParallelPlan::check`].
+///
+/// Pruned, because they cannot differ from a plan kept or are not what frameworks run:
+/// selective recomputation under flash attention (flash attention already recomputes the
+/// attention scores: the same cost and memory as none); ZeRO-2 and ZeRO-3/FSDP with pipeline
+/// parallelism (DeepSpeed refuses ZeRO-2/3 with its pipeline engine, Megatron's distributed
+/// optimizer is ZeRO-1); GPipe only without interleaving (1F1B with the same bubble is kept too).
 pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
+    use crate::dag::schedule::Schedule;
     let gpus = base.plan.gpus();
     let gbs = base.plan.global_batch;
     let m = &base.model;
+    let recomputes: &[Recompute] = if base.flash() {
+        &[Recompute::None, Recompute::Full]
+    } else {
+        &[Recompute::None, Recompute::Selective, Recompute::Full]
+    };
     let mut out = Vec::new();
     for tp in (1..=per_node.min(gpus)).filter(|t| {
         per_node % t == 0 && gpus % t == 0 && m.heads % t == 0 && m.kv_heads % t == 0 && m.ffn_hidden % *t as u64 == 0
@@ -55,35 +67,41 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
                 continue;
             }
             let vps: &[u32] = if pp > 1 && m.layers % (2 * pp) == 0 { &[1, 2] } else { &[1] };
+            let shardings: &[Sharding] = match (dp > 1, pp > 1) {
+                (false, _) => &[Sharding::None],
+                (true, true) => &[Sharding::None, Sharding::Zero1],
+                (true, false) => &[Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3],
+            };
             for &vp in vps {
+                let schedules: &[Schedule] = match (pp > 1, vp > 1) {
+                    (_, true) => &[Schedule::Interleaved],
+                    (true, false) => &[Schedule::OneFOneB, Schedule::Gpipe],
+                    (false, false) => &[Schedule::OneFOneB],
+                };
                 for mb in MICRO_BATCHES.into_iter().filter(|mb| (gbs / dp) % mb == 0) {
                     let sps: &[bool] = if tp > 1 { &[false, true] } else { &[false] };
                     for &sp in sps {
-                        for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
-                            let shardings: &[Sharding] =
-                                if dp > 1 { &[Sharding::None, Sharding::Zero1] } else { &[Sharding::None] };
-                            for &sharding in shardings {
-                                let plan = ParallelPlan {
-                                    tp,
-                                    pp,
-                                    dp,
-                                    vp,
-                                    sp,
-                                    micro_batch: mb,
-                                    global_batch: gbs,
-                                    sharding,
-                                    recompute,
-                                    schedule: if vp > 1 {
-                                        crate::dag::schedule::Schedule::Interleaved
-                                    } else {
-                                        crate::dag::schedule::Schedule::OneFOneB
-                                    },
-                                    ..base.plan.clone()
-                                };
-                                // The plan's own rules (interleaving needs micro-batches in
-                                // multiples of pp).
-                                if plan.check(gpus, m.layers).is_ok() {
-                                    out.push(plan);
+                        for &schedule in schedules {
+                            for &recompute in recomputes {
+                                for &sharding in shardings {
+                                    let plan = ParallelPlan {
+                                        tp,
+                                        pp,
+                                        dp,
+                                        vp,
+                                        sp,
+                                        micro_batch: mb,
+                                        global_batch: gbs,
+                                        sharding,
+                                        recompute,
+                                        schedule,
+                                        ..base.plan.clone()
+                                    };
+                                    // The plan's own rules (interleaving needs micro-batches in
+                                    // multiples of pp).
+                                    if plan.check(gpus, m.layers).is_ok() {
+                                        out.push(plan);
+                                    }
                                 }
                             }
                         }

@@ -209,11 +209,19 @@ fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
     let base = setup(small_gpt(), "dp=8", 1, 8, "dgx-a100");
     // By hand (16 layers, 16 heads, 8 GPUs per node, global batch 8): per (tp, pp), vp 1 or 2
     // where 2 pp divides the layers (interleaving also needs the micro-batches per pipeline in
-    // multiples of pp), micro-batches dividing 8 / dp, sp on/off with tp > 1, three
-    // recomputations, ZeRO-1 or not with dp > 1. tp 1: 6 + 18 + 24 + 15; tp 2: 24 + 60 + 36;
-    // tp 4: 36 + 42; tp 8: 24.
+    // multiples of pp), micro-batches dividing 8 / dp, sp on/off with tp > 1, 1F1B or GPipe with
+    // pp > 1 and vp 1, recomputation none or full (A100: flash attention, so selective is pruned),
+    // sharding none/ZeRO-1/2/3 with dp > 1 and pp 1, none/ZeRO-1 with dp > 1 and pp > 1.
+    // tp 1: pp 1: 1 x 2 x 4 = 8; pp 2: (2 x 2 + 1) x 2 x 2 = 20; pp 4: (3 x 2 + 1) x 2 x 2 = 28;
+    //       pp 8: (4 x 2 + 1) x 2 = 18.
+    // tp 2: pp 1: 2 x 2 x 2 x 4 = 32; pp 2: (3 x 2 + 2) x 2 x 2 x 2 = 64; pp 4: (4 x 2 + 2) x 2 x 2 = 40.
+    // tp 4: pp 1: 3 x 2 x 2 x 4 = 48; pp 2: (4 x 2 + 3) x 2 x 2 = 44. tp 8: 4 x 2 x 2 = 16.
     let plans = enumerate(&base, 8);
-    assert_eq!(plans.len(), 63 + 120 + 78 + 24);
+    assert_eq!(plans.len(), 74 + 136 + 92 + 16);
+    let count = |f: &dyn Fn(&dagsim::parallel::ParallelPlan) -> bool| plans.iter().filter(|p| f(p)).count();
+    assert_eq!(count(&|p| p.recompute == dagsim::workload::llm::Recompute::Selective), 0);
+    assert_eq!(count(&|p| p.sharding == dagsim::parallel::Sharding::Zero3 && p.pp > 1), 0);
+    assert!(count(&|p| p.schedule == dagsim::dag::schedule::Schedule::Gpipe) > 0);
     for p in &plans {
         assert!(p.gpus() == 8 && p.check(8, 16).is_ok(), "{}: {:?}", p.name(), p.check(8, 16));
     }
