@@ -19,7 +19,7 @@ transfer-step fidelity; a sweep of 1,000 ResNet-50 scenarios (16-1,024 GPUs, 10 
 identical nodes, ring or hierarchical all-reduce, local storage) simulate one node's GPUs
 standing for all, with the same results; --no-symmetry simulates every GPU. --scaling runs the
 default AlexNet setup (16 K80s' trace, k80-cluster with shared NFS, so every GPU is simulated) on
-256, 1,024 and 4,096 GPUs instead (slow: minutes at 1,024 GPUs).";
+256, 1,024, 4,096 and 16,384 GPUs instead.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
@@ -39,7 +39,7 @@ pub struct Args {
     /// Simulate every GPU even where one node could stand for all (the reference path).
     #[arg(long)]
     no_symmetry: bool,
-    /// Run the AlexNet scaling cases (256 to 4,096 GPUs, every GPU simulated) instead of the
+    /// Run the AlexNet scaling cases (256 to 16,384 GPUs, every GPU simulated) instead of the
     /// standard ones.
     #[arg(long)]
     scaling: bool,

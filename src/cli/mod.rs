@@ -60,6 +60,66 @@ struct Cli {
 
 static VERBOSITY: std::sync::OnceLock<i8> = std::sync::OnceLock::new();
 
+/// While alive, watches the simulations under way: if they are still running after a few seconds
+/// and stderr is a terminal (and not --quiet), says the run is long and shows the share of tasks
+/// simulated. Prints nothing into pipes or files, and nothing for runs that end quickly.
+pub struct LongRunNotice {
+    stop: std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LongRunNotice {
+    /// How long a run goes before it is called long.
+    const AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+    pub fn start(what: String) -> Self {
+        use std::io::IsTerminal;
+        let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        if verbosity() < 0 || !std::io::stderr().is_terminal() {
+            return LongRunNotice { stop, thread: None };
+        }
+        let (base_done, base_total) = dagsim::sim::progress();
+        let watch = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (lock, wake) = &*watch;
+            let wait = |d| {
+                let stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                *wake.wait_timeout_while(stopped, d, |s| !*s).unwrap_or_else(|e| e.into_inner()).0
+            };
+            if wait(Self::AFTER) {
+                return;
+            }
+            let bar = indicatif::ProgressBar::new(100);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}% of tasks  {elapsed}")
+                    .expect("the template is valid"),
+            );
+            bar.set_message(format!("long run: simulating {what}"));
+            loop {
+                let (done, total) = dagsim::sim::progress();
+                let (done, total) = (done.saturating_sub(base_done), total.saturating_sub(base_total));
+                bar.set_position((done * 100).checked_div(total).unwrap_or(0));
+                if wait(std::time::Duration::from_millis(250)) {
+                    break;
+                }
+            }
+            bar.finish_and_clear();
+        });
+        LongRunNotice { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for LongRunNotice {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// -1 with --quiet, 0 by default, 1+ with -v; for subcommands deciding what to print on stderr.
 pub fn verbosity() -> i8 {
     *VERBOSITY.get().unwrap_or(&0)

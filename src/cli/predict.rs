@@ -132,7 +132,10 @@ pub fn run(args: Args) -> Result<u8> {
         return write_predictions(&args, &preds);
     }
     if let Some(setup) = args.plan.setup(&args.setup, args.strategy.as_deref(), args.gpus.as_deref())? {
-        let pred = setup.predict()?;
+        let pred = {
+            let _notice = super::LongRunNotice::start("a parallel plan".to_string());
+            setup.predict()?
+        };
         return write_predictions(&args, &[pred]);
     }
     let scenario = args.setup.scenario(args.strategy.as_deref())?;
@@ -149,8 +152,16 @@ pub fn run(args: Args) -> Result<u8> {
              pass --sample-bytes to model I/O"
         );
     }
-    let preds = setup.predict_scaling(&gpus)?;
+    let preds = {
+        let _notice = super::LongRunNotice::start(format!("{} on {} GPUs", setup.workload.name, show_counts(&gpus)));
+        setup.predict_scaling(&gpus)?
+    };
     write_predictions(&args, &preds)
+}
+
+/// `1,2,4` as a person reads GPU counts.
+fn show_counts(gpus: &[u32]) -> String {
+    gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")
 }
 
 /// `--gpus`, else `fallback` (the scenario's), else 1,2,4,8,16.

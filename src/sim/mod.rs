@@ -32,6 +32,7 @@ use fluid::{Completion, FlowId, FluidNet};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use step::{Member, MemberState, Outside, StepTimer};
 
 /// What the engine records beyond task spans, and how it may take shortcuts.
@@ -188,7 +189,21 @@ impl Xfer {
 
 /// Runs `dag` on `machine`.
 pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
-    Engine::new(dag, machine, options).run()
+    TASKS_TOTAL.fetch_add(dag.len() as u64, Ordering::Relaxed);
+    let mut engine = Engine::new(dag, machine, options);
+    let outcome = engine.run();
+    // Every task counts as done once the run ends, even one that failed.
+    TASKS_DONE.fetch_add((dag.len() - engine.reported) as u64, Ordering::Relaxed);
+    outcome.map(|()| engine.into_run())
+}
+
+static TASKS_DONE: AtomicU64 = AtomicU64::new(0);
+static TASKS_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Tasks finished and tasks started, summed over every simulation this process has run or is
+/// running (for a display of progress; no result depends on it).
+pub fn progress() -> (u64, u64) {
+    (TASKS_DONE.load(Ordering::Relaxed), TASKS_TOTAL.load(Ordering::Relaxed))
 }
 
 /// How many flows a run of `dag` on `machine` moves (and records with
@@ -268,6 +283,8 @@ struct Engine<'a> {
     /// Reservations timed next to outside flows (any change in their component ends them).
     outside_reservations: u32,
     seeds: Vec<u32>,
+    /// Finished tasks already added to the process's progress count.
+    reported: usize,
 }
 
 impl<'a> Engine<'a> {
@@ -317,6 +334,7 @@ impl<'a> Engine<'a> {
             deferred: Vec::new(),
             outside_reservations: 0,
             seeds: Vec::new(),
+            reported: 0,
         }
     }
 
@@ -343,7 +361,7 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    fn run(mut self) -> Result<Run> {
+    fn run(&mut self) -> Result<()> {
         self.ready_now.extend((0..self.dag.len() as TaskId).filter(|&t| self.waiting_preds[t as usize] == 0));
         loop {
             // Everything at `now`: events first, then the canonical settling of ready tasks and
@@ -369,13 +387,21 @@ impl<'a> Engine<'a> {
                 return Err(self.overflowed(bucket[0]));
             }
             self.now = next;
+            if self.done - self.reported >= 1 << 12 {
+                TASKS_DONE.fetch_add((self.done - self.reported) as u64, Ordering::Relaxed);
+                self.reported = self.done;
+            }
         }
         if self.done < self.dag.len() {
             return Err(self.stalled());
         }
+        Ok(())
+    }
+
+    fn into_run(self) -> Run {
         let mut flow_records = self.flow_records;
         flow_records.sort_by_key(|f| (f.start, f.end, f.task, f.step, f.src, f.dst));
-        Ok(Run {
+        Run {
             makespan: self.end.iter().copied().max().unwrap_or(0),
             start: self.start,
             end: self.end,
@@ -388,7 +414,7 @@ impl<'a> Engine<'a> {
             materialized_collectives: self.materialized_count,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
-        })
+        }
     }
 
     fn handle(&mut self, ev: EventKind) -> Result<()> {
