@@ -24,7 +24,12 @@ fn category(phase: Phase) -> usize {
         Phase::WeightBroadcast => 2,
         Phase::PeerToPeer => 3,
         Phase::HostToDevice | Phase::Io => 4,
-        Phase::ModelParallelExchange | Phase::LossExchange | Phase::TensorParallel | Phase::PipelineTransfer => 5,
+        Phase::ModelParallelExchange
+        | Phase::LossExchange
+        | Phase::TensorParallel
+        | Phase::PipelineTransfer
+        | Phase::ExpertParallel
+        | Phase::ContextParallel => 5,
     }
 }
 

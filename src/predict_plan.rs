@@ -18,7 +18,8 @@ use crate::sim::{simulate, Options, Run};
 use crate::strategy::{CommSource, Strategy};
 use crate::units::ns_to_s;
 use crate::workload::gpu::GpuSpec;
-use crate::workload::llm::{cost, CostOptions, TransformerCost, GRAD_BYTES};
+use crate::workload::llm::{cost_moe, CostOptions, TransformerCost, GRAD_BYTES};
+use crate::workload::moe::MoeOptions;
 use crate::workload::transformer::TransformerConfig;
 use crate::workload::{Precision, Workload};
 
@@ -139,11 +140,14 @@ impl PlanSetup {
             flash_attention: self.flash(),
             matmul_tflops: self.matmul_tflops,
         };
-        let mut c = cost(&self.model, self.gpu, &opts)?;
+        let moe = MoeOptions { ep: self.plan.ep, routing: self.plan.moe, cp: self.plan.cp_folded };
+        let mut c = cost_moe(&self.model, self.gpu, &opts, &moe)?;
         if let Some(x) = self.calibrate_throughput {
-            // The single-GPU number is for the whole model without TP: calibrate on that cost and
-            // carry the factor over.
-            let mut one = cost(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts })?;
+            // The single-GPU number is for the whole model without TP or EP: calibrate on that
+            // cost and carry the factor over.
+            let one_gpu = MoeOptions { ep: 1, cp: 1, ..moe };
+            let mut one =
+                cost_moe(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts }, &one_gpu)?;
             one.calibrate_throughput(x)?;
             c.scale(one.calibration_factor);
         }
@@ -232,7 +236,17 @@ impl PlanSetup {
         let Some(g) = machine.uniform_nodes(gpus) else { return p.dp };
         let k = g / gcd(g, p.tp);
         let shard_ok = p.sharding != Sharding::FsdpHybrid || self.shard_group(g) % k == 0;
-        if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !tp_apart_from_network(machine, p.tp, g) {
+        // Expert-parallel groups must lie inside a block, so that the left-out blocks' groups are
+        // images of simulated ones.
+        let ep_ok = p.ep <= 1 || (k * p.tp) % p.ep == 0;
+        let cp_ok = k % p.cp_folded.max(1) == 0;
+        if (p.tp * p.dp) % g != 0
+            || p.dp % k != 0
+            || !shard_ok
+            || !ep_ok
+            || !cp_ok
+            || !tp_apart_from_network(machine, p.tp, g)
+        {
             return p.dp;
         }
         k
@@ -249,7 +263,16 @@ impl PlanSetup {
     /// Stages, chunks and represented ranks of the plan over `workload` (from [`Self::cost`]).
     pub fn layout(&self, machine: &Machine, workload: &Workload, symmetric: bool) -> PlanLayout {
         let p = &self.plan;
-        let last = workload.layers.len() - 1; // embedding 0, blocks 1..=2L, head last
+        let last = workload.layers.len() - 1; // embedding 0, each layer's blocks, head last
+                                              // Each transformer layer's first block (2 per dense layer, 4 per MoE layer).
+                                              // and the key-value exchange block after the attention under context parallelism).
+        let blocks = |i: u32| self.model.blocks_of_layer(i) + usize::from(p.cp_folded > 1);
+        let mut starts = Vec::with_capacity(self.model.layers as usize);
+        let mut next = 1;
+        for i in 0..self.model.layers {
+            starts.push(next);
+            next += blocks(i);
+        }
         let chunks = (0..p.pp)
             .map(|stage| {
                 p.stage_layers(self.model.layers, stage)
@@ -260,7 +283,10 @@ impl PlanSetup {
                         if stage == 0 && c == 0 {
                             v.push(0);
                         }
-                        v.extend(r.flat_map(|i| [1 + 2 * i as usize, 2 + 2 * i as usize]));
+                        for i in r {
+                            let first = starts[i as usize];
+                            v.extend(first..first + blocks(i));
+                        }
                         if stage == p.pp - 1 && c as u32 == p.vp - 1 {
                             v.push(last);
                         }
@@ -290,8 +316,33 @@ impl PlanSetup {
         }
     }
 
+    /// The setup as the DAG builder sees it under context parallelism: CP folded into DP
+    /// ([`ParallelPlan::folded`]), each GPU holding seq / cp tokens of every sequence. Megatron
+    /// splits each sequence in 2 cp chunks (each GPU takes two, for causal balance), so cp x 2
+    /// must divide the sequence length.
+    pub fn folded(&self) -> Result<PlanSetup> {
+        let cp = self.plan.cp;
+        if self.seq_len % (2 * cp) != 0 {
+            return Err(Error::invalid(
+                "--parallel cp",
+                format!(
+                    "cp={cp} needs the sequence length ({}) to be a multiple of 2 x cp = {} (Megatron's load-balanced \
+                     split); use --seq-len a multiple of {}",
+                    self.seq_len,
+                    2 * cp,
+                    2 * cp
+                ),
+            ));
+        }
+        Ok(PlanSetup { plan: self.plan.folded(), seq_len: self.seq_len / cp, ..self.clone() })
+    }
+
     /// Builds and runs the plan's DAG; `symmetric` lets identical DP replicas be simulated once.
     pub fn simulate(&self, symmetric: bool, options: Options) -> Result<SimulatedPlan> {
+        if self.plan.cp > 1 {
+            self.plan.check(self.plan.gpus(), self.model.layers)?;
+            return self.folded()?.simulate(symmetric, options);
+        }
         let gpus = self.plan.gpus();
         // The model's own checks (tp dividing the heads) before the machine's and memory's.
         let cost = self.cost()?;
@@ -326,6 +377,20 @@ impl PlanSetup {
 
     /// [`PlanSetup::predict`], choosing whether identical DP replicas may be simulated once.
     pub fn predict_with(&self, symmetric: bool) -> Result<Prediction> {
+        if self.plan.cp > 1 {
+            // The folded setup predicts the same step, tokens and FLOPs; name the plan as given.
+            self.plan.check(self.plan.gpus(), self.model.layers)?;
+            let mut p = self.folded()?.predict_with(symmetric)?;
+            let step = p.iteration_time_s;
+            p.throughput_samples_per_s = self.plan.global_batch as f64 / step;
+            if let Some(r) = p.llm.as_mut() {
+                r.plan = self.plan.name();
+                r.seq_len = self.seq_len;
+                r.dp = self.plan.dp;
+                r.global_batch = self.plan.global_batch;
+            }
+            return Ok(p);
+        }
         let sim = self.simulate(symmetric, Options::default())?;
         let p = &self.plan;
         let gpus = p.gpus();

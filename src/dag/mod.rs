@@ -75,6 +75,10 @@ pub enum Phase {
     /// Parameters all-gathered over the data-parallel group (ZeRO-1/2 after the update, ZeRO-3 and
     /// FSDP before each use) and tied-embedding gradients between the first and last stage.
     ParamGather,
+    /// An MoE layer's token dispatch or combine all-to-all over its expert-parallel group.
+    ExpertParallel,
+    /// Keys and values of the whole sequence exchanged over a context-parallel group.
+    ContextParallel,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -88,7 +92,7 @@ pub enum Category {
 
 impl Phase {
     /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
-    pub const ALL: [Phase; 16] = [
+    pub const ALL: [Phase; 18] = [
         Phase::Io,
         Phase::HostToDevice,
         Phase::Forward,
@@ -105,6 +109,8 @@ impl Phase {
         Phase::TensorParallel,
         Phase::PipelineTransfer,
         Phase::ParamGather,
+        Phase::ExpertParallel,
+        Phase::ContextParallel,
     ];
 
     pub fn category(self) -> Category {
@@ -119,7 +125,9 @@ impl Phase {
             | Phase::LossExchange
             | Phase::TensorParallel
             | Phase::PipelineTransfer
-            | Phase::ParamGather => Category::Communication,
+            | Phase::ParamGather
+            | Phase::ExpertParallel
+            | Phase::ContextParallel => Category::Communication,
             Phase::PeerToPeer => Category::Io,
             Phase::Codec => Category::Compute,
         }
@@ -143,6 +151,8 @@ impl Phase {
             Phase::TensorParallel => "tp",
             Phase::PipelineTransfer => "pp",
             Phase::ParamGather => "param-gather",
+            Phase::ExpertParallel => "ep",
+            Phase::ContextParallel => "cp",
         }
     }
 }

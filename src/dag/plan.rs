@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{Coords, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
 use crate::units::Nanos;
-use crate::workload::{TpCollective, Workload};
+use crate::workload::{CommGroup, TpCollective, Workload};
 use std::collections::HashMap;
 
 /// The DAG builder's view of a parallel plan over one workload.
@@ -74,6 +74,98 @@ impl PlanLayout {
         let mut v: Vec<usize> = self.chunks[stage as usize].iter().flatten().copied().collect();
         v.sort_unstable();
         v
+    }
+}
+
+/// A layer-group collective: (kind, stage, group in the stage, layer, micro-batch, forward,
+/// position among the layer's collectives of that pass).
+type GroupKey = (CommGroup, u32, u32, usize, u32, bool, usize);
+
+/// The groups other than the TP group that a layer's collectives can run over: expert-parallel
+/// groups (`size` consecutive ranks of a stage's TP x DP ranks) and context-parallel groups (the
+/// ranks of one TP rank in `size` consecutive DP ranks of the builder's plan, where CP is folded
+/// into DP). With DP replicas left out (`dp_block` < dp), a group in the simulated block stands
+/// for its images in the others.
+struct LayerGroups {
+    kind: CommGroup,
+    size: u32,
+    tp: u32,
+    width: u32,
+    blocks: u32,
+    per_block: u32,
+}
+
+impl LayerGroups {
+    fn new(kind: CommGroup, size: u32, plan: &ParallelPlan, dp_block: u32) -> Result<Self> {
+        let (tp, dp) = (plan.tp, plan.dp);
+        let reduced = dp_block < dp;
+        let fits = match kind {
+            CommGroup::Context => dp_block % size == 0,
+            _ => (dp_block * tp) % size == 0,
+        };
+        if reduced && !fits {
+            return Err(Error::invalid(
+                "represented GPUs",
+                format!("groups of {size} straddle the simulated block of {dp_block} DP replicas"),
+            ));
+        }
+        let count = tp * dp / size;
+        let per_block = if reduced { count / (dp / dp_block) } else { count };
+        Ok(LayerGroups { kind, size, tp, width: tp * dp, blocks: if reduced { dp / dp_block } else { 1 }, per_block })
+    }
+
+    fn name(&self) -> &'static str {
+        match self.kind {
+            CommGroup::Context => "cp",
+            _ => "ep",
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        match self.kind {
+            CommGroup::Context => Phase::ContextParallel,
+            _ => Phase::ExpertParallel,
+        }
+    }
+
+    /// Groups per stage.
+    fn count(&self) -> u32 {
+        self.width / self.size
+    }
+
+    /// The group of `rank` within its stage.
+    fn index(&self, rank: u32) -> u32 {
+        let r = rank % self.width;
+        match self.kind {
+            CommGroup::Context => r % self.tp + self.tp * (r / self.tp / self.size),
+            _ => r / self.size,
+        }
+    }
+
+    /// The ranks of group `index` of `stage`.
+    fn ranks(&self, stage: u32, index: u32) -> Vec<u32> {
+        let base = stage * self.width;
+        match self.kind {
+            CommGroup::Context => {
+                let (t, q) = (index % self.tp, index / self.tp);
+                (0..self.size).map(|c| base + t + self.tp * (q * self.size + c)).collect()
+            }
+            _ => (base + index * self.size..base + (index + 1) * self.size).collect(),
+        }
+    }
+
+    /// Group `index` of the simulated block and its images in the blocks left out.
+    fn images(&self, index: u32) -> impl Iterator<Item = u32> + '_ {
+        (0..self.blocks).map(move |j| index + j * self.per_block)
+    }
+}
+
+fn collective_op(op: TpCollective) -> CollectiveOp {
+    match op {
+        TpCollective::AllReduce => CollectiveOp::AllReduce,
+        TpCollective::AllGather => CollectiveOp::AllGather,
+        TpCollective::ReduceScatter => CollectiveOp::ReduceScatter,
+        TpCollective::AllToAll => CollectiveOp::AllToAll,
     }
 }
 
@@ -265,6 +357,28 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         }
     }
 
+    // Groups other than the TP group that layers' collectives run over (MoE all-to-alls over the
+    // EP group, key-value exchange over the CP group), all of them: (group, queue) by (kind,
+    // stage, index of the group in its stage). With DP replicas left out, each simulated group's
+    // collective is sent by its images in the other blocks of replicas at the same instants (so
+    // the network carries the full load), as the left-out replicas' pipeline transfers are.
+    let mut layer_groups: Vec<LayerGroups> = Vec::new();
+    for (kind, size) in [(CommGroup::Expert, plan.ep.max(1)), (CommGroup::Context, plan.cp_folded.max(1))] {
+        if size > 1 && layers.iter().any(|l| l.tp.as_ref().is_some_and(|c| c.group == kind)) {
+            layer_groups.push(LayerGroups::new(kind, size, plan, layout.dp_block)?);
+        }
+    }
+    let mut group_ids: HashMap<(CommGroup, u32, u32), (GroupId, QueueId)> = HashMap::new();
+    for lg in &layer_groups {
+        for stage in 0..pp {
+            for i in 0..lg.count() {
+                let g = b.add_group(lg.ranks(stage, i));
+                let q = b.add_queue(format!("{}{stage}.{i}.comm", lg.name()), Discipline::Fifo, None);
+                group_ids.insert((lg.kind, stage, i), (g, q));
+            }
+        }
+    }
+
     let task = |work, queue, phase, gpu, iteration, layer: Option<usize>| Task {
         work,
         queue,
@@ -310,6 +424,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         let mut updates: Vec<TaskId> = vec![0; n as usize];
         let mut step_ends: Vec<HashMap<Step, (TaskId, TaskId)>> = vec![HashMap::new(); n as usize];
         let mut gathers: HashMap<(usize, usize, u32, bool), TaskId> = HashMap::new();
+        // One collective per layer group, layer, micro-batch, pass and position, with its images.
+        let mut group_colls: HashMap<GroupKey, Vec<TaskId>> = HashMap::new();
         for (members, tp_ranks, tp_group, tp_queue) in &tp_groups {
             let whole = members.len() == tp_ranks.len();
             let stage = plan.coords(rep[members[0] as usize]).stage;
@@ -472,14 +588,60 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     }
                     recent.push(made[0]);
                     // The layer's tensor-parallel collectives follow it on every member.
-                    if let (Some(comm), true) = (&layer.tp, tp > 1) {
+                    if let Some((comm, lg)) =
+                        layer.tp.as_ref().and_then(|c| layer_groups.iter().find(|g| g.kind == c.group).map(|g| (c, g)))
+                    {
+                        let ops = if step.pass == Pass::Forward { &comm.forward } else { &comm.backward };
+                        // The groups of this TP group's ranks (one for EP, whose groups hold whole TP
+                        // groups; one per TP rank for CP), and each simulated member's own.
+                        let own: Vec<u32> = members.iter().map(|&g| lg.index(rep[g as usize])).collect();
+                        let mut all: Vec<u32> = tp_ranks.iter().map(|&r| lg.index(r)).collect();
+                        all.sort_unstable();
+                        all.dedup();
+                        for (pos, &op) in ops.iter().enumerate() {
+                            let mut first: HashMap<u32, TaskId> = HashMap::new();
+                            for &idx in &all {
+                                let key = (lg.kind, stage, idx, l, step.micro_batch, step.pass == Pass::Forward, pos);
+                                let colls = group_colls
+                                    .entry(key)
+                                    .or_insert_with(|| {
+                                        lg.images(idx)
+                                            .map(|i| {
+                                                let (group, queue) = group_ids[&(lg.kind, stage, i)];
+                                                b.add_task(task(
+                                                    Work::Collective {
+                                                        group,
+                                                        op: collective_op(op),
+                                                        algorithm: s.allreduce,
+                                                        bytes: comm.bytes,
+                                                    },
+                                                    Some(queue),
+                                                    lg.phase(),
+                                                    None,
+                                                    it,
+                                                    Some(l),
+                                                ))
+                                            })
+                                            .collect()
+                                    })
+                                    .clone();
+                                for x in last.iter().flatten() {
+                                    for &c in &colls {
+                                        b.add_edge(*x, c);
+                                    }
+                                }
+                                first.insert(idx, colls[0]);
+                            }
+                            for (k, p) in last.iter_mut().enumerate() {
+                                *p = Some(first[&own[k]]);
+                            }
+                        }
+                    }
+                    let tensor_comm = layer.tp.as_ref().filter(|c| c.group == CommGroup::Tensor);
+                    if let (Some(comm), true) = (tensor_comm, tp > 1) {
                         let ops = if step.pass == Pass::Forward { &comm.forward } else { &comm.backward };
                         for &op in ops {
-                            let op = match op {
-                                TpCollective::AllReduce => CollectiveOp::AllReduce,
-                                TpCollective::AllGather => CollectiveOp::AllGather,
-                                TpCollective::ReduceScatter => CollectiveOp::ReduceScatter,
-                            };
+                            let op = collective_op(op);
                             let c = b.add_task(task(
                                 Work::Collective { group: *tp_group, op, algorithm: s.allreduce, bytes: comm.bytes },
                                 Some(*tp_queue),

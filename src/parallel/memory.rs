@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::workload::transformer::TransformerConfig;
 use crate::workload::Precision;
 use serde::Serialize;
+use std::ops::Range;
 
 /// Bytes per parameter of the model state, Megatron-style mixed precision: 16-bit weights, FP32
 /// gradient buffer (`--accumulate-allreduce-grads-in-fp32`), FP32 master weights and two FP32
@@ -133,14 +134,14 @@ pub fn layer_activation_bytes(
     if plan.recompute == Recompute::Full {
         return e * sbh * rep; // only the layer's input
     }
-    let h = m.hidden as f64;
-    let qkv_width = (m.hidden + m.kv_width()) as f64;
+    let qkv_width = (m.q_width() + m.kv_width()) as f64;
+    let q_width = m.q_width() as f64;
     let gates = if m.gated_mlp { 2.0 } else { 1.0 };
     let f = m.ffn_hidden as f64;
     // Replicated unless SP: both norms' inputs, the QKV and fc1 inputs (norm outputs), two masks.
     let replicated = sbh * (4.0 * e + 2.0 * mask) * rep;
     // Split over TP: Q, K, V; the projection input; the activation's input(s); fc2's input.
-    let split = tokens * (qkv_width * e + h * e + gates * f * e + f * e) / t;
+    let split = tokens * (qkv_width * e + q_width * e + gates * f * e + f * e) / t;
     // The s x s tensors: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b), or
     // with flash attention only the softmax statistics (one FP32 value per row and head).
     let heads = m.heads as f64;
@@ -154,6 +155,38 @@ pub fn layer_activation_bytes(
         scores * (e + if m.dropout { e + 1.0 } else { 0.0 })
     };
     replicated + split + quadratic
+}
+
+/// Activation bytes one MoE transformer layer keeps for one micro-batch on one GPU: the dense
+/// layer's minus its MLP matrices' inputs and outputs, plus the router's FP32 logits and
+/// probabilities, the permuted token copies (fc1's input and the combine's input), the experts'
+/// activation inputs and fc2 inputs at the busiest GPU's load, and the shared experts' (same
+/// tensors as the dense MLP at their width). Tokens arrive sequence-parallel over the TP group.
+pub fn moe_activation_bytes(
+    m: &TransformerConfig,
+    plan: &ParallelPlan,
+    precision: Precision,
+    seq: u32,
+    flash: bool,
+) -> f64 {
+    let dense = layer_activation_bytes(m, plan, precision, seq, flash);
+    let Some(x) = &m.moe else { return dense };
+    if plan.recompute == Recompute::Full {
+        return dense; // only the layer's input
+    }
+    let e = precision.bytes() as f64;
+    let t = plan.tp as f64;
+    let tokens = plan.micro_batch as f64 * seq as f64;
+    let gates = if m.gated_mlp { 2.0 } else { 1.0 };
+    let f = m.ffn_hidden as f64;
+    let mlp = tokens * (gates * f * e + f * e) / t;
+    let mine = tokens / t;
+    let copies = (mine * x.top_k as f64 * plan.moe.load_factor()).ceil();
+    let (h, fe, fs) = (m.hidden as f64, x.expert_ffn as f64, x.shared_ffn as f64);
+    let router = mine * x.experts as f64 * 4.0 * 2.0;
+    let experts = copies * (2.0 * h + gates * fe + fe) * e;
+    let shared = mine * (gates * fs + fs) * e;
+    dense - mlp + router + experts + shared
 }
 
 /// Memory per GPU of every stage.
@@ -184,6 +217,20 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
         (n * b.weights / weight_div, n * b.grads / grad_div, n * b.optimizer / opt_div)
     };
     let act_layer = layer_activation_bytes(m, plan, precision, seq_len, flash);
+    // MoE layers: their own parameters on this GPU (E / ep whole experts, etp = 1) and activations.
+    let moe_local = m.moe.as_ref().map_or(0, |x| {
+        (p.attention_block - m.attention_matrix_params())
+            + m.attention_matrix_params() / tp
+            + m.norm_params()
+            + x.router_params(m)
+            + (x.experts / plan.ep.max(1)) as u64 * x.expert_matrix_params(m)
+            + x.shared_matrix_params(m) / tp
+    });
+    let act_moe = moe_activation_bytes(m, plan, precision, seq_len, flash);
+    let layer_local = |i: u32| if m.is_moe_layer(i) { moe_local } else { per_layer_local };
+    let layer_act = |i: u32| if m.is_moe_layer(i) { act_moe } else { act_layer };
+    let range_local = |r: &Range<u32>| r.clone().map(layer_local).sum::<u64>();
+    let range_act = |r: &Range<u32>| r.clone().map(layer_act).sum::<f64>();
     let e = precision.bytes() as f64;
     let tokens = plan.micro_batch as f64 * seq_len as f64;
     let rep = if plan.sp { 1.0 / plan.tp as f64 } else { 1.0 };
@@ -196,21 +243,19 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
     let stages = (0..plan.pp)
         .map(|stage| {
             let chunks = plan.stage_layers(m.layers, stage);
-            let layers_here: u64 = chunks.iter().map(|r| (r.end - r.start) as u64).sum();
+            let layers_local: u64 = chunks.iter().map(range_local).sum();
             let first = stage == 0;
             let last = stage == plan.pp - 1;
-            let params = layers_here * per_layer_local
-                + if first { embedding_local } else { 0 }
-                + if last { head_local } else { 0 };
+            let params = layers_local + if first { embedding_local } else { 0 } + if last { head_local } else { 0 };
             let (w, g, o) = state(params);
-            let (lw, lg, lo) = state(layers_here * per_layer_local);
+            let (lw, lg, lo) = state(layers_local);
             // Activations at the peak: walk the schedule, weighting each chunk-micro-batch in
             // flight by what its chunk keeps.
             let per_chunk: Vec<f64> = chunks
                 .iter()
                 .enumerate()
                 .map(|(c, r)| {
-                    let mut a = (r.end - r.start) as f64 * act_layer;
+                    let mut a = range_act(r);
                     if first && c == 0 {
                         a += emb_act;
                     }
@@ -231,18 +276,15 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
                     if total > peak {
                         peak = total;
                         peak_count = held.iter().sum();
-                        peak_layers = held
-                            .iter()
-                            .zip(&chunks)
-                            .map(|(&n, r)| n as f64 * (r.end - r.start) as f64 * act_layer)
-                            .sum();
+                        peak_layers = held.iter().zip(&chunks).map(|(&n, r)| n as f64 * range_act(r)).sum();
                     }
                 } else {
                     held[c] -= 1;
                 }
             }
             // ZeRO-3/FSDP gathers one layer's 16-bit parameters and prefetches the next.
-            let gathered = if plan.sharding.shards_params() { 2.0 * per_layer_local as f64 * e } else { 0.0 };
+            let biggest = chunks.iter().flat_map(|r| r.clone()).map(layer_local).max().unwrap_or(0);
+            let gathered = if plan.sharding.shards_params() { 2.0 * biggest as f64 * e } else { 0.0 };
             let (w, g, o, a) = (w as u64, g as u64, o as u64, peak as u64);
             StageMemory {
                 stage,

@@ -13,6 +13,7 @@ pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
 pub use crate::workload::llm::Recompute;
+pub use crate::workload::moe::MoeRouting;
 
 use crate::error::{Error, Result};
 use serde::Serialize;
@@ -81,6 +82,19 @@ pub struct ParallelPlan {
     pub tp_across_nodes: bool,
     /// GPUs per FSDP shard group under hybrid sharding (0: the GPUs per node).
     pub shard_group: u32,
+    /// Expert parallelism of MoE layers: each group of `ep` consecutive ranks of a stage's TP x DP
+    /// ranks shares out the experts (Megatron-Core's expert rank order with etp = 1).
+    pub ep: u32,
+    /// Expert tensor parallelism (only 1, experts whole on one GPU, is modelled).
+    pub etp: u32,
+    /// How MoE layers route tokens.
+    pub moe: MoeRouting,
+    /// Context parallelism: every sequence split over `cp` GPUs, which exchange keys and values
+    /// in each attention block (Megatron's rank order tp, cp, dp, pp).
+    pub cp: u32,
+    /// Set by [`ParallelPlan::folded`] only: the CP degree folded into `dp` (1 otherwise). Each
+    /// rank then takes 1/cp_folded of every sequence of its micro-batch.
+    pub cp_folded: u32,
 }
 
 impl Default for ParallelPlan {
@@ -99,6 +113,11 @@ impl Default for ParallelPlan {
             flash: None,
             tp_across_nodes: false,
             shard_group: 0,
+            ep: 1,
+            etp: 1,
+            moe: MoeRouting::default(),
+            cp: 1,
+            cp_folded: 1,
         }
     }
 }
@@ -134,6 +153,12 @@ impl ParallelPlan {
                     .filter(|&n| n >= 1)
                     .ok_or_else(|| err(format!("{key}={v}: expected a whole number of at least 1")))
             };
+            let number = |v: &str| -> Result<f64> {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| err(format!("{key}={v}: expected a positive number")))
+            };
             let on_off = |v: &str| -> Result<bool> {
                 match v {
                     "on" | "true" | "1" | "yes" => Ok(true),
@@ -167,6 +192,12 @@ impl ParallelPlan {
                     }
                 }
                 "shard-group" | "shard_group" => p.shard_group = degree(&value)?,
+                "ep" => p.ep = degree(&value)?,
+                "cp" => p.cp = degree(&value)?,
+                "etp" => p.etp = degree(&value)?,
+                "moe-capacity" | "moe_capacity" => p.moe.capacity_factor = Some(number(&value)?),
+                "moe-pad" | "moe_pad" => p.moe.pad_to_capacity = on_off(&value)?,
+                "moe-imbalance" | "moe_imbalance" => p.moe.imbalance = number(&value)?,
                 "recompute" => {
                     p.recompute = Recompute::parse(&value)
                         .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
@@ -178,8 +209,8 @@ impl ParallelPlan {
                 }
                 other => {
                     return Err(err(format!(
-                        "unknown key `{other}`; expected tp, pp, dp, vp, sp, zero, fsdp, shard-group, recompute, \
-                         schedule, flash, tp-across-nodes"
+                        "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, ep, etp, zero, fsdp, shard-group, \
+                         recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance"
                     )))
                 }
             }
@@ -193,11 +224,17 @@ impl ParallelPlan {
     /// A compact description, e.g. `tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective`.
     pub fn name(&self) -> String {
         let mut s = format!("tp={},pp={},dp={}", self.tp, self.pp, self.dp);
+        if self.cp > 1 {
+            s += &format!(",cp={}", self.cp);
+        }
         if self.vp > 1 {
             s += &format!(",vp={}", self.vp);
         }
         if self.sp {
             s += ",sp=on";
+        }
+        if self.ep > 1 {
+            s += &format!(",ep={}", self.ep);
         }
         s += &format!(",mb={},gbs={}", self.micro_batch, self.global_batch);
         match self.sharding {
@@ -221,7 +258,21 @@ impl ParallelPlan {
     }
 
     pub fn gpus(&self) -> u32 {
-        self.tp * self.pp * self.dp
+        self.tp * self.cp * self.pp * self.dp
+    }
+
+    /// The plan as the DAG builder sees it: context parallelism folded into data parallelism
+    /// (Megatron's order puts cp between tp and dp, so CP rank c of DP rank d is the builder's DP
+    /// rank c + cp d; gradients are reduced over DP x CP as Megatron does), each rank taking
+    /// 1/cp of every sequence of a micro-batch. The plan itself when cp is 1.
+    pub fn folded(&self) -> ParallelPlan {
+        ParallelPlan {
+            dp: self.dp * self.cp,
+            global_batch: self.global_batch * self.cp,
+            cp: 1,
+            cp_folded: self.cp * self.cp_folded,
+            ..self.clone()
+        }
     }
 
     /// Micro-batches each pipeline runs per iteration (the gradient-accumulation steps).
@@ -233,6 +284,20 @@ impl ParallelPlan {
     /// and say what would be valid.
     pub fn check(&self, gpus: u32, layers: u32) -> Result<()> {
         let bad = |what: &str, msg: String| Err(Error::invalid(what, msg));
+        if self.gpus() != gpus && self.cp > 1 {
+            return bad(
+                "--parallel",
+                format!(
+                    "tp x cp x pp x dp = {} x {} x {} x {} = {} but {gpus} GPUs are asked for (--gpus); pick degrees \
+                     whose product is {gpus}",
+                    self.tp,
+                    self.cp,
+                    self.pp,
+                    self.dp,
+                    self.gpus()
+                ),
+            );
+        }
         if self.gpus() != gpus {
             return bad(
                 "--parallel",
@@ -313,7 +378,36 @@ impl ParallelPlan {
                 "sp=on needs tp of at least 2 (sequence parallelism splits over the TP group)".into(),
             );
         }
-        Ok(())
+        if self.etp != 1 {
+            return bad(
+                "--parallel",
+                format!("etp={}: only etp=1 (each expert whole on one GPU) is modelled", self.etp),
+            );
+        }
+        let width = self.tp * self.cp * self.dp;
+        if self.ep > 1 && (width % self.ep != 0 || self.ep % self.tp != 0) {
+            let valid: Vec<String> =
+                (1..=width).filter(|e| width % e == 0 && e % self.tp == 0).map(|e| e.to_string()).collect();
+            return bad(
+                "--parallel",
+                format!(
+                    "ep={} must divide tp x cp x dp = {width} and be a multiple of tp={} (the expert-parallel group is \
+                     made of whole TP groups of one stage); valid: {}",
+                    self.ep,
+                    self.tp,
+                    valid.join(", ")
+                ),
+            );
+        }
+        self.moe.check()
+    }
+
+    /// The expert-parallel group of `rank`: `ep` consecutive ranks of its stage.
+    pub fn ep_group(&self, rank: u32) -> Vec<u32> {
+        let stage_size = self.tp * self.dp;
+        let base = rank / stage_size * stage_size;
+        let first = base + (rank - base) / self.ep * self.ep;
+        (first..first + self.ep).collect()
     }
 
     /// A rank's coordinates.
@@ -374,7 +468,9 @@ mod tests {
             ("tp=0", "at least 1"),
             ("tp8", "key=value"),
             ("zero=4", "0, 1, 2 or 3"),
-            ("ep=2", "unknown key `ep`"),
+            ("ep2", "key=value"),
+            ("moe-imbalance=-1", "positive number"),
+            ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
         ] {

@@ -14,7 +14,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct PlanBreakdown {
     pub compute: f64,
-    /// Tensor-parallel collectives the GPU waits for.
+    /// Tensor-parallel collectives, MoE expert-parallel all-to-alls and context-parallel key-value
+    /// exchanges the GPU waits for.
     pub tp_comm: f64,
     /// Pipeline transfers the GPU waits for (nothing else of its own running).
     pub pp_comm: f64,
@@ -97,7 +98,9 @@ pub struct PlanReport {
 fn category(p: Phase) -> u8 {
     match p {
         Phase::Forward | Phase::Backward | Phase::Update | Phase::Codec => 0,
-        Phase::TensorParallel => 1,
+        // Expert- and context-parallel exchanges count with the tensor-parallel collectives: all sit
+        // inside a layer.
+        Phase::TensorParallel | Phase::ExpertParallel | Phase::ContextParallel => 1,
         Phase::PipelineTransfer => 2,
         Phase::Io | Phase::HostToDevice | Phase::PeerToPeer => 4,
         _ => 3,

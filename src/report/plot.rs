@@ -92,6 +92,8 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::Coordination => RGBColor(255, 152, 150),
         Phase::ServerReduce => RGBColor(197, 176, 213),
         Phase::TensorParallel => RGBColor(219, 219, 141),
+        Phase::ExpertParallel => RGBColor(158, 218, 229),
+        Phase::ContextParallel => RGBColor(199, 199, 199),
         Phase::PipelineTransfer => RGBColor(196, 156, 148),
         Phase::ParamGather => RGBColor(247, 182, 210),
     }

@@ -11,9 +11,10 @@
 //! validation sets. Knows nothing of plans beyond the TP degree, nor of machines or the engine.
 
 use super::gpu::{GpuSpec, Precision};
+use super::moe::{moe_blocks, MoeCost, MoeOptions};
 use super::synth::{LAUNCH_NS, MEMORY_EFFICIENCY};
 use super::transformer::{Family, Position, TransformerConfig};
-use super::{Layer, Stat, TpCollective, TpComm, Workload};
+use super::{CommGroup, Layer, Stat, TpCollective, TpComm, Workload};
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -107,9 +108,9 @@ pub const GRAD_BYTES: u64 = 4;
 const FLASH_BACKWARD_FLOPS: f64 = 2.5;
 
 /// The GPU seen by one op: rates in FLOP/ns and bytes/ns.
-struct Device {
+pub(super) struct Device {
     /// Achievable dense-matmul rate at the GEMM precision.
-    matmul: f64,
+    pub(super) matmul: f64,
     /// Achievable BF16/FP16 matmul rate (attention stays in 16 bits under FP8 recipes).
     matmul16: f64,
     /// Dense 16-bit tensor peak, for attention fractions.
@@ -117,7 +118,7 @@ struct Device {
     memory: f64,
     sms: u64,
     /// Bytes of an activation element, and of a GEMM input element (1 under FP8).
-    elem: f64,
+    pub(super) elem: f64,
     gemm_in: f64,
     flash: Flash,
 }
@@ -183,7 +184,7 @@ impl Device {
     }
 
     /// A (batched) GEMM C[m x n] = A[m x k] B[k x n], `batch` times: (ns, FLOPs).
-    fn gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
+    pub(super) fn gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
         let flops = 2.0 * (batch * m * n) as f64 * k as f64;
         let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
         let waves = tiles.div_ceil(self.sms);
@@ -194,7 +195,7 @@ impl Device {
     }
 
     /// A kernel that streams `bytes` through memory.
-    fn stream(&self, bytes: f64) -> f64 {
+    pub(super) fn stream(&self, bytes: f64) -> f64 {
         bytes / self.memory + LAUNCH_NS
     }
 }
@@ -252,6 +253,13 @@ pub struct TransformerCost {
     pub attention: BlockCost,
     pub mlp: BlockCost,
     pub head: BlockCost,
+    /// The MoE layers' MLP (their router, experts and combine blocks), for an MoE model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeCost>,
+    /// Under context parallelism, each layer's exchange of keys and values over the CP group
+    /// after its attention block (no compute of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<BlockCost>,
     /// Model FLOPs of one micro-batch for the whole model (all TP ranks), forward and backward,
     /// and the same with recomputed work (hardware FLOPs).
     pub model_flops: f64,
@@ -262,8 +270,18 @@ pub struct TransformerCost {
     pub calibration_factor: f64,
 }
 
-/// Costs `cfg` on `gpu`.
+/// Costs `cfg` on `gpu` (an MoE model without expert parallelism).
 pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<TransformerCost> {
+    cost_moe(cfg, gpu, o, &MoeOptions::default())
+}
+
+/// Costs `cfg` on `gpu`, its MoE layers (if any) under expert parallelism and routing `x`.
+pub fn cost_moe(
+    cfg: &TransformerConfig,
+    gpu: &GpuSpec,
+    o: &CostOptions,
+    moe_opts: &MoeOptions,
+) -> Result<TransformerCost> {
     cfg.check(&cfg.name)?;
     if o.micro_batch == 0 {
         return Err(Error::invalid("--micro-batch", "must be at least 1"));
@@ -287,7 +305,18 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         ));
     }
     let d = Device::new(gpu, o)?;
+    // Context parallelism: this GPU holds `seq_len` of each sequence's cp x seq_len tokens; its
+    // queries attend to the keys of the whole sequence (Megatron's load-balanced split keeps the
+    // causal half per GPU).
+    let cp = moe_opts.cp.max(1) as u64;
+    if cp > 1 && matches!(d.flash, Flash::None) {
+        return Err(Error::invalid(
+            "--parallel cp",
+            "context parallelism needs flash attention (Transformer Engine's fused kernels); drop flash=off",
+        ));
+    }
     let (b, s, h) = (o.micro_batch as u64, o.seq_len as u64, cfg.hidden);
+    let s_kv = s * cp;
     let t = b * s; // tokens of the micro-batch
     let sp = o.sequence_parallel && tp > 1;
     let t_norm = if sp { t.div_ceil(tp) } else { t }; // tokens in the norm/dropout regions
@@ -327,7 +356,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         op(name, (f, dx + dw), flops)
     };
     let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
-        (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward })
+        (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward, group: CommGroup::Tensor })
     };
     // Around each block: all-reduce the output (forward) and the input gradient (backward); with
     // sequence parallelism an all-gather before and a reduce-scatter after, in both passes.
@@ -347,7 +376,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         attn_ops.push(op("rotary", (d.stream(2.0 * qk), d.stream(2.0 * qk)), 0.0));
     }
     // Model FLOPs of scores and context over the full s x s (Megatron's count).
-    let attn_flops = 4.0 * (b * heads_l) as f64 * (s * s * hd) as f64;
+    let attn_flops = 4.0 * (b * heads_l) as f64 * (s * s_kv * hd) as f64;
     let (core, core_recompute) = match d.flash {
         Flash::None => {
             let n = (b * heads_l * s * s) as f64; // score elements
@@ -369,7 +398,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
             let (fwd_frac, bwd_frac) = match flash {
                 Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
                 _ => {
-                    let f = fa3_forward_fraction(o.seq_len);
+                    let f = fa3_forward_fraction((s_kv).min(u32::MAX as u64) as u32);
                     // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
                     (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
                 }
@@ -423,7 +452,7 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         ops: attn_ops,
         recompute_ns: attn_recompute,
         params: attn_small + cfg.attention_matrix_params() / tp,
-        tensors: vec![h * (h + cfg.kv_width()) / tp, h * h / tp, attn_small],
+        tensors: vec![h * (cfg.q_width() + cfg.kv_width()) / tp, cfg.q_width() * h / tp, attn_small],
         tp: tp_comm(block_fwd.clone(), bwd_colls(&block_fwd)),
     };
     let mlp_small = p.mlp_block - cfg.mlp_matrix_params();
@@ -482,17 +511,62 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         ),
     };
 
+    let moe = match &cfg.moe {
+        Some(m) => Some(moe_blocks(&d, cfg, m, o, moe_opts)?),
+        None => None,
+    };
+    // Context parallelism as Transformer Engine's `all_gather` exchange: the keys and values of
+    // the whole sequence gathered over the CP group (this TP rank's heads), their gradients
+    // reduce-scattered in the backward pass, which gathers them again first. The same bytes per
+    // GPU as the ring exchange (cp - 1 chunks forward, twice that backward), without its overlap
+    // with the attention kernels.
+    let context = (cp > 1).then(|| {
+        let all = |fwd: bool| {
+            let mut v = Vec::new();
+            if !fwd && o.recompute == Recompute::Full {
+                v.push(TpCollective::AllGather);
+            }
+            v.push(TpCollective::AllGather);
+            if !fwd {
+                v.push(TpCollective::ReduceScatter);
+            }
+            v
+        };
+        BlockCost {
+            name: "context",
+            ops: vec![],
+            recompute_ns: 0.0,
+            params: 0,
+            tensors: vec![],
+            tp: Some(TpComm {
+                bytes: b * s_kv * kv_l * o.precision.bytes(),
+                forward: all(true),
+                backward: all(false),
+                group: CommGroup::Context,
+            }),
+        }
+    });
     let layers = cfg.layers as f64;
+    let moe_layers = moe.as_ref().map_or(0.0, |m| (cfg.layers - m.dense_layers) as f64);
+    let moe_flops = moe.as_ref().map_or(0.0, |m| m.blocks().iter().map(|b| b.model_flops()).sum());
     let tpf = tp as f64;
-    let model_flops =
-        tpf * (embedding.model_flops() + layers * (attention.model_flops() + mlp.model_flops()) + head.model_flops());
+    let model_flops = tpf
+        * (embedding.model_flops()
+            + layers * attention.model_flops()
+            + (layers - moe_layers) * mlp.model_flops()
+            + moe_layers * moe_flops
+            + head.model_flops());
+    let forward_flops = |b: &BlockCost| b.ops.iter().map(|x| x.forward_flops).sum::<f64>();
     let recompute_flops = match o.recompute {
         Recompute::None => 0.0,
-        Recompute::Selective if matches!(d.flash, Flash::None) => attn_flops,
+        Recompute::Selective if matches!(d.flash, Flash::None) => layers * attn_flops,
         Recompute::Selective => 0.0,
-        Recompute::Full => attention.ops.iter().chain(&mlp.ops).map(|x| x.forward_flops).sum::<f64>(),
+        Recompute::Full => {
+            let moe_fwd = moe.as_ref().map_or(0.0, |m| m.blocks().iter().map(|b| forward_flops(b)).sum::<f64>());
+            layers * forward_flops(&attention) + (layers - moe_layers) * forward_flops(&mlp) + moe_layers * moe_fwd
+        }
     };
-    let hardware_flops = model_flops + tpf * layers * recompute_flops;
+    let hardware_flops = model_flops + tpf * recompute_flops;
     // Adam with FP32 master weights: read gradient, weight, two moments; write weight and moments
     // (Optimizer::update_passes), plus the 16-bit copy of the weight in mixed precision.
     let update_bytes =
@@ -509,6 +583,8 @@ pub fn cost(cfg: &TransformerConfig, gpu: &GpuSpec, o: &CostOptions) -> Result<T
         attention,
         mlp,
         head,
+        moe,
+        context,
         model_flops,
         hardware_flops,
         update_ns_per_param: update_bytes / d.memory,
@@ -534,20 +610,38 @@ fn fa3_forward_fraction(seq: u32) -> f64 {
 }
 
 impl TransformerCost {
-    fn blocks_mut(&mut self) -> [&mut BlockCost; 4] {
-        [&mut self.embedding, &mut self.attention, &mut self.mlp, &mut self.head]
+    fn blocks_mut(&mut self) -> Vec<&mut BlockCost> {
+        let mut v = vec![&mut self.embedding, &mut self.attention, &mut self.mlp, &mut self.head];
+        if let Some(m) = &mut self.moe {
+            v.extend(m.blocks_mut());
+        }
+        if let Some(c) = &mut self.context {
+            v.push(c);
+        }
+        v
+    }
+
+    /// The MLP blocks of layer `i`: the dense MLP, or the MoE layer's three blocks.
+    pub fn mlp_blocks(&self, i: u32) -> Vec<&BlockCost> {
+        match &self.moe {
+            Some(m) if i >= m.dense_layers => m.blocks().to_vec(),
+            _ => vec![&self.mlp],
+        }
     }
 
     /// Forward + backward time of one micro-batch through the whole model on one GPU (tp = 1),
     /// plus the update: what a single-GPU measurement of this micro-batch would time.
     pub fn single_gpu_step_ns(&self) -> f64 {
         let per_layer = |b: &BlockCost| b.forward_ns() + b.backward_ns();
-        let params =
-            self.embedding.params + self.layers as u64 * (self.attention.params + self.mlp.params) + self.head.params;
-        per_layer(&self.embedding)
-            + self.layers as f64 * (per_layer(&self.attention) + per_layer(&self.mlp))
-            + per_layer(&self.head)
-            + params as f64 * self.update_ns_per_param
+        let mut params = self.embedding.params + self.head.params;
+        let mut ns = per_layer(&self.embedding) + per_layer(&self.head);
+        for i in 0..self.layers {
+            for b in std::iter::once(&self.attention).chain(self.mlp_blocks(i)) {
+                params += b.params;
+                ns += per_layer(b);
+            }
+        }
+        ns + params as f64 * self.update_ns_per_param
     }
 
     /// Scales every time so one micro-batch step on one GPU runs at `samples_per_s` (a measured
@@ -594,7 +688,13 @@ impl TransformerCost {
         let mut layers = vec![layer("embedding".into(), &self.embedding)];
         for i in 0..self.layers {
             layers.push(layer(format!("L{i}.attn"), &self.attention));
-            layers.push(layer(format!("L{i}.mlp"), &self.mlp));
+            if let Some(c) = &self.context {
+                layers.push(layer(format!("L{i}.attn-cp"), c));
+            }
+            for b in self.mlp_blocks(i) {
+                let name = if b.name == "mlp" { format!("L{i}.mlp") } else { format!("L{i}.{}", b.name) };
+                layers.push(layer(name, b));
+            }
         }
         layers.push(layer("head".into(), &self.head));
         let params: u64 = layers.iter().map(|l| l.grad_bytes / grad_bytes).sum();
@@ -661,6 +761,97 @@ mod tests {
         let narayanan = 72.0 * s * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h)) / s;
         let got = cost_of("gpt3-175b", "a100", CostOptions { seq_len: cfg.seq_len, ..opts(8) }).model_flops_per_token();
         assert!(((got - narayanan) / narayanan).abs() < 1e-12);
+    }
+
+    #[test]
+    fn moe_flops_per_token_follow_the_active_parameters() {
+        // 6 N_active (attention, the router, the k experts and the shared ones a token meets, the
+        // output layer) plus 12 L s h, whatever the EP degree, the TP degree or the routing load.
+        for name in ["mixtral-8x7b", "qwen1.5-moe-a2.7b", "deepseek-moe-16b"] {
+            let cfg = TransformerConfig::named(name).unwrap();
+            let m = cfg.moe.clone().unwrap();
+            let moe_layers = (cfg.layers - m.dense_layers) as f64;
+            let dense_layers = m.dense_layers as f64;
+            let active_moe =
+                m.active_block_params(&cfg, 0) as f64 - if m.shared_gate { cfg.hidden as f64 } else { 0.0 };
+            let matrices = cfg.layers as f64 * cfg.attention_matrix_params() as f64
+                + dense_layers * cfg.mlp_matrix_params() as f64
+                + moe_layers * active_moe
+                + (cfg.vocab * cfg.hidden) as f64;
+            let expected = 6.0 * matrices + 12.0 * cfg.layers as f64 * 4096.0 * cfg.hidden as f64;
+            for (tp, ep, imbalance) in [(1, 1, 1.0), (1, 4, 1.0), (2, 4, 1.3)] {
+                let o = CostOptions { seq_len: 4096, sequence_parallel: tp > 1, ..opts(tp) };
+                let x = MoeOptions {
+                    ep,
+                    routing: super::super::moe::MoeRouting { imbalance, ..Default::default() },
+                    cp: 1,
+                };
+                let c = cost_moe(&cfg, GpuSpec::by_name("h100").unwrap(), &o, &x).unwrap();
+                let got = c.model_flops_per_token();
+                assert!(((got - expected) / expected).abs() < 1e-9, "{name} tp{tp} ep{ep}: {got} vs {expected}");
+                // The dispatch all-to-all carries each GPU's routed token copies at the busiest load.
+                let moe = c.moe.as_ref().unwrap();
+                let tokens = 4096 / tp as u64 * m.top_k as u64;
+                assert_eq!(moe.routed_tokens, (tokens as f64 * imbalance).ceil() as u64);
+                match &moe.router.tp {
+                    Some(a2a) => assert_eq!(a2a.bytes, moe.routed_tokens * cfg.hidden * 2),
+                    None => assert_eq!(ep, 1),
+                }
+            }
+        }
+        // Imbalance slows the experts; a capacity factor caps it; EP shrinks the experts held.
+        let cfg = TransformerConfig::named("mixtral-8x7b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let run = |imbalance: f64, capacity: Option<f64>, ep: u32| {
+            let x = MoeOptions {
+                ep,
+                routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, pad_to_capacity: false },
+                cp: 1,
+            };
+            cost_moe(&cfg, h100, &opts(1), &x).unwrap().moe.unwrap()
+        };
+        let even = run(1.0, None, 8);
+        assert!(run(1.5, None, 8).experts.forward_ns() > 1.3 * even.experts.forward_ns());
+        assert_eq!(run(1.5, Some(1.2), 8).routed_tokens, run(1.2, None, 8).routed_tokens);
+        assert_eq!(run(1.0, None, 1).experts.params, 8 * even.experts.params);
+        let e = cost_moe(&cfg, h100, &opts(1), &MoeOptions { ep: 3, ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("ep=3") && e.contains("8 experts"), "{e}");
+        let e = cost_moe(&cfg, h100, &opts(2), &MoeOptions { ep: 2, ..Default::default() }).unwrap_err().to_string();
+        assert!(e.contains("sp=on"), "{e}");
+    }
+
+    #[test]
+    fn context_parallelism_keeps_flops_per_token_and_gathers_the_keys_and_values() {
+        // Each of cp GPUs holds seq / cp tokens of every sequence: per token, the same model FLOPs
+        // as the whole sequence on one GPU; the exchange gathers this TP rank's K and V of the
+        // whole sequence.
+        let cfg = TransformerConfig::named("llama3-8b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let whole = cost(&cfg, h100, &CostOptions { seq_len: 32768, ..opts(2) }).unwrap();
+        for cp in [2u32, 4, 8] {
+            let o = CostOptions { seq_len: 32768 / cp, ..opts(2) };
+            let c = cost_moe(&cfg, h100, &o, &MoeOptions { cp, ..Default::default() }).unwrap();
+            let (a, b) = (c.model_flops_per_token(), whole.model_flops_per_token());
+            assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
+            let comm = c.context.as_ref().unwrap().tp.as_ref().unwrap();
+            // K and V: 2 x 8 KV heads x 128 over tp 2, for 32768 tokens, 2 bytes each.
+            assert_eq!(comm.bytes, 32768 * (2 * 8 * 128 / 2) * 2);
+            assert_eq!(comm.forward, vec![TpCollective::AllGather]);
+            assert_eq!(comm.backward, vec![TpCollective::AllGather, TpCollective::ReduceScatter]);
+            // The attention of a GPU's share costs more than 1/cp of the whole (its queries see
+            // every key) but its MLP exactly its share of tokens.
+            assert!(c.attention.forward_ns() > whole.attention.forward_ns() / cp as f64);
+        }
+        assert!(whole.context.is_none());
+        let e = cost_moe(
+            &cfg,
+            h100,
+            &CostOptions { flash_attention: false, ..opts(2) },
+            &MoeOptions { cp: 2, ..Default::default() },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("flash"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod gpu;
 pub mod import;
 pub mod llm;
 pub mod memory;
+pub mod moe;
 pub mod source;
 pub mod synth;
 mod trace;
@@ -70,13 +71,35 @@ pub struct Layer {
     pub tp: Option<TpComm>,
 }
 
-/// A collective among the GPUs of a tensor-parallel group.
+/// A collective among the GPUs of a tensor-parallel group (or, for MoE blocks, of an
+/// expert-parallel group: see [`CommGroup`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TpCollective {
     AllReduce,
     AllGather,
     ReduceScatter,
+    /// MoE token dispatch and combine.
+    AllToAll,
+}
+
+/// The group a layer's collectives run over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommGroup {
+    /// The layer's tensor-parallel group.
+    #[default]
+    Tensor,
+    /// The layer's expert-parallel group (MoE all-to-alls).
+    Expert,
+    /// The layer's context-parallel group (keys and values of the whole sequence).
+    Context,
+}
+
+impl CommGroup {
+    pub fn is_tensor(&self) -> bool {
+        *self == CommGroup::Tensor
+    }
 }
 
 /// The tensor-parallel collectives of one layer: those that follow its forward compute and those
@@ -87,6 +110,9 @@ pub struct TpComm {
     pub bytes: u64,
     pub forward: Vec<TpCollective>,
     pub backward: Vec<TpCollective>,
+    /// Which group they run over.
+    #[serde(skip_serializing_if = "CommGroup::is_tensor")]
+    pub group: CommGroup,
 }
 
 /// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels

@@ -4,6 +4,7 @@
 //! reader for Hugging Face `config.json` files. Parameter counts are exact for the shape; timing the
 //! shape on a GPU is [`super::llm`]'s job. Knows nothing of GPUs, plans or the engine.
 
+use super::moe::MoeConfig;
 use crate::error::{Error, Location, Result};
 use serde::Serialize;
 use std::path::Path;
@@ -100,6 +101,11 @@ pub struct TransformerConfig {
     pub token_types: u64,
     /// Where the numbers come from.
     pub source: String,
+    /// Mixture-of-experts MLPs (None: every layer has the dense MLP).
+    pub moe: Option<MoeConfig>,
+    /// Width of one attention head when it is not hidden / heads (Qwen3: 128 with hidden 2048 and
+    /// 32 heads); None: hidden / heads.
+    pub head_dim: Option<u64>,
 }
 
 /// Parameters by part; `total()` is the model's parameter count.
@@ -115,6 +121,12 @@ pub struct ParamCount {
     /// The output projection when it is not tied to the embedding.
     pub head: u64,
     pub layers: u32,
+    /// An MoE layer's MLP block (norm, router, every expert, shared experts), and how many of the
+    /// layers have it instead of `mlp_block` (0 for a dense model).
+    pub moe_block: u64,
+    pub moe_layers: u32,
+    /// Parameters of the experts a token does not visit, over all MoE layers.
+    pub inactive: u64,
 }
 
 impl ParamCount {
@@ -122,13 +134,29 @@ impl ParamCount {
         self.attention_block + self.mlp_block
     }
     pub fn total(&self) -> u64 {
-        self.embedding + self.per_layer() * self.layers as u64 + self.final_norm + self.head
+        let dense = (self.layers - self.moe_layers) as u64;
+        self.embedding
+            + self.attention_block * self.layers as u64
+            + self.mlp_block * dense
+            + self.moe_block * self.moe_layers as u64
+            + self.final_norm
+            + self.head
+    }
+
+    /// Parameters one token meets (the total for a dense model; for MoE, its top-k experts only).
+    pub fn active(&self) -> u64 {
+        self.total() - self.inactive
     }
 }
 
 impl TransformerConfig {
     pub fn head_dim(&self) -> u64 {
-        self.hidden / self.heads as u64
+        self.head_dim.unwrap_or(self.hidden / self.heads as u64)
+    }
+
+    /// Width of the queries (and of the attention output before its projection): heads x head dim.
+    pub fn q_width(&self) -> u64 {
+        self.heads as u64 * self.head_dim()
     }
 
     /// Width of the key and value projections together (2 x kv heads x head dim).
@@ -139,7 +167,7 @@ impl TransformerConfig {
     /// Weights of the attention block's matrices: Q (h x h), K and V (h x kv width), output (h x h).
     pub fn attention_matrix_params(&self) -> u64 {
         let h = self.hidden;
-        h * (h + self.kv_width()) + h * h
+        h * (self.q_width() + self.kv_width()) + self.q_width() * h
     }
 
     /// Weights of the MLP's matrices: two (or three when gated) h x ffn matrices.
@@ -156,8 +184,16 @@ impl TransformerConfig {
         // BLOOM and BERT normalise the embedding output; BERT (post-LN) has no final norm.
         let emb_norm = if matches!(self.family, Family::Bloom | Family::Encoder) { self.norm.params(h) } else { 0 };
         let embedding = self.vocab * h + positions + self.token_types * h + emb_norm;
-        let attn_bias = if self.bias { h + self.kv_width() + h } else { 0 };
+        let attn_bias = if self.bias { self.q_width() + self.kv_width() + h } else { 0 };
         let mlp_bias = if self.bias { (if self.gated_mlp { 2 } else { 1 }) * self.ffn_hidden + h } else { 0 };
+        let (moe_block, moe_layers, inactive) = match &self.moe {
+            Some(m) => {
+                let n = self.layers.saturating_sub(m.dense_layers);
+                let idle = m.experts.saturating_sub(m.top_k) as u64 * m.expert_matrix_params(self);
+                (m.block_params(self, self.norm.params(h)), n, idle * n as u64)
+            }
+            None => (0, 0, 0),
+        };
         ParamCount {
             embedding,
             attention_block: self.attention_matrix_params() + attn_bias + self.norm.params(h),
@@ -165,6 +201,29 @@ impl TransformerConfig {
             final_norm: if self.family == Family::Encoder { 0 } else { self.norm.params(h) },
             head: if self.tied_embeddings { 0 } else { self.vocab * h },
             layers: self.layers,
+            moe_block,
+            moe_layers,
+            inactive,
+        }
+    }
+
+    /// Parameters of one norm layer.
+    pub fn norm_params(&self) -> u64 {
+        self.norm.params(self.hidden)
+    }
+
+    /// Whether layer `i` (from 0) has a mixture-of-experts MLP.
+    pub fn is_moe_layer(&self, i: u32) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_moe_layer(i))
+    }
+
+    /// Workload blocks of layer `i`: attention and MLP, or attention and the MoE layer's router,
+    /// experts and combine.
+    pub fn blocks_of_layer(&self, i: u32) -> usize {
+        if self.is_moe_layer(i) {
+            4
+        } else {
+            2
         }
     }
 
@@ -185,7 +244,7 @@ impl TransformerConfig {
                 return Err(bad(field, "must be at least 1".into()));
             }
         }
-        if self.hidden % self.heads as u64 != 0 {
+        if self.head_dim.is_none() && self.hidden % self.heads as u64 != 0 {
             return Err(bad("heads", format!("{} heads do not divide the hidden size {}", self.heads, self.hidden)));
         }
         if self.heads % self.kv_heads != 0 {
@@ -193,6 +252,9 @@ impl TransformerConfig {
                 "kv_heads",
                 format!("{} key-value heads do not divide the {} attention heads", self.kv_heads, self.heads),
             ));
+        }
+        if let Some(m) = &self.moe {
+            m.check(at, self.layers)?;
         }
         Ok(())
     }
@@ -258,6 +320,8 @@ fn megatron_gpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, so
         dropout: true,
         causal: true,
         token_types: 0,
+        moe: None,
+        head_dim: None,
         source: source.into(),
     }
 }
@@ -292,8 +356,15 @@ fn llama(
         dropout: false,
         causal: true,
         token_types: 0,
+        moe: None,
+        head_dim: None,
         source: source.into(),
     }
+}
+
+/// A Llama-shaped model whose MLPs are mixtures of experts.
+fn moe(base: TransformerConfig, moe: MoeConfig) -> TransformerConfig {
+    TransformerConfig { moe: Some(moe), ..base }
 }
 
 fn mpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, seq: u32, source: &str) -> TransformerConfig {
@@ -315,6 +386,8 @@ fn mpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, seq: u32, s
         dropout: false,
         causal: true,
         token_types: 0,
+        moe: None,
+        head_dim: None,
         source: source.into(),
     }
 }
@@ -494,6 +567,215 @@ pub static NAMED: &[Named] = &[
         },
     },
     Named {
+        name: "mixtral-8x7b",
+        aliases: &["mixtral", "mixtral-8x7b-v0.1"],
+        build: || {
+            moe(
+                llama(
+                    "mixtral-8x7b",
+                    32,
+                    4096,
+                    32,
+                    8,
+                    14336,
+                    32000,
+                    4096,
+                    "mistralai/Mixtral-8x7B-v0.1 config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads, \
+                     intermediate 14336, 8 local experts, 2 per token, vocab 32000; Jiang et al. 2024 \
+                     (arXiv 2401.04088): 46.7 B parameters, 12.9 B active; seq 4096 as NeMo's recipe trains it",
+                ),
+                MoeConfig {
+                    experts: 8,
+                    top_k: 2,
+                    expert_ffn: 14336,
+                    shared_ffn: 0,
+                    shared_gate: false,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "mixtral-8x22b",
+        aliases: &["mixtral-8x22b-v0.1"],
+        build: || {
+            moe(
+                llama(
+                    "mixtral-8x22b",
+                    56,
+                    6144,
+                    48,
+                    8,
+                    16384,
+                    32000,
+                    4096,
+                    "mistralai/Mixtral-8x22B-v0.1 config.json: hidden 6144, 56 layers, 48 heads, 8 KV heads, \
+                     intermediate 16384, 8 local experts, 2 per token, vocab 32000; Mistral AI: 141 B \
+                     parameters, 39 B active",
+                ),
+                MoeConfig {
+                    experts: 8,
+                    top_k: 2,
+                    expert_ffn: 16384,
+                    shared_ffn: 0,
+                    shared_gate: false,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "qwen1.5-moe-a2.7b",
+        aliases: &["qwen-moe-a2.7b", "qwen1.5-moe"],
+        build: || {
+            moe(
+                llama(
+                    "qwen1.5-moe-a2.7b",
+                    24,
+                    2048,
+                    16,
+                    16,
+                    5632,
+                    151936,
+                    4096,
+                    "Qwen/Qwen1.5-MoE-A2.7B config.json: hidden 2048, 24 layers, 16 heads, 60 experts of \
+                     moe_intermediate 1408, 4 per token, shared expert of 5632 with a sigmoid gate, vocab \
+                     151936 (Q/K/V biases, 6 K per layer, not counted); Qwen blog: 14.3 B parameters, 2.7 B \
+                     active",
+                ),
+                MoeConfig {
+                    experts: 60,
+                    top_k: 4,
+                    expert_ffn: 1408,
+                    shared_ffn: 5632,
+                    shared_gate: true,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "qwen2-57b-a14b",
+        aliases: &["qwen2-moe-57b"],
+        build: || {
+            moe(
+                llama(
+                    "qwen2-57b-a14b",
+                    28,
+                    3584,
+                    28,
+                    4,
+                    18944,
+                    151936,
+                    4096,
+                    "Qwen/Qwen2-57B-A14B config.json: hidden 3584, 28 layers, 28 heads, 4 KV heads, 64 experts \
+                     of moe_intermediate 2560, 8 per token, shared expert of 20480 with a sigmoid gate, vocab \
+                     151936 (Q/K/V biases not counted); Yang et al. 2024 (arXiv 2407.10671) Table 1: 57 B \
+                     parameters, 14 B active",
+                ),
+                MoeConfig {
+                    experts: 64,
+                    top_k: 8,
+                    expert_ffn: 2560,
+                    shared_ffn: 20480,
+                    shared_gate: true,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "qwen3-30b-a3b",
+        aliases: &["qwen3-30b", "qwen3_30b_a3b"],
+        build: || TransformerConfig {
+            head_dim: Some(128),
+            ..moe(
+                llama(
+                    "qwen3-30b-a3b",
+                    48,
+                    2048,
+                    32,
+                    4,
+                    6144,
+                    151936,
+                    4096,
+                    "Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads of head_dim 128, 4 KV \
+                     heads, 128 experts of moe_intermediate 768, 8 per token, no shared expert, vocab 151936, \
+                     untied (Q/K norms, 256 parameters a layer, not counted); Qwen3 technical report (arXiv \
+                     2505.09388) Table 2: 30.5 B parameters, 3.3 B active",
+                ),
+                MoeConfig {
+                    experts: 128,
+                    top_k: 8,
+                    expert_ffn: 768,
+                    shared_ffn: 0,
+                    shared_gate: false,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "qwen3-235b-a22b",
+        aliases: &["qwen3-235b", "qwen3_235b_a22b"],
+        build: || TransformerConfig {
+            head_dim: Some(128),
+            ..moe(
+                llama(
+                    "qwen3-235b-a22b",
+                    94,
+                    4096,
+                    64,
+                    4,
+                    12288,
+                    151936,
+                    4096,
+                    "Qwen/Qwen3-235B-A22B config.json: hidden 4096, 94 layers, 64 heads of head_dim 128, 4 KV \
+                     heads, 128 experts of moe_intermediate 1536, 8 per token, vocab 151936, untied; Qwen3 \
+                     technical report Table 2: 235 B parameters, 22 B active",
+                ),
+                MoeConfig {
+                    experts: 128,
+                    top_k: 8,
+                    expert_ffn: 1536,
+                    shared_ffn: 0,
+                    shared_gate: false,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "deepseek-moe-16b",
+        aliases: &["deepseekmoe-16b", "deepseek-moe-16b-base"],
+        build: || {
+            moe(
+                llama(
+                    "deepseek-moe-16b",
+                    28,
+                    2048,
+                    16,
+                    16,
+                    10944,
+                    102400,
+                    4096,
+                    "deepseek-ai/deepseek-moe-16b-base config.json: hidden 2048, 28 layers, 16 heads, 64 routed \
+                     experts of moe_intermediate 1408, 6 per token, 2 shared experts, first layer dense of \
+                     intermediate 10944, vocab 102400, seq 4096; Dai et al. 2024 (arXiv 2401.06066): 16.4 B \
+                     parameters, 2.8 B active",
+                ),
+                MoeConfig {
+                    experts: 64,
+                    top_k: 6,
+                    expert_ffn: 1408,
+                    shared_ffn: 2 * 1408,
+                    shared_gate: false,
+                    dense_layers: 1,
+                },
+            )
+        },
+    },
+    Named {
         name: "mpt-7b",
         aliases: &["mpt7b"],
         build: || {
@@ -562,6 +844,8 @@ pub static NAMED: &[Named] = &[
             dropout: false,
             causal: true,
             token_types: 0,
+            moe: None,
+            head_dim: None,
             source: "bigscience/bloom config.json: hidden 14336, 70 layers, 112 heads, vocab 250880 (padded), \
                      ALiBi, embedding LayerNorm, tied embeddings; BigScience 2022 (arXiv 2211.05100) Table 3: \
                      seq 2048, 176,247 M parameters"
@@ -587,7 +871,11 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
         .get("model_type")
         .and_then(|t| t.as_str())
         .ok_or_else(|| {
-            Error::parse(at("model_type"), "missing; expected one of gpt2, llama, mistral, mpt, bloom, bert")
+            Error::parse(
+                at("model_type"),
+                "missing; expected one of gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek, mpt, bloom, \
+             bert",
+            )
         })?
         .to_ascii_lowercase();
     // The first of `names` present, as a positive integer.
@@ -624,7 +912,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
     };
     let source = format!("Hugging Face config {}", path.display());
     let cfg = match model_type.as_str() {
-        "llama" | "mistral" | "qwen2" => {
+        "llama" | "mistral" | "qwen2" | "qwen3" | "mixtral" | "qwen2_moe" | "qwen3_moe" | "deepseek" => {
             let hidden = need(&["hidden_size"])?;
             let heads = need(&["num_attention_heads"])?;
             let kv = int(&["num_key_value_heads"])?.unwrap_or(heads);
@@ -647,6 +935,28 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 dropout: false,
                 causal: true,
                 token_types: 0,
+                moe: match int(&["num_local_experts", "num_experts", "n_routed_experts"])? {
+                    None => None,
+                    Some(experts) => {
+                        let expert_ffn = need(&["moe_intermediate_size", "intermediate_size"])?;
+                        let shared_ffn = match int(&["shared_expert_intermediate_size"])? {
+                            Some(w) => w,
+                            None => int(&["n_shared_experts"])?.unwrap_or(0) * expert_ffn,
+                        };
+                        Some(MoeConfig {
+                            experts: u32_of(experts, "num_local_experts")?,
+                            top_k: u32_of(need(&["num_experts_per_tok"])?, "num_experts_per_tok")?,
+                            expert_ffn,
+                            shared_ffn,
+                            shared_gate: model_type == "qwen2_moe",
+                            dense_layers: match obj.get("first_k_dense_replace") {
+                                Some(serde_json::Value::Number(n)) if n.as_u64() == Some(0) => 0,
+                                _ => u32_of(int(&["first_k_dense_replace"])?.unwrap_or(0), "first_k_dense_replace")?,
+                            },
+                        })
+                    }
+                },
+                head_dim: int(&["head_dim"])?.filter(|&d| d * heads != hidden),
                 source,
             }
         }
@@ -672,6 +982,8 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 dropout: true,
                 causal: true,
                 token_types: 0,
+                moe: None,
+                head_dim: None,
                 source,
             }
         }
@@ -707,6 +1019,8 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 dropout: false,
                 causal: true,
                 token_types: 0,
+                moe: None,
+                head_dim: None,
                 source,
             }
         }
@@ -731,6 +1045,8 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 dropout: false,
                 causal: true,
                 token_types: 0,
+                moe: None,
+                head_dim: None,
                 source,
             }
         }
@@ -756,13 +1072,16 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 dropout: true,
                 causal: false,
                 token_types: int(&["type_vocab_size"])?.unwrap_or(2),
+                moe: None,
+                head_dim: None,
                 source,
             }
         }
         other => {
             return Err(Error::parse(
                 at("model_type"),
-                format!("`{other}` is not supported; expected one of gpt2, llama, mistral, qwen2, mpt, bloom, bert"),
+                format!("`{other}` is not supported; expected one of gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, \
+                 deepseek, mpt, bloom, bert"),
             ))
         }
     };
@@ -801,6 +1120,41 @@ mod tests {
         assert!(near(total("mpt-30b"), 29.95e9, 0.01));
         assert!(near(total("mpt-70b"), 64_862_437_376.0, 0.01));
         assert!(near(total("bloom-176b"), 176_247e6, 0.001), "{}", total("bloom-176b"));
+    }
+
+    #[test]
+    fn moe_parameter_counts_match_the_published_total_and_active_ones() {
+        let count = |name: &str| TransformerConfig::named(name).unwrap().params();
+        // Mixtral 8x7B's checkpoint: 46,702,792,704 parameters.
+        assert_eq!(count("mixtral-8x7b").total(), 46_702_792_704);
+        for (name, total, active, tol) in [
+            ("mixtral-8x7b", 46.7e9, 12.9e9, 0.01),
+            ("mixtral-8x22b", 141e9, 39e9, 0.01),
+            ("qwen1.5-moe-a2.7b", 14.3e9, 2.7e9, 0.01),
+            ("qwen2-57b-a14b", 57e9, 14e9, 0.02),
+            ("deepseek-moe-16b", 16.4e9, 2.8e9, 0.02),
+            ("qwen3-30b-a3b", 30.5e9, 3.3e9, 0.01),
+            ("qwen3-235b-a22b", 235e9, 22e9, 0.01),
+        ] {
+            let p = count(name);
+            assert!(near(p.total(), total, tol), "{name}: {} vs {total}", p.total());
+            assert!(near(p.active(), active, tol.max(0.02)), "{name}: active {} vs {active}", p.active());
+        }
+        let m = r#"{"model_type": "mixtral", "_name_or_path": "mistralai/Mixtral-8x7B-v0.1",
+            "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+            "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}"#;
+        let c = parse_hf_config(m, Path::new("mixtral.json")).unwrap();
+        assert_eq!(c.params(), count("mixtral-8x7b"));
+        let d = r#"{"model_type": "deepseek", "hidden_size": 2048, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 10944,
+            "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+            "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400,
+            "max_position_embeddings": 4096}"#;
+        assert_eq!(parse_hf_config(d, Path::new("ds.json")).unwrap().params(), count("deepseek-moe-16b"));
+        let bad = m.replace("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9");
+        let e = parse_hf_config(&bad, Path::new("mixtral.json")).unwrap_err().to_string();
+        assert!(e.contains("mixtral.json") && e.contains("top_k") && e.contains("8 experts"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,325 @@
+//! Mixture-of-experts MLPs: the shape ([`MoeConfig`]: routed experts, top-k routing, shared
+//! experts, leading dense layers), the routing options a run chooses ([`MoeRouting`]: capacity
+//! factor, padding to capacity, routing imbalance), and the cost of one MoE layer's MLP on one GPU
+//! under expert parallelism ([`moe_blocks`]).
+//!
+//! An MoE layer's MLP is three workload blocks, Megatron-Core's `MoELayer` with the all-to-all
+//! token dispatcher (`megatron/core/transformer/moe/`, core_r0.10): `moe-router` (norm, router
+//! GEMM, softmax and top-k, permutation of the routed copies of each token), then the dispatch
+//! all-to-all over the expert-parallel group; `experts` (each local expert's fc1, activation and
+//! fc2 as one grouped GEMM, plus the shared experts on every token), then the combine all-to-all;
+//! `moe-combine` (un-permutation, weighted sum of the k outputs, residual add). The backward pass
+//! runs the same all-to-alls in the other direction. Expert tensor parallelism is 1 (`etp=1`):
+//! tokens arrive sequence-parallel over the TP group and each expert lives whole on one GPU.
+
+use super::llm::{BlockCost, CostOptions, Device, OpCost};
+use super::transformer::TransformerConfig;
+use super::{TpCollective, TpComm};
+use crate::error::{Error, Result};
+use serde::Serialize;
+
+/// The mixture-of-experts part of a model's shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeConfig {
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Experts each token is routed to.
+    pub top_k: u32,
+    /// MLP width of one routed expert (per gate for a gated MLP).
+    pub expert_ffn: u64,
+    /// MLP width of the shared experts together, which every token passes (DeepSeek's
+    /// `n_shared_experts x moe_intermediate_size`, Qwen's `shared_expert_intermediate_size`); 0: none.
+    pub shared_ffn: u64,
+    /// A sigmoid gate (one `hidden`-vector) scales the shared experts' output (Qwen-MoE).
+    pub shared_gate: bool,
+    /// Leading layers that keep the dense MLP of `ffn_hidden` (DeepSeek's `first_k_dense_replace`).
+    pub dense_layers: u32,
+}
+
+impl MoeConfig {
+    /// Weights of one routed expert's matrices.
+    pub fn expert_matrix_params(&self, cfg: &TransformerConfig) -> u64 {
+        mlp_matrices(cfg, self.expert_ffn)
+    }
+
+    /// Weights of the shared experts' matrices.
+    pub fn shared_matrix_params(&self, cfg: &TransformerConfig) -> u64 {
+        mlp_matrices(cfg, self.shared_ffn)
+    }
+
+    /// The router's weights (hidden x experts) and the shared-expert gate.
+    pub fn router_params(&self, cfg: &TransformerConfig) -> u64 {
+        cfg.hidden * self.experts as u64 + if self.shared_gate { cfg.hidden } else { 0 }
+    }
+
+    /// Parameters of one MoE layer's MLP block: its norm, router, every expert, shared experts.
+    pub fn block_params(&self, cfg: &TransformerConfig, norm: u64) -> u64 {
+        norm + self.router_params(cfg)
+            + self.experts as u64 * self.expert_matrix_params(cfg)
+            + self.shared_matrix_params(cfg)
+    }
+
+    /// Parameters of the block a token meets: the router, its top-k experts, the shared ones.
+    pub fn active_block_params(&self, cfg: &TransformerConfig, norm: u64) -> u64 {
+        norm + self.router_params(cfg)
+            + self.top_k as u64 * self.expert_matrix_params(cfg)
+            + self.shared_matrix_params(cfg)
+    }
+
+    /// Whether layer `i` (from 0) has the MoE MLP.
+    pub fn is_moe_layer(&self, i: u32) -> bool {
+        i >= self.dense_layers
+    }
+
+    pub fn check(&self, at: &str, layers: u32) -> Result<()> {
+        let bad = |field: &str, msg: String| Err(Error::invalid(format!("{at} `{field}`"), msg));
+        if self.experts == 0 || self.expert_ffn == 0 {
+            return bad("experts", "an MoE config needs at least one expert of positive width".into());
+        }
+        if self.top_k == 0 || self.top_k > self.experts {
+            return bad("top_k", format!("{} is not between 1 and the {} experts", self.top_k, self.experts));
+        }
+        if self.dense_layers > layers {
+            return bad("dense_layers", format!("{} dense layers but the model has {layers}", self.dense_layers));
+        }
+        Ok(())
+    }
+}
+
+fn mlp_matrices(cfg: &TransformerConfig, width: u64) -> u64 {
+    (if cfg.gated_mlp { 3 } else { 2 }) * cfg.hidden * width
+}
+
+/// How a run routes tokens: Megatron's `--moe-expert-capacity-factor`,
+/// `--moe-pad-expert-input-to-capacity`, and the load of the busiest expert over the mean.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MoeRouting {
+    /// Each expert takes at most this multiple of its even share of the routed tokens and drops
+    /// the rest (None: dropless).
+    pub capacity_factor: Option<f64>,
+    /// Experts' inputs are padded to the capacity (every expert computes and exchanges it).
+    pub pad_to_capacity: bool,
+    /// Tokens routed to the busiest expert over the even share (1: perfectly balanced). Routing is
+    /// a run-time outcome: the auxiliary load-balancing loss keeps it near 1 but not at it.
+    pub imbalance: f64,
+}
+
+impl Default for MoeRouting {
+    fn default() -> Self {
+        MoeRouting { capacity_factor: None, pad_to_capacity: false, imbalance: 1.0 }
+    }
+}
+
+impl MoeRouting {
+    /// Tokens the busiest expert (and its GPU) handles over the even share: the imbalance, cut at
+    /// the capacity when tokens are dropped, or the capacity itself when padded to it.
+    pub fn load_factor(&self) -> f64 {
+        match (self.capacity_factor, self.pad_to_capacity) {
+            (Some(c), true) => c,
+            (Some(c), false) => self.imbalance.min(c),
+            (None, _) => self.imbalance,
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        let err = |msg: &str| Err(Error::invalid("--parallel", msg.to_string()));
+        if !(self.imbalance.is_finite() && self.imbalance >= 1.0) {
+            return err("moe-imbalance must be a number of at least 1 (tokens of the busiest expert over the mean)");
+        }
+        if self.capacity_factor.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return err("moe-capacity must be a positive number (Megatron's --moe-expert-capacity-factor)");
+        }
+        if self.pad_to_capacity && self.capacity_factor.is_none() {
+            return err("moe-pad=on needs moe-capacity=F (padding is to the capacity)");
+        }
+        Ok(())
+    }
+}
+
+/// How a cost is split beyond tensor parallelism: the expert-parallel degree and routing of MoE
+/// layers, and the context-parallel degree (the micro-batch's sequences are `cp` times the
+/// options' `seq_len`, which is this GPU's share; attention runs against all of it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeOptions {
+    pub ep: u32,
+    pub routing: MoeRouting,
+    pub cp: u32,
+}
+
+impl Default for MoeOptions {
+    fn default() -> Self {
+        MoeOptions { ep: 1, routing: MoeRouting::default(), cp: 1 }
+    }
+}
+
+/// One MoE layer's MLP on one GPU for one micro-batch: the three blocks in forward order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeCost {
+    pub router: BlockCost,
+    pub experts: BlockCost,
+    pub combine: BlockCost,
+    /// Leading layers with the dense MLP.
+    pub dense_layers: u32,
+    /// Routed experts on each GPU.
+    pub local_experts: u32,
+    /// Token copies the busiest GPU's experts process per micro-batch.
+    pub routed_tokens: u64,
+}
+
+impl MoeCost {
+    pub fn blocks(&self) -> [&BlockCost; 3] {
+        [&self.router, &self.experts, &self.combine]
+    }
+    pub fn blocks_mut(&mut self) -> [&mut BlockCost; 3] {
+        [&mut self.router, &mut self.experts, &mut self.combine]
+    }
+}
+
+/// Costs one MoE layer's MLP on `d` for options `o` (its TP degree and sequence parallelism give
+/// the tokens each GPU routes) under `x` (EP degree and routing).
+pub(super) fn moe_blocks(
+    d: &Device,
+    cfg: &TransformerConfig,
+    m: &MoeConfig,
+    o: &CostOptions,
+    x: &MoeOptions,
+) -> Result<MoeCost> {
+    m.check(&cfg.name, cfg.layers)?;
+    x.routing.check()?;
+    let tp = o.tp.max(1) as u64;
+    let ep = x.ep.max(1);
+    if m.experts % ep != 0 {
+        return Err(Error::invalid(
+            "--parallel ep",
+            format!(
+                "ep={ep} does not divide the {} experts of {}; use a divisor of {}",
+                m.experts, cfg.name, m.experts
+            ),
+        ));
+    }
+    if tp > 1 && !o.sequence_parallel {
+        return Err(Error::invalid(
+            "--parallel",
+            "an MoE model with tp > 1 needs sp=on (Megatron-LM requires sequence parallelism with MoE and TP)",
+        ));
+    }
+    let h = cfg.hidden;
+    let e = d.elem;
+    let tokens = o.micro_batch as u64 * o.seq_len as u64 / tp; // this GPU's sequence-parallel share
+    let local = (m.experts / ep) as u64;
+    let load = x.routing.load_factor();
+    // Token copies routed from this GPU (the even share it also receives back), and the busiest
+    // GPU's: all-to-all and grouped GEMMs wait for it.
+    let routed = tokens * m.top_k as u64;
+    let busiest = (routed as f64 * load).ceil() as u64;
+    let per_expert = busiest.div_ceil(local).max(1);
+    let gates = if cfg.gated_mlp { 2 } else { 1 };
+    let op = |name, forward_ns: f64, backward_ns: f64, forward_flops: f64| OpCost {
+        name,
+        forward_ns,
+        backward_ns,
+        forward_flops,
+        backward_flops: 2.0 * forward_flops,
+    };
+    // A weight GEMM on `tokens` rows, `batch` at once (a grouped GEMM of equal groups), with its
+    // input- and weight-gradient GEMMs; model FLOPs for `flops_tokens` rows.
+    let linear = |name, batch: u64, rows: u64, n: u64, k: u64, flops_rows: u64| {
+        let (f, _) = d.gemm(batch, rows, n, k, d.matmul);
+        let (dx, _) = d.gemm(batch, rows, k, n, d.matmul);
+        let (dw, _) = d.gemm(batch, k, n, rows, d.matmul);
+        op(name, f, dx + dw, 2.0 * (flops_rows * n) as f64 * k as f64)
+    };
+    let x_bytes = (tokens * h) as f64 * e;
+    let copies_bytes = (busiest * h) as f64 * e;
+
+    // Router: norm, logits, FP32 softmax and top-k, permutation of the token copies.
+    let norm = op("norm", d.stream(2.0 * x_bytes), d.stream(3.0 * x_bytes), 0.0);
+    let logits = (tokens * m.experts as u64) as f64 * 4.0;
+    let router_ops = vec![
+        norm,
+        linear("router", 1, tokens, m.experts as u64, h, tokens),
+        op("topk", d.stream(2.0 * logits), d.stream(2.0 * logits), 0.0),
+        op("permute", d.stream(x_bytes + copies_bytes), d.stream(x_bytes + copies_bytes), 0.0),
+    ];
+    // Experts: grouped GEMMs over the local experts at the busiest GPU's load; shared experts on
+    // every token of this GPU (Megatron splits them over the TP group; with sequence parallelism
+    // each rank's share of the work is the same).
+    let act = |elems: f64| {
+        if cfg.gated_mlp {
+            (d.stream(3.0 * elems * e), d.stream(5.0 * elems * e))
+        } else {
+            (d.stream(2.0 * elems * e), d.stream(3.0 * elems * e))
+        }
+    };
+    let fe = m.expert_ffn;
+    let (af, ab) = act((busiest * fe) as f64);
+    let mut expert_ops = vec![
+        linear("expert-fc1", local, per_expert, gates * fe, h, routed),
+        op("expert-activation", af, ab, 0.0),
+        linear("expert-fc2", local, per_expert, h, fe, routed),
+    ];
+    if m.shared_ffn > 0 {
+        let fs = m.shared_ffn;
+        let (sf, sb) = act((tokens * fs) as f64);
+        expert_ops.push(linear("shared-fc1", 1, tokens, gates * fs, h, tokens));
+        expert_ops.push(op("shared-activation", sf, sb, 0.0));
+        expert_ops.push(linear("shared-fc2", 1, tokens, h, fs, tokens));
+    }
+    // Combine: un-permute and sum the k weighted copies; residual add (no dropout in MoE models).
+    let combine_ops = vec![
+        op("unpermute", d.stream(copies_bytes + x_bytes), d.stream(copies_bytes + x_bytes), 0.0),
+        op("residual", d.stream(3.0 * x_bytes), d.stream(3.0 * x_bytes), 0.0),
+    ];
+
+    let recompute = |ops: &[OpCost]| {
+        if o.recompute == super::llm::Recompute::Full {
+            ops.iter().map(|x| x.forward_ns).sum()
+        } else {
+            0.0
+        }
+    };
+    let a2a = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
+        (ep > 1).then(|| TpComm {
+            bytes: busiest * h * o.precision.bytes(),
+            forward,
+            backward,
+            group: super::CommGroup::Expert,
+        })
+    };
+    let all = TpCollective::AllToAll;
+    // Full recomputation repeats the layer's forward all-to-alls before its backward ones.
+    let combine_bwd = if o.recompute == super::llm::Recompute::Full { vec![all, all, all] } else { vec![all] };
+    let norm_scale = cfg.norm_params();
+    let expert_w = local * m.expert_matrix_params(cfg);
+    let shared_w = m.shared_matrix_params(cfg) / tp;
+    let gate_w = if m.shared_gate { h } else { 0 };
+    Ok(MoeCost {
+        router: BlockCost {
+            name: "moe-router",
+            recompute_ns: recompute(&router_ops),
+            ops: router_ops,
+            params: norm_scale + h * m.experts as u64,
+            tensors: vec![h * m.experts as u64, norm_scale],
+            tp: a2a(vec![all], vec![]),
+        },
+        experts: BlockCost {
+            name: "experts",
+            recompute_ns: recompute(&expert_ops),
+            ops: expert_ops,
+            params: expert_w + shared_w + gate_w,
+            tensors: vec![local * gates * fe * h, local * fe * h, shared_w, gate_w],
+            tp: a2a(vec![all], vec![all]),
+        },
+        combine: BlockCost {
+            name: "moe-combine",
+            recompute_ns: recompute(&combine_ops),
+            ops: combine_ops,
+            params: 0,
+            tensors: vec![],
+            tp: a2a(vec![], combine_bwd),
+        },
+        dense_layers: m.dense_layers,
+        local_experts: local as u32,
+        routed_tokens: busiest,
+    })
+}

@@ -1,0 +1,142 @@
+//! Mixture-of-experts plans end to end: expert parallelism's all-to-alls are in the DAG (one per
+//! EP group, MoE layer, micro-batch and direction), the reduced simulation gives the full one's
+//! step time bit for bit, and EP, routing imbalance and the fabric move time and memory as they
+//! should.
+
+use dagsim::dag::Phase;
+use dagsim::hw::load_topology;
+use dagsim::parallel::ParallelPlan;
+use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
+use dagsim::report::plan::PlanReport;
+use dagsim::sim::Options;
+use dagsim::workload::gpu::GpuSpec;
+use dagsim::workload::moe::MoeConfig;
+use dagsim::workload::transformer::TransformerConfig;
+use dagsim::workload::Precision;
+
+/// A small MoE model (4 layers, hidden 1024, 32 experts of 1024, top 2, a shared expert; the
+/// first layer dense) so every GPU can be simulated.
+fn small_moe() -> TransformerConfig {
+    TransformerConfig {
+        name: "moe-small".into(),
+        layers: 4,
+        hidden: 1024,
+        heads: 8,
+        kv_heads: 8,
+        ffn_hidden: 4096,
+        vocab: 8192,
+        moe: Some(MoeConfig {
+            experts: 32,
+            top_k: 2,
+            expert_ffn: 1024,
+            shared_ffn: 1024,
+            shared_gate: false,
+            dense_layers: 1,
+        }),
+        ..TransformerConfig::named("mixtral-8x7b").unwrap()
+    }
+}
+
+fn setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, topology: &str) -> PlanSetup {
+    let mut plan = ParallelPlan::parse(spec).unwrap();
+    plan.micro_batch = mb;
+    plan.global_batch = gbs;
+    PlanSetup {
+        seq_len: 2048,
+        model,
+        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
+        precision: Precision::Bf16,
+        strategy: default_plan_strategy(&plan),
+        plan,
+        topology: load_topology(topology).unwrap(),
+        iterations: 2,
+        calibrate_throughput: None,
+        matmul_tflops: None,
+    }
+}
+
+fn report(s: &PlanSetup, symmetric: bool) -> PlanReport {
+    s.predict_with(symmetric).unwrap().llm.unwrap()
+}
+
+#[test]
+fn every_moe_layer_dispatches_and_combines_over_its_ep_group() {
+    // 16 GPUs, ep=8: 2 EP groups per stage; 3 MoE layers; 2 micro-batches; 2 iterations;
+    // forward: dispatch + combine; backward: combine + dispatch.
+    let s = setup(small_moe(), "tp=1,pp=1,dp=16,ep=8", 1, 32, "dgx-a100");
+    let sim = s.simulate(false, Options::default()).unwrap();
+    let a2a: Vec<_> = sim.dag.tasks().iter().filter(|t| t.phase == Phase::ExpertParallel).collect();
+    assert_eq!(a2a.len(), 2 * 3 * 2 * 2 * 4);
+    // The workload has the router, experts and combine blocks of each MoE layer.
+    let names: Vec<&str> = sim.workload.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(&names[1..7], ["L0.attn", "L0.mlp", "L1.attn", "L1.moe-router", "L1.experts", "L1.moe-combine"]);
+    // Without EP there is no all-to-all.
+    let s1 = setup(small_moe(), "tp=1,pp=1,dp=16", 1, 32, "dgx-a100");
+    let sim1 = s1.simulate(false, Options::default()).unwrap();
+    assert!(sim1.dag.tasks().iter().all(|t| t.phase != Phase::ExpertParallel));
+}
+
+#[test]
+fn reduced_moe_simulation_gives_the_full_step_time() {
+    for (spec, gbs) in [
+        ("tp=1,pp=1,dp=16,ep=8", 16),
+        ("tp=2,pp=1,dp=8,sp=on,ep=4", 16),
+        ("tp=2,pp=2,dp=8,sp=on,ep=8,zero=1", 16),
+        // EP groups wider than a block of replicas: only TP groups are reduced.
+        ("tp=2,pp=1,dp=16,sp=on,ep=16", 16),
+    ] {
+        let s = setup(small_moe(), spec, 1, gbs, "dgx-a100");
+        let (fast, full) = (report(&s, true), report(&s, false));
+        assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
+        assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
+        assert!((fast.breakdown.total() - fast.step_time_s).abs() < 1e-9 * fast.step_time_s, "{spec}");
+    }
+}
+
+#[test]
+fn expert_parallelism_trades_memory_for_all_to_all_time() {
+    let r = |spec: &str| report(&setup(small_moe(), spec, 1, 32, "dgx-a100"), true);
+    let ep1 = r("tp=1,pp=1,dp=32");
+    let ep8 = r("tp=1,pp=1,dp=32,ep=8");
+    let ep32 = r("tp=1,pp=1,dp=32,ep=32");
+    // Fewer experts per GPU: less weight, gradient and optimizer memory.
+    assert!(ep8.memory.weights < ep1.memory.weights / 3, "{} {}", ep8.memory.weights, ep1.memory.weights);
+    assert!(ep32.memory.weights < ep8.memory.weights);
+    // All-to-all time appears with EP, more when the EP group leaves the NVLink domain.
+    assert_eq!(ep1.breakdown.tp_comm, 0.0);
+    assert!(ep8.breakdown.tp_comm > 0.0);
+    assert!(
+        ep32.breakdown.tp_comm > 2.0 * ep8.breakdown.tp_comm,
+        "{} {}",
+        ep32.breakdown.tp_comm,
+        ep8.breakdown.tp_comm
+    );
+    // Routing imbalance slows the step; a capacity factor bounds it.
+    let skew = r("tp=1,pp=1,dp=32,ep=8,moe-imbalance=1.5");
+    let capped = r("tp=1,pp=1,dp=32,ep=8,moe-imbalance=1.5,moe-capacity=1.1");
+    assert!(skew.step_time_s > ep8.step_time_s && capped.step_time_s < skew.step_time_s);
+    // Model FLOPs do not change with EP or imbalance: the same tokens meet the same experts.
+    let (a, b) = (ep1.model_tflops_per_gpu * ep1.step_time_s, ep8.model_tflops_per_gpu * ep8.step_time_s);
+    assert!((a - b).abs() < 1e-12 * a, "{a} {b}");
+}
+
+#[test]
+fn bad_moe_plans_name_the_flag_and_what_would_be_valid() {
+    let err = |spec: &str| setup(small_moe(), spec, 1, 32, "dgx-a100").predict_with(true).unwrap_err().to_string();
+    let e = err("tp=1,pp=1,dp=32,ep=3");
+    assert!(e.contains("ep=3") && e.contains("divisor of 32"), "{e}");
+    let mut p = ParallelPlan::parse("tp=1,pp=1,dp=32,ep=12").unwrap();
+    p.global_batch = 32;
+    let e = p.check(32, 4).unwrap_err().to_string();
+    assert!(e.contains("ep=12") && e.contains("valid: 1, 2, 4, 8, 16, 32"), "{e}");
+    let e = err("tp=2,pp=1,dp=16,ep=2");
+    assert!(e.contains("sp=on"), "{e}");
+    let e = err("tp=4,pp=1,dp=8,sp=on,ep=2");
+    assert!(e.contains("multiple of tp=4"), "{e}");
+    let e = err("tp=1,pp=1,dp=32,ep=32,etp=2");
+    assert!(e.contains("etp=2"), "{e}");
+    let e = err("tp=1,pp=1,dp=16,ep=32");
+    assert!(e.contains("ep=32") && e.contains("tp x cp x dp = 16"), "{e}");
+    let e = err("dp=32,moe-pad=on");
+    assert!(e.contains("moe-capacity"), "{e}");
+}
