@@ -71,5 +71,8 @@ fn best_fusion_reports_its_search_and_keeps_the_other_settings() {
     let text = dagsim().args(args).args(strategies).output().unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.contains("fusion search for `wfbp+grads=fp16`"), "{text}");
-    assert!(text.contains("fusion not searched: io+wfbp+runtime=ddp (its runtime groups the gradients itself)"), "{text}");
+    assert!(
+        text.contains("fusion not searched: io+wfbp+runtime=ddp (its runtime groups the gradients itself)"),
+        "{text}"
+    );
 }
