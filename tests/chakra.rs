@@ -2,6 +2,8 @@
 //! and prediction; a public Chakra trace of a PyTorch run loads and simulates; bad files are
 //! refused naming the file and the node.
 
+mod common;
+
 use dagsim::hw::load_topology;
 use dagsim::predict::Setup;
 use dagsim::strategy::Strategy;
@@ -123,4 +125,23 @@ fn bad_chakra_files_name_the_file_and_the_node() {
     // An empty file.
     let e = chakra_et_to_workload(b"", Path::new("bad.et")).unwrap_err().to_string();
     assert!(e.contains("bad.et") && e.contains("empty"), "{e}");
+}
+
+/// A Chakra trace given to a text reader (the native trace, Kineto) says what it is and which flag
+/// reads it, instead of "not valid UTF-8"; so does an execution trace in JSON given to Kineto's.
+#[test]
+fn a_chakra_file_given_to_the_wrong_reader_names_the_right_one() {
+    let et = "traces/chakra/feeder_tests_chakra.0.et.gz";
+    for extra in [&[][..], &["--profile-format", "kineto"][..]] {
+        let args = [&["predict", "--trace", et, "--gpus", "1"][..], extra].concat();
+        common::fails_with(&args, &[et, "Chakra execution trace", "--profile-format chakra"]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("et.json");
+    std::fs::write(&json, r#"{"schema": "1.0.2-chakra.0.0.4", "pid": 1, "nodes": []}"#).unwrap();
+    let json = json.to_str().unwrap();
+    common::fails_with(
+        &["predict", "--trace", json, "--profile-format", "kineto", "--gpus", "1", "--batch", "8"],
+        &["et.json", "not a Kineto trace", "--profile-format chakra"],
+    );
 }

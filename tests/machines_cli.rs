@@ -95,3 +95,54 @@ fn bad_inputs_exit_2_naming_the_file() {
         .code(2)
         .stderr(predicate::str::contains("bad.json").and(predicate::str::contains("unknown device `gpu9`")));
 }
+
+/// One prediction's JSON result (the first of the array) for `predict` with `args`.
+fn predict_json(args: &[&str]) -> serde_json::Value {
+    let o = dagsim().args(["-q", "predict"]).args(args).args(["--format", "json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()[0].clone()
+}
+
+#[test]
+fn parametric_storage_rate_is_a_parameter() {
+    // 1024 samples of 10 MB per GPU and iteration: 10 GB to read, 5 s at the default 2 GB/s.
+    let base =
+        ["--trace", "traces/alexnet_k80.csv", "--gpus", "8", "--gpus-per-node", "4", "--sample-bytes", "10000000"];
+    let io = |rate: &str| {
+        let v = predict_json(&[&base[..], &["--storage-gb-s", rate]].concat());
+        (v["breakdown"]["io"].as_f64().unwrap(), v["topology"].as_str().unwrap().to_string())
+    };
+    let (slow, fast, default) = (io("0.5"), io("20"), io("2"));
+    assert!(slow.0 > 4.0 * default.0 && default.0 > 0.0 && fast.0 < default.0, "{slow:?} {default:?} {fast:?}");
+    assert_eq!(default.1, "nodes-of-4-pcie3-10gbe", "the default keeps its name");
+    assert_eq!(slow.1, "nodes-of-4-pcie3-10gbe-storage0.5");
+}
+
+#[test]
+fn parametric_nics_per_node_carry_a_hierarchical_all_reduce() {
+    // BERT-Large's gradients over 4 nodes of 8 A100s: the hierarchical all-reduce runs one
+    // inter-node ring per local rank, so NICs on each PCIe switch share the crossing traffic.
+    let base = ["--model", "bert-large", "--gpu", "a100", "--batch", "8", "--gpus", "32", "--gpus-per-node", "8"];
+    let base =
+        [&base[..], &["--intra", "nvswitch", "--inter", "ib100", "--strategy", "none+allreduce=hierarchical"]].concat();
+    let comm = |nics: &str| {
+        let v = predict_json(&[&base[..], &["--nics-per-node", nics]].concat());
+        v["breakdown"]["communication"].as_f64().unwrap()
+    };
+    let (one, two, four) = (comm("1"), comm("2"), comm("4"));
+    assert!(four < two && two < one, "1 NIC {one} s, 2 NICs {two} s, 4 NICs {four} s");
+    // Two NICs on one PCIe switch would tie on every route: refused with the reason.
+    let o = dagsim()
+        .args(["predict", "--trace", "traces/alexnet_k80.csv", "--gpus", "8", "--nics-per-node", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--nics-per-node") && err.contains("2 for 4 `pcie3` GPUs") && !err.contains("panicked"),
+        "{err}"
+    );
+    let o = dagsim().args(["predict", "--trace", "traces/alexnet_k80.csv", "--storage-gb-s", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--storage-gb-s"));
+}

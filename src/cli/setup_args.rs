@@ -34,6 +34,14 @@ pub struct SetupArgs {
     /// Network between nodes: 10gbe, 25gbe, 100gbe, 100gbe-rdma, ib56, ib100, ib200 (default 10gbe).
     #[arg(long, value_name = "NAME", conflicts_with = "topology")]
     pub inter: Option<String>,
+    /// Each built node's local storage read rate in GB/s (default 2: a datacentre NVMe SSD,
+    /// docs/machines.md).
+    #[arg(long, value_name = "GB_S", conflicts_with = "topology")]
+    pub storage_gb_s: Option<f64>,
+    /// Network adapters per built node (default 1, on the CPU; up to one per PCIe switch, each
+    /// carrying the traffic of the GPUs beside it).
+    #[arg(long, value_name = "N", conflicts_with = "topology")]
+    pub nics_per_node: Option<u32>,
     /// Calibration file (from `dagsim calibrate`) applied to the topology's links.
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
@@ -156,20 +164,33 @@ impl SetupArgs {
         Ok(scenario)
     }
 
+    /// The machine the parametric flags ask for, or None when none is given.
+    fn parametric(&self, gpu: Option<&GpuSpec>) -> Option<Parametric> {
+        let any = self.nodes.is_some()
+            || self.gpus_per_node.is_some()
+            || self.intra.is_some()
+            || self.inter.is_some()
+            || self.storage_gb_s.is_some()
+            || self.nics_per_node.is_some();
+        let d = Parametric::default();
+        any.then(|| Parametric {
+            nodes: self.nodes.unwrap_or(d.nodes),
+            gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
+            intra: self.intra.clone().unwrap_or(d.intra),
+            inter: self.inter.clone().unwrap_or(d.inter),
+            gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
+            storage_gb_s: self.storage_gb_s.unwrap_or(d.storage_gb_s),
+            nics_per_node: self.nics_per_node.unwrap_or(d.nics_per_node),
+        })
+    }
+
     /// The setup a scenario (from [`SetupArgs::scenario`]) describes, with the machine built from
     /// parameters and the calibration applied when the flags ask for them.
     pub fn setup_of(&self, scenario: &Scenario) -> Result<Setup> {
         let mut setup = scenario.setup()?;
         let gpu = scenario.workload.gpu.as_deref().map(GpuSpec::by_name).transpose()?;
-        if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
-            let d = Parametric::default();
-            setup.topology = build_parametric(&Parametric {
-                nodes: self.nodes.unwrap_or(d.nodes),
-                gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
-                intra: self.intra.clone().unwrap_or(d.intra),
-                inter: self.inter.clone().unwrap_or(d.inter),
-                gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
-            })?;
+        if let Some(p) = self.parametric(gpu) {
+            setup.topology = build_parametric(&p)?;
         } else if let Some(g) = gpu {
             self.check_gpu(&mut setup.topology, g)?;
         }
@@ -198,25 +219,16 @@ impl SetupArgs {
     /// scenario's as [`SetupArgs::setup_of`] does.
     pub fn topology_of(&self, scenario: &Scenario) -> Result<dagsim::hw::Topology> {
         let gpu = scenario.workload.gpu.as_deref().map(GpuSpec::by_name).transpose()?;
-        let mut topology =
-            if self.nodes.is_some() || self.gpus_per_node.is_some() || self.intra.is_some() || self.inter.is_some() {
-                let d = Parametric::default();
-                build_parametric(&Parametric {
-                    nodes: self.nodes.unwrap_or(d.nodes),
-                    gpus_per_node: self.gpus_per_node.unwrap_or(d.gpus_per_node),
-                    intra: self.intra.clone().unwrap_or(d.intra),
-                    inter: self.inter.clone().unwrap_or(d.inter),
-                    gpu: gpu.map_or(d.gpu, |g| g.full_name.to_string()),
-                })?
-            } else {
-                let name = scenario.topology_arg();
-                let mut t =
-                    dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?;
-                if let Some(g) = gpu {
-                    self.check_gpu(&mut t, g)?;
-                }
-                t
-            };
+        let mut topology = if let Some(p) = self.parametric(gpu) {
+            build_parametric(&p)?
+        } else {
+            let name = scenario.topology_arg();
+            let mut t = dagsim::hw::load_topology(name.as_deref().unwrap_or(dagsim::hw::topology::DEFAULT_TOPOLOGY))?;
+            if let Some(g) = gpu {
+                self.check_gpu(&mut t, g)?;
+            }
+            t
+        };
         if let Some(c) = &self.calibration {
             topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }

@@ -135,7 +135,14 @@ pub fn inter_names() -> Vec<&'static str> {
     INTER.iter().map(|i| i.name).collect()
 }
 
-/// What `--nodes --gpus-per-node --intra --inter` ask for.
+/// Each node's local storage read rate, GB/s, and latency, us: a datacentre NVMe SSD on PCIe 3.0
+/// x4 (Intel SSD DC P3600 product specification: up to 2.6 GB/s sequential read, 20 us read
+/// latency), taken lower for the file system and small random reads of a data loader (an
+/// assumption; `--storage-gb-s` replaces it).
+pub const DEFAULT_STORAGE_GB_S: f64 = 2.0;
+const STORAGE_LATENCY_US: f64 = 50.0;
+
+/// What `--nodes --gpus-per-node --intra --inter --storage-gb-s --nics-per-node` ask for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parametric {
     pub nodes: u32,
@@ -143,11 +150,25 @@ pub struct Parametric {
     pub intra: String,
     pub inter: String,
     pub gpu: String,
+    /// Each node's local storage read rate (GB/s).
+    pub storage_gb_s: f64,
+    /// Network adapters per node. One sits on the CPU; several sit on the PCIe switches, at most
+    /// one each, so GPUs reach the network through the NIC beside them (as in a DGX-1, where
+    /// each PCIe switch holds a GPU pair and a NIC).
+    pub nics_per_node: u32,
 }
 
 impl Default for Parametric {
     fn default() -> Self {
-        Parametric { nodes: 1, gpus_per_node: 4, intra: "pcie3".into(), inter: "10gbe".into(), gpu: "GPU".into() }
+        Parametric {
+            nodes: 1,
+            gpus_per_node: 4,
+            intra: "pcie3".into(),
+            inter: "10gbe".into(),
+            gpu: "GPU".into(),
+            storage_gb_s: DEFAULT_STORAGE_GB_S,
+            nics_per_node: 1,
+        }
     }
 }
 
@@ -193,11 +214,35 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
         ));
     }
     crate::limits::check("gpus", p.nodes as u64 * p.gpus_per_node as u64)?;
+    if !(p.storage_gb_s.is_finite() && p.storage_gb_s > 0.0 && p.storage_gb_s <= 1e4) {
+        return Err(Error::invalid(
+            "--storage-gb-s",
+            format!("must be a rate in (0, 10000] GB/s, not {}", p.storage_gb_s),
+        ));
+    }
     // PCIe switches add ~0.1-0.2 us per hop in hardware; 0.5 us leaves room for the software path.
     let pcie_lat = 0.5;
     let switches = p.gpus_per_node.div_ceil(intra.per_switch);
-    let mut devices = vec![dev("cpu0".into(), DeviceKind::Cpu, None), dev("nic0".into(), DeviceKind::Nic, None)];
-    let mut links = vec![link("cpu0", "nic0", LinkKind::Pcie, pcie_lat, intra.pcie_gb_s)];
+    // A switch's GPUs reach the network through the NIC beside them; two NICs on one switch would
+    // tie on every route and the second would carry nothing, so that is refused, not ignored.
+    if p.nics_per_node == 0 || p.nics_per_node > switches {
+        return Err(Error::invalid(
+            "--nics-per-node",
+            format!(
+                "must be between 1 and the node's PCIe switches ({switches} for {} `{}` GPUs, {} per switch), not {}; \
+                 a node with a NIC per GPU needs a graph topology file (docs/machines.md, e.g. the dgx-a100 preset)",
+                p.gpus_per_node, intra.name, intra.per_switch, p.nics_per_node
+            ),
+        ));
+    }
+    let mut devices = vec![dev("cpu0".into(), DeviceKind::Cpu, None)];
+    let mut links = Vec::new();
+    let nics: Vec<String> = (0..p.nics_per_node).map(|i| format!("nic{i}")).collect();
+    for (i, nic) in nics.iter().enumerate() {
+        devices.push(dev(nic.clone(), DeviceKind::Nic, None));
+        let at = if p.nics_per_node == 1 { "cpu0".to_string() } else { format!("sw{i}") };
+        links.push(link(&at, nic, LinkKind::Pcie, pcie_lat, intra.pcie_gb_s));
+    }
     for s in 0..switches {
         devices.push(dev(format!("sw{s}"), DeviceKind::PcieSwitch, None));
         links.push(link("cpu0", &format!("sw{s}"), LinkKind::Pcie, pcie_lat, intra.pcie_gb_s));
@@ -228,12 +273,19 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
         }
         None => {}
     }
-    let name = format!("nodes-of-{}-{}-{}", p.gpus_per_node, intra.name, inter.name);
+    // The defaults keep their short name; other storage rates and NIC counts are in it.
+    let mut name = format!("nodes-of-{}-{}-{}", p.gpus_per_node, intra.name, inter.name);
+    if p.nics_per_node > 1 {
+        name += &format!("-x{}", p.nics_per_node);
+    }
+    if p.storage_gb_s != DEFAULT_STORAGE_GB_S {
+        name += &format!("-storage{}", p.storage_gb_s);
+    }
     Ok(Topology {
         name: name.clone(),
         description: format!(
-            "{} nodes of {} {}: {}; {} between nodes",
-            p.nodes, p.gpus_per_node, p.gpu, intra.about, inter.name
+            "{} nodes of {} {}: {}; {} x {} between nodes; local storage {} GB/s",
+            p.nodes, p.gpus_per_node, p.gpu, intra.about, p.nics_per_node, inter.name, p.storage_gb_s
         ),
         source: "dagsim parametric builder (src/hw/builder.rs): nominal rates with the documented efficiencies, see docs/machines.md".into(),
         cluster: None,
@@ -249,11 +301,15 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
                 tcp_efficiency: inter.tcp_efficiency,
                 rdma_efficiency: inter.rdma_efficiency,
                 protocol: inter.protocol,
-                attach: vec!["nic0".into()],
+                attach: nics,
             }),
             storage: GraphStorage {
                 shared: false,
-                link: LinkSpec { bandwidth_gb_s: Some(2.0), bandwidth_gbit_s: None, latency_us: 50.0 },
+                link: LinkSpec {
+                    bandwidth_gb_s: Some(p.storage_gb_s),
+                    bandwidth_gbit_s: None,
+                    latency_us: STORAGE_LATENCY_US,
+                },
                 attach: "cpu0".into(),
             },
             transports: None,

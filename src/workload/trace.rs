@@ -58,7 +58,7 @@ struct Meta {
 /// Reads a trace file into a [`Workload`]. A field the file does not give (batch size, sample
 /// bytes) is left at 0 for the caller to fill in from the command line or scenario.
 pub fn read_trace(path: &Path, format: TraceFormat) -> Result<Workload> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = super::import::read_text(path)?;
     read_trace_str(&text, path, format)
 }
 

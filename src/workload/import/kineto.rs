@@ -24,6 +24,14 @@ struct Acc {
 pub fn read_kineto_trace(text: &str, path: &Path) -> Result<Profile> {
     let doc: Value = serde_json::from_str(text)
         .map_err(|e| Error::parse(Location::line(path, e.line()), format!("not valid JSON: {e}")))?;
+    if doc.get("traceEvents").is_none() && doc.get("nodes").is_some() {
+        return Err(Error::parse(
+            Location::file(path).with_field("nodes"),
+            "an execution trace (`nodes`, no `traceEvents`: PyTorch's ExecutionTraceObserver or Chakra's JSON form), \
+             not a Kineto trace; convert it to Chakra's protobuf `.et` (chakra_converter) and read that with \
+             `--profile-format chakra`",
+        ));
+    }
     let events = doc.get("traceEvents").or(Some(&doc)).and_then(Value::as_array).ok_or_else(|| {
         Error::parse(Location::file(path).with_field("traceEvents"), "expected an array of trace events")
     })?;

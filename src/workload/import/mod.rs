@@ -159,9 +159,32 @@ impl Profile {
     }
 }
 
+/// Reads a text input (trace or profile). A binary file is refused with what it looks like: a
+/// Chakra execution trace (`.et`, `.et.gz`, or gzip data) gets the flag that reads it.
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        let gzip = e.as_bytes().starts_with(&[0x1f, 0x8b]);
+        let what = if name.ends_with(".et") || name.ends_with(".et.gz") {
+            "it looks like a Chakra execution trace (protobuf); read it with `--profile-format chakra`".to_string()
+        } else if gzip {
+            "it is gzip-compressed; if it is a Chakra execution trace, read it with `--profile-format chakra`, \
+             otherwise decompress it first"
+                .to_string()
+        } else {
+            format!(
+                "byte {} is not UTF-8; if it is a Chakra execution trace (protobuf), read it with `--profile-format chakra`",
+                e.utf8_error().valid_up_to()
+            )
+        };
+        Error::parse(Location::file(path), format!("a binary file, not a text trace: {what} (docs/workloads.md)"))
+    })
+}
+
 /// Reads a profile in `format`.
 pub fn read_profile(path: &Path, format: ProfileFormat) -> Result<Profile> {
-    let text = || std::fs::read_to_string(path).map_err(|e| Error::io(path, e));
+    let text = || read_text(path);
     let profile = match format {
         ProfileFormat::Pipedream => read_pipedream_graph(&text()?, path)?,
         ProfileFormat::Caffe => read_caffe_time_log(&text()?, path)?.into_iter().next().expect("at least one net"),
