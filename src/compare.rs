@@ -36,11 +36,36 @@ pub struct Row {
     pub iteration_time_s: f64,
     pub throughput_samples_per_s: f64,
     /// Seconds per iteration in [`CATEGORIES`] order, averaged over GPUs; sums to the iteration.
+    /// JSON: `breakdown`, an object by category name, as in predictions.
+    #[serde(rename = "breakdown", serialize_with = "by_category")]
     pub categories: [f64; 6],
     /// Time saved against the first strategy, as a fraction of its iteration time.
     pub saving: f64,
     /// Extra GPU memory the strategy reserves per GPU (pre-loading's second mini-batch buffer).
     pub extra_gpu_memory_bytes: u64,
+    /// The θ search that chose this strategy's `fusion=` (`compare --best-fusion`); empty when
+    /// none was run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fusion_search: Vec<FusionTrial>,
+}
+
+fn by_category<S: serde::Serializer>(categories: &[f64; 6], s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(CATEGORIES.len()))?;
+    for (name, seconds) in CATEGORIES.iter().zip(categories) {
+        map.serialize_entry(name, seconds)?;
+    }
+    map.end()
+}
+
+/// One lazy all-reduce threshold θ tried by [`fusion_search`] and the iteration it gave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FusionTrial {
+    /// θ as a strategy spec writes it: `none` (one all-reduce per layer), `64K`..`256M`, `inf`.
+    pub fusion: String,
+    #[serde(skip)]
+    pub threshold: Option<u64>,
+    pub iteration_time_s: f64,
 }
 
 /// Simulates `setup` under each strategy on `gpus` GPUs.
@@ -68,6 +93,7 @@ pub fn compare(setup: &Setup, strategies: &[Strategy], gpus: u32) -> Result<Vec<
             categories,
             saving: rows.first().map_or(0.0, |first| 1.0 - iteration_time_s / first.iteration_time_s),
             extra_gpu_memory_bytes: if s.preload { w.batch_per_gpu as u64 * w.device_sample_bytes } else { 0 },
+            fusion_search: Vec::new(),
         });
     }
     Ok(rows)
@@ -123,17 +149,37 @@ pub fn fusion_candidates() -> Vec<Option<u64>> {
     c
 }
 
-/// Searches θ for lazy all-reduce (GradientFlow 3.1): simulates `setup` with each candidate
-/// threshold on `gpus` GPUs and returns the fastest (θ, iteration seconds); ties keep the smaller θ.
+/// Simulates `setup` with each candidate lazy all-reduce threshold θ (GradientFlow 3.1) on
+/// `gpus` GPUs, everything else in its strategy kept, and returns every trial in candidate order.
+pub fn fusion_search(setup: &Setup, gpus: u32, candidates: &[Option<u64>]) -> Result<Vec<FusionTrial>> {
+    candidates
+        .iter()
+        .map(|&theta| {
+            let mut s = setup.strategy.clone();
+            s.fusion = theta;
+            let t = Setup { strategy: s, ..setup.clone() }.predict(gpus)?.iteration_time_s;
+            let fusion = match theta {
+                None => "none".to_string(),
+                Some(u64::MAX) => "inf".to_string(),
+                Some(b) => crate::strategy::format_bytes(b),
+            };
+            Ok(FusionTrial { fusion, threshold: theta, iteration_time_s: t })
+        })
+        .collect()
+}
+
+/// The fastest trial of a [`fusion_search`]; ties keep the earlier (smaller) θ.
+pub fn fastest(trials: &[FusionTrial]) -> Option<&FusionTrial> {
+    trials.iter().fold(None, |best: Option<&FusionTrial>, t| match best {
+        Some(b) if b.iteration_time_s <= t.iteration_time_s => Some(b),
+        _ => Some(t),
+    })
+}
+
+/// Searches θ ([`fusion_search`]) and returns the fastest (θ, iteration seconds).
 pub fn best_fusion_threshold(setup: &Setup, gpus: u32, candidates: &[Option<u64>]) -> Result<(Option<u64>, f64)> {
-    let mut best: Option<(Option<u64>, f64)> = None;
-    for &theta in candidates {
-        let mut s = setup.strategy.clone();
-        s.fusion = theta;
-        let t = Setup { strategy: s, ..setup.clone() }.predict(gpus)?.iteration_time_s;
-        if best.is_none_or(|(_, b)| t < b) {
-            best = Some((theta, t));
-        }
-    }
-    best.ok_or_else(|| crate::Error::invalid("fusion thresholds", "no candidate given"))
+    let trials = fusion_search(setup, gpus, candidates)?;
+    fastest(&trials)
+        .map(|t| (t.threshold, t.iteration_time_s))
+        .ok_or_else(|| crate::Error::invalid("fusion thresholds", "no candidate given"))
 }

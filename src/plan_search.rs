@@ -21,11 +21,19 @@ pub struct Candidate {
     /// The same plan, for simulating it again.
     #[serde(skip)]
     pub parallel: ParallelPlan,
-    /// Bytes per GPU on the stage that needs the most, and the GPU's capacity.
+    /// Bytes per GPU on the stage that needs the most, and the GPU's capacity (named as in the
+    /// CSV, docs/glossary.md).
+    #[serde(rename = "memory_per_gpu_bytes")]
     pub memory: u64,
+    #[serde(rename = "memory_capacity_bytes")]
     pub capacity: u64,
+    /// The plan fits in memory (so it was simulated).
+    pub fits: bool,
     /// The simulated figures; `None` when the plan does not fit (or cannot be built: `error`).
     pub report: Option<PlanReport>,
+    /// Why a plan that fits could not be simulated (`error_message`: `error` is a relative error
+    /// everywhere else).
+    #[serde(rename = "error_message")]
     pub error: Option<String>,
 }
 
@@ -111,6 +119,7 @@ pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidat
                 parallel: plan.clone(),
                 memory: peak,
                 capacity: memory.capacity,
+                fits: memory.fits(),
                 report,
                 error,
             }

@@ -194,6 +194,13 @@ impl PlanSetup {
     /// DP index below k (whole nodes of the first block of DP replicas), k = GPUs per node /
     /// gcd(GPUs per node, tp).
     pub fn represented(&self, machine: &Machine, symmetric: bool) -> Vec<u32> {
+        self.reduction(machine, symmetric).0
+    }
+
+    /// The represented ranks and the DP block they stand for, decided together: replicas at or
+    /// past the block are driven as images of those below it, so the block is the DP degree
+    /// whenever every replica has ranks of its own.
+    fn reduction(&self, machine: &Machine, symmetric: bool) -> (Vec<u32>, u32) {
         let p = &self.plan;
         let gpus = p.gpus();
         let all: Vec<u32> = (0..gpus).collect();
@@ -203,14 +210,14 @@ impl PlanSetup {
         // ring under the ideal model, but may be NCCL's tree across nodes).
         let layout = Layout::from_nodes(machine.gpus[..gpus as usize].iter().map(|g| g.node));
         if !symmetric || servers || !machine.collectives.node_symmetric(s.allreduce, layout) {
-            return all;
+            return (all, p.dp);
         }
         let first_of_tp: Vec<u32> = all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect();
         if machine.uniform_nodes(gpus).is_none() {
-            return first_of_tp;
+            return (first_of_tp, p.dp);
         }
         let k = self.dp_block(machine);
-        first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect()
+        (first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect(), k)
     }
 
     /// How many DP replicas a symmetric simulation keeps: k = GPUs per node / gcd(GPUs per node,
@@ -264,10 +271,11 @@ impl PlanSetup {
             .collect();
         let elem = self.precision.bytes();
         let tokens = p.micro_batch as u64 * self.seq_len as u64;
+        let (represented, dp_block) = self.reduction(machine, symmetric);
         PlanLayout {
             plan: p.clone(),
             chunks,
-            represented: self.represented(machine, symmetric),
+            represented,
             // Each TP rank sends its 1/tp of the activations (sequence parallelism, or Megatron's
             // scatter-gather of the replicated tensor).
             pp_bytes: (tokens * self.model.hidden * elem).div_ceil(p.tp as u64),
@@ -278,7 +286,7 @@ impl PlanSetup {
                 0
             },
             shard_group: self.shard_group(gpus_per_node(machine)),
-            dp_block: if symmetric { self.dp_block(machine) } else { p.dp },
+            dp_block,
         }
     }
 

@@ -199,7 +199,7 @@ fn predict_applies_a_fitted_broadcast_efficiency() {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["iteration_time_s"].as_f64().unwrap()
+        v[0]["iteration_time_s"].as_f64().unwrap()
     };
     // The fitted e > 1 makes the weight broadcast, and so the iteration, faster.
     let (plain, fitted) = (iteration(&links), iteration(&bcast));

@@ -48,6 +48,7 @@ fn text_shows_each_gpu_count_with_its_speedup() {
 fn json_agrees_with_the_library_and_the_breakdown_sums() {
     let args = ["predict", "--hybrid", TABLE, "--gpus", "4", "--bits", "8", "--channels", "per-direction"];
     let v: serde_json::Value = serde_json::from_str(&stdout(&[&args[..], &["--format", "json"]].concat())).unwrap();
+    let v = v[0].clone(); // always an array of results
     assert_eq!(v["strategy"], "hybrid+8bit+channels=per-direction");
     assert_eq!(v["gpus"], 4);
     assert_eq!(v["batch_per_gpu"], 128);

@@ -29,6 +29,7 @@ fn prints_the_plan_figures_in_text_json_and_csv() {
         assert!(text.contains(needle), "text lacks `{needle}`: {text}");
     }
     let json: serde_json::Value = serde_json::from_str(&run(&[&plan[..], &["--format", "json"]].concat())).unwrap();
+    let json = json[0].clone(); // always an array of results
     let llm = &json["llm"];
     let step = llm["step_time_s"].as_f64().unwrap();
     assert_eq!(json["iteration_time_s"].as_f64().unwrap(), step);

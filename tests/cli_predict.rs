@@ -31,6 +31,7 @@ fn json_has_the_documented_keys_and_breakdown_sums() {
         .unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = v[0].clone(); // always an array of results, even of one
     for key in [
         "iteration_time_s",
         "throughput_samples_per_s",
@@ -80,7 +81,7 @@ fn output_file_is_written_whole() {
         .success()
         .stdout("");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(v["gpus"], 4);
+    assert_eq!(v[0]["gpus"], 4);
     // Only the output file is left in the directory (no temporary files).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
@@ -190,7 +191,7 @@ fn batch_on_a_trace_scales_compute_linearly_and_says_so() {
         let o = dagsim().args(&args).output().unwrap();
         assert!(o.status.success());
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (v, String::from_utf8_lossy(&o.stderr).into_owned())
+        (v[0].clone(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
     let (base, quiet) = run(&[]);
     let (small, note) = run(&["--batch", "128"]);

@@ -166,3 +166,79 @@ fn contention_inside_shared_steps_is_handled_exactly() {
     }
     assert!(materialized > 40, "only {materialized} runs met contention");
 }
+
+/// A ring all-reduce over 2 nodes x 4 K80s while every GPU reads its batch from the shared NFS
+/// (each read limited by the NFS link, so the ring's steps leave the reads' rates alone and run on
+/// reserved links next to them), plus a copy between the nodes' hosts that does compete with the
+/// ring: reads and copy start and end before, inside and after the collective.
+#[test]
+fn collectives_next_to_outside_flows_match_the_reference() {
+    use dagsim::collective::{Algorithm, CollectiveOp};
+    use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+    use dagsim::sim::simulate;
+
+    let m = load_topology("k80-cluster").unwrap().instantiate(8).unwrap();
+    let task =
+        |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+    // reads: (delay, bytes) per GPU; copy: (delay, bytes) from node 0's host to node 1's.
+    let dag = |reads: &[(u64, u64)], copy: Option<(u64, u64)>| {
+        let mut b = DagBuilder::new();
+        let group = b.add_group((0..8).collect());
+        let ar = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: Algorithm::Ring, bytes: 80_000_000 };
+        b.add_task(task(ar));
+        for (i, &(delay, bytes)) in reads.iter().enumerate() {
+            let wait = b.add_task(task(Work::Fixed { ns: delay }));
+            let g = &m.gpus[i];
+            let read = b.add_task(task(Work::Transfer { src: g.storage, dst: g.host, bytes }));
+            b.add_edge(wait, read);
+        }
+        if let Some((delay, bytes)) = copy {
+            let wait = b.add_task(task(Work::Fixed { ns: delay }));
+            let copy = b.add_task(task(Work::Transfer { src: m.gpus[0].host, dst: m.gpus[4].host, bytes }));
+            b.add_edge(wait, copy);
+        }
+        b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap()
+    };
+    let reference = simulate(&dag(&[], None), &m, Options::default()).unwrap().makespan;
+    // Reads under way from before the collective to after it: it runs on reserved links from its
+    // first step to its last, next to them.
+    let d = {
+        let mut b = DagBuilder::new();
+        let group = b.add_group((0..8).collect());
+        let wait = b.add_task(task(Work::Fixed { ns: 1_000_000 }));
+        let ar = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: Algorithm::Ring, bytes: 80_000_000 };
+        let ar = b.add_task(task(ar));
+        b.add_edge(wait, ar);
+        for g in &m.gpus {
+            b.add_task(task(Work::Transfer { src: g.storage, dst: g.host, bytes: 300_000_000 }));
+        }
+        b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap()
+    };
+    let fast = simulate(&d, &m, Options::default()).unwrap();
+    let slow = simulate(&d, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    assert_eq!((fast.start.clone(), fast.end.clone()), (slow.start, slow.end));
+    assert!(fast.end[1] < fast.end[2], "the reads outlast the collective");
+    assert_eq!((fast.reserved_collectives, fast.materialized_collectives), (1, 0));
+    let (mut reserved, mut materialized) = (0, 0);
+    for k in 0..40u64 {
+        let at = |j: u64| reference * ((k * 7 + j * 3) % 45) / 40 + k % 5;
+        // All reads at once (the symmetric case), or staggered; long and short ones.
+        let same: Vec<(u64, u64)> = (0..8).map(|_| (at(0), 30_000_000)).collect();
+        let staggered: Vec<(u64, u64)> = (0..8).map(|i| (at(i), 2_000_000 + i * 1_000_000)).collect();
+        let none = Vec::new();
+        for (reads, copy) in
+            [(&same, None), (&staggered, None), (&same, Some((at(9), 20_000_000))), (&none, Some((at(2), 5_000_000)))]
+        {
+            let dag = dag(reads, copy);
+            let fast = simulate(&dag, &m, Options::default()).unwrap();
+            let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            assert_eq!(fast.start, slow.start, "case {k}");
+            assert_eq!(fast.end, slow.end, "case {k}");
+            assert_eq!(fast.link_bytes, slow.link_bytes, "case {k}");
+            assert_eq!(fast.flows, slow.flows, "case {k}");
+            reserved += fast.reserved_collectives;
+            materialized += fast.materialized_collectives;
+        }
+    }
+    assert!(reserved > 100 && materialized > 20, "{reserved} reserved, {materialized} materialized");
+}

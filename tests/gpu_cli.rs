@@ -54,8 +54,10 @@ fn replay_dry_run_prints_the_same_prediction_as_predict() {
     let args = ["--trace", TRACE, "--gpus", "2", "--strategy", "io+wfbp", "--iterations", "3", "--format", "json"];
     let replay = dagsim().args(["replay", "--gpu", "--dry-run"]).args(args).assert().success();
     let replay: serde_json::Value = serde_json::from_slice(&replay.get_output().stdout).unwrap();
+    let replay = &replay[0]; // JSON is always an array of results (docs/outputs.md)
     let predict = dagsim().arg("predict").args(args).assert().success();
     let predict: serde_json::Value = serde_json::from_slice(&predict.get_output().stdout).unwrap();
+    let predict = &predict[0];
     assert_eq!(replay["predicted_iteration_time_s"], predict["iteration_time_s"]);
     assert_eq!(replay["steps"]["collectives"].as_u64().unwrap() % 3, 0, "{replay}");
     assert!(replay["steps"]["kernels"].as_u64().unwrap() > 0);

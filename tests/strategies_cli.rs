@@ -50,3 +50,26 @@ fn compare_rejects_bad_strategies_with_exit_code_2() {
         .code(2)
         .stderr(predicate::str::contains("add `master`"));
 }
+
+/// `compare --best-fusion` reports every θ it tried with its time, keeps the rest of each spec,
+/// and leaves a strategy whose runtime groups gradients as given (saying so in text).
+#[test]
+fn best_fusion_reports_its_search_and_keeps_the_other_settings() {
+    let args = ["compare", "--trace", "traces/alexnet_k80.csv", "--gpus", "4", "--best-fusion"];
+    let strategies = ["--strategies", "wfbp+grads=fp16,wfbp+runtime=ddp"];
+    let o = dagsim().args(args).args(strategies).args(["--format", "json"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let trials = rows[0]["fusion_search"].as_array().unwrap();
+    let names: Vec<&str> = trials.iter().map(|t| t["fusion"].as_str().unwrap()).collect();
+    assert_eq!(names, ["none", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "inf"]);
+    let fastest = trials.iter().map(|t| t["iteration_time_s"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
+    assert_eq!(rows[0]["iteration_time_s"].as_f64().unwrap(), fastest, "the row runs the fastest θ");
+    assert!(rows[0]["strategy"].as_str().unwrap().contains("grads=fp16"), "{}", rows[0]["strategy"]);
+    assert!(rows[1].get("fusion_search").is_none());
+    assert_eq!(rows[1]["strategy"], "io+wfbp+runtime=ddp");
+    let text = dagsim().args(args).args(strategies).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("fusion search for `wfbp+grads=fp16`"), "{text}");
+    assert!(text.contains("fusion not searched: io+wfbp+runtime=ddp (its runtime groups the gradients itself)"), "{text}");
+}

@@ -71,8 +71,8 @@ fn compare(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit_range: 
 fn cost(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit: &[(u64, f64)]) -> Result<f64> {
     let mut sum = 0.0;
     for &(bytes, us) in fit {
-        let model_us = simulate_collective(machine, m.op, algorithm, m.ranks, bytes)? as f64 / 1e3;
-        sum += ((model_us - us) / us).powi(2);
+        let predicted_us = simulate_collective(machine, m.op, algorithm, m.ranks, bytes)? as f64 / 1e3;
+        sum += ((predicted_us - us) / us).powi(2);
     }
     Ok(sum)
 }

@@ -212,15 +212,15 @@ pub(crate) fn measured_vs_model(
         .iter()
         .enumerate()
         .map(|(i, &(bytes, us))| {
-            let model_us = simulate_collective(machine, m.op, algorithm, ranks, bytes)? as f64 / 1e3;
+            let predicted_us = simulate_collective(machine, m.op, algorithm, ranks, bytes)? as f64 / 1e3;
             Ok(FitPoint {
                 input: m.input.clone(),
                 op: m.op,
                 ranks,
                 bytes,
                 measured_us: us,
-                model_us,
-                error: (model_us - us) / us,
+                predicted_us,
+                error: (predicted_us - us) / us,
                 held_out: held_out(i, bytes),
             })
         })

@@ -31,12 +31,12 @@ pub struct P2pCheck {
     pub to: String,
     pub bytes: u64,
     pub measured_us: f64,
-    pub model_us: f64,
+    pub predicted_us: f64,
 }
 
 impl P2pCheck {
     pub fn error(&self) -> f64 {
-        (self.model_us - self.measured_us) / self.measured_us
+        (self.predicted_us - self.measured_us) / self.measured_us
     }
 }
 
@@ -214,8 +214,8 @@ pub fn fit_p2p(topology: &Topology, table: &P2pTable, kind: LinkKind) -> Result<
     fitted.apply_calibration(&cal).map_err(|e| Error::invalid(format!("fit to {}", table.input), e.to_string()))?;
     let mut checks = Vec::new();
     for (a, b, bytes, measured_us) in checks_at {
-        let model_us = simulate_transfers(&fitted, &[(gpu(a), gpu(b), bytes)])?[0] as f64 / 1e3;
-        checks.push(P2pCheck { from: name(a), to: name(b), bytes, measured_us, model_us });
+        let predicted_us = simulate_transfers(&fitted, &[(gpu(a), gpu(b), bytes)])?[0] as f64 / 1e3;
+        checks.push(P2pCheck { from: name(a), to: name(b), bytes, measured_us, predicted_us });
     }
     Ok((cal, checks))
 }

@@ -11,6 +11,7 @@ use dagsim::collective::{Algorithm, CollectiveOp};
 use dagsim::error::{Error, Result};
 use dagsim::hw::calibration::{Calibration, FitPoint};
 use dagsim::hw::{load_topology, LinkKind, Topology};
+use dagsim::report::ratio_cell;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -228,12 +229,19 @@ fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option
 
 fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
     writeln!(w, "{}", fit.headline)?;
-    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "model_us", "error")?;
+    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "predicted_us", "error")?;
     let all_held = fit.points.iter().all(|p| p.held_out);
     let tag = if all_held { "" } else { "not fitted" };
     for p in &fit.points {
         let tag = if p.held_out { tag } else { "" };
-        writeln!(w, "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}", p.bytes, p.measured_us, p.model_us, 100.0 * p.error)?;
+        writeln!(
+            w,
+            "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}",
+            p.bytes,
+            p.measured_us,
+            p.predicted_us,
+            100.0 * p.error
+        )?;
     }
     let (lo, hi) = SUMMARY_RANGE;
     let [fitted, other] = fit.summary(lo, hi);
@@ -267,19 +275,20 @@ fn run_p2p(args: &Args, input: &std::path::Path, topology: &dagsim::hw::Topology
             return writeln!(w);
         }
         if args.format == Format::Csv {
-            writeln!(w, "from,to,bytes,measured_us,model_us,error")?;
+            writeln!(w, "from,to,bytes,measured_us,predicted_us,error")?;
         } else {
             writeln!(
                 w,
                 "{:>10} {:>10} {:>12} {:>12} {:>12} {:>8}",
-                "from", "to", "bytes", "measured_us", "model_us", "error"
+                "from", "to", "bytes", "measured_us", "predicted_us", "error"
             )?;
         }
         for c in &checks {
             if args.format == Format::Csv {
-                writeln!(w, "{},{},{},{},{},{}", c.from, c.to, c.bytes, c.measured_us, c.model_us, c.error())?;
+                let (m, o, e) = (c.measured_us, c.predicted_us, ratio_cell(c.error()));
+                writeln!(w, "{},{},{},{m:.3},{o:.3},{e}", c.from, c.to, c.bytes)?;
             } else {
-                let (f, t, b, m, o, e) = (&c.from, &c.to, c.bytes, c.measured_us, c.model_us, 100.0 * c.error());
+                let (f, t, b, m, o, e) = (&c.from, &c.to, c.bytes, c.measured_us, c.predicted_us, 100.0 * c.error());
                 writeln!(w, "{f:>10} {t:>10} {b:>12} {m:>12.2} {o:>12.2} {e:>7.1}%")?;
             }
         }
@@ -322,10 +331,17 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
         link.latency_us,
         link.bandwidth.len()
     )?;
-    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "model_us", "error")?;
+    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "predicted_us", "error")?;
     for p in &fit.points {
         let tag = if p.held_out { "held out" } else { "" };
-        writeln!(w, "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}", p.bytes, p.measured_us, p.model_us, 100.0 * p.error)?;
+        writeln!(
+            w,
+            "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}",
+            p.bytes,
+            p.measured_us,
+            p.predicted_us,
+            100.0 * p.error
+        )?;
     }
     let [fitted, held] = fit.summary(SUMMARY_RANGE.0, SUMMARY_RANGE.1);
     for (name, s) in [("fitted", fitted), ("held out", held)] {
@@ -342,18 +358,18 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
 }
 
 fn write_csv(w: &mut dyn Write, points: &[FitPoint]) -> std::io::Result<()> {
-    writeln!(w, "input,op,ranks,bytes,measured_us,model_us,error,held_out")?;
+    writeln!(w, "input,op,ranks,bytes,measured_us,predicted_us,error,held_out")?;
     for p in points {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{:.3},{:.3},{},{}",
             p.input,
             p.op.name(),
             p.ranks,
             p.bytes,
             p.measured_us,
-            p.model_us,
-            p.error,
+            p.predicted_us,
+            ratio_cell(p.error),
             p.held_out
         )?;
     }

@@ -5,6 +5,7 @@ use super::setup_args::SetupArgs;
 use super::{exit, plan_args::PlanArgs};
 use dagsim::error::{Error, Result};
 use dagsim::plan_search::{search, Candidate};
+use dagsim::report::{rate_cell, ratio_cell, seconds_cell};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -29,9 +30,6 @@ pub struct Args {
     /// Sequences per iteration over all data-parallel ranks.
     #[arg(long, value_name = "N")]
     global_batch: u32,
-    /// Tokens per sequence (default: the model config's).
-    #[arg(long, value_name = "TOKENS")]
-    seq_len: Option<u32>,
     /// Plans shown in text output.
     #[arg(long, value_name = "K", default_value_t = 10)]
     top: usize,
@@ -51,7 +49,6 @@ pub fn run(args: Args) -> Result<u8> {
         parallel: Some(format!("dp={}", args.gpus)),
         micro_batch: Some(1),
         global_batch: Some(args.gpus),
-        seq_len: args.seq_len,
         matmul_tflops: None,
     };
     let Some(mut base) = flags.setup(&args.setup, None, Some(&[args.gpus]))? else { return Ok(exit::BAD_INPUT) };
@@ -100,14 +97,22 @@ fn write_text(w: &mut dyn Write, found: &[Candidate], top: usize) -> std::io::Re
     writeln!(w, "{} plans: {} simulated, {} do not fit in memory", found.len(), fits, found.len() - fits)?;
     writeln!(
         w,
-        "{:<64} {:>9} {:>12} {:>6} {:>9} {:>7} {:>7} {:>7} {:>7}",
-        "plan", "step_s", "tokens/s/GPU", "MFU", "mem_GiB", "bubble", "tp_s", "pp_s", "dp_s"
+        "{:<64} {:>11} {:>20} {:>6} {:>18} {:>15} {:>9} {:>9} {:>9}",
+        "plan",
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "mfu",
+        "memory_per_gpu_GiB",
+        "bubble_fraction",
+        "tp_comm_s",
+        "pp_comm_s",
+        "dp_comm_s"
     )?;
     for c in found.iter().filter(|c| c.report.is_some()).take(top) {
         let r = c.report.as_ref().expect("filtered");
         writeln!(
             w,
-            "{:<64} {:>9.4} {:>12.1} {:>5.1}% {:>9.1} {:>6.1}% {:>7.3} {:>7.3} {:>7.3}",
+            "{:<64} {:>11.4} {:>20.1} {:>5.1}% {:>18.1} {:>14.1}% {:>9.3} {:>9.3} {:>9.3}",
             c.plan,
             r.step_time_s,
             r.tokens_per_s_per_gpu,
@@ -136,23 +141,23 @@ fn write_csv(w: &mut dyn Write, found: &[Candidate]) -> std::io::Result<()> {
         "tp_comm_s",
         "pp_comm_s",
         "dp_comm_s",
-        "error",
+        "error_message",
     ])?;
     for c in found {
-        let f = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+        let f = |v: Option<f64>, cell: fn(f64) -> String| v.map(cell).unwrap_or_default();
         let r = c.report.as_ref();
         out.write_record([
             c.plan.clone(),
-            (c.memory <= c.capacity).to_string(),
+            c.fits.to_string(),
             c.memory.to_string(),
             c.capacity.to_string(),
-            f(r.map(|r| r.step_time_s)),
-            f(r.map(|r| r.tokens_per_s_per_gpu)),
-            f(r.map(|r| r.mfu)),
-            f(r.map(|r| r.bubble_fraction)),
-            f(r.map(|r| r.breakdown.tp_comm)),
-            f(r.map(|r| r.breakdown.pp_comm)),
-            f(r.map(|r| r.breakdown.dp_comm)),
+            f(r.map(|r| r.step_time_s), seconds_cell),
+            f(r.map(|r| r.tokens_per_s_per_gpu), rate_cell),
+            f(r.map(|r| r.mfu), ratio_cell),
+            f(r.map(|r| r.bubble_fraction), ratio_cell),
+            f(r.map(|r| r.breakdown.tp_comm), seconds_cell),
+            f(r.map(|r| r.breakdown.pp_comm), seconds_cell),
+            f(r.map(|r| r.breakdown.dp_comm), seconds_cell),
             c.error.clone().unwrap_or_default(),
         ])?;
     }

@@ -1,5 +1,5 @@
 //! The flags of a parallel plan for a transformer (`--parallel`, `--micro-batch`,
-//! `--global-batch`, `--seq-len`, `--matmul-tflops`), shared by the subcommands that simulate one
+//! `--global-batch`, `--matmul-tflops`; `--seq-len` is a setup flag, as in `trace gen`), shared by the subcommands that simulate one
 //! (`predict`, `timeline`). With the setup flags (model, GPU, precision, machine) they build a
 //! validated [`PlanSetup`].
 
@@ -21,9 +21,6 @@ pub struct PlanArgs {
     /// micro-batch per DP rank).
     #[arg(long, value_name = "N", requires = "parallel")]
     pub global_batch: Option<u32>,
-    /// Tokens per sequence (with --parallel; default: the model config's).
-    #[arg(long, value_name = "TOKENS", requires = "parallel")]
-    pub seq_len: Option<u32>,
     /// Measured best matmul TFLOP/s of the GPU at the training precision, replacing the shipped
     /// table's (with --parallel).
     #[arg(long, value_name = "TFLOPS", requires = "parallel")]
@@ -53,7 +50,7 @@ impl PlanArgs {
             spec,
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
-            seq_len: self.seq_len,
+            seq_len: None, // the scenario's, where --seq-len put it
             matmul_tflops: self.matmul_tflops,
             gpus,
         })

@@ -166,18 +166,7 @@ fn write_predictions(args: &Args, preds: &[Prediction]) -> Result<u8> {
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, preds),
         Format::Csv => write_csv(w, preds),
-        Format::Json => write_json_contract(w, preds),
+        Format::Json => write_json(w, preds),
     })?;
     Ok(exit::OK)
-}
-
-/// One object for one configuration, an array for several (DESIGN.md's JSON contract).
-fn write_json_contract(w: &mut dyn std::io::Write, preds: &[Prediction]) -> std::io::Result<()> {
-    match preds {
-        [one] => {
-            serde_json::to_writer_pretty(&mut *w, one)?;
-            writeln!(w)
-        }
-        many => write_json(w, many),
-    }
 }

@@ -105,7 +105,7 @@ pub fn run(args: Args) -> Result<u8> {
     let head = Header { workload: &setup.workload.name, strategy: setup.strategy.name(), gpus, plan: &plan };
     if args.dry_run {
         emit(args.output.as_deref(), |w| match args.format {
-            Format::Json => writeln!(w, "{}", serde_json::to_string_pretty(&head.json(None))?),
+            Format::Json => writeln!(w, "{}", serde_json::to_string_pretty(&[head.json(None)])?),
             _ => write!(w, "{}", head.text()),
         })?;
         return Ok(exit::OK);
@@ -118,7 +118,7 @@ pub fn run(args: Args) -> Result<u8> {
         "devices": names,
         "measured_iteration_time_s": m.median,
         "measured": m,
-        "relative_error": outcome.relative_error(),
+        "error": outcome.relative_error(),
         "host_enqueue_s": outcome.enqueue_s,
     });
     if outcome.enqueue_s > 0.5 * outcome.measured_span_s {
@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<u8> {
         );
     }
     emit(args.output.as_deref(), |w| match args.format {
-        Format::Json => writeln!(w, "{}", serde_json::to_string_pretty(&head.json(Some(measured.clone())))?),
+        Format::Json => writeln!(w, "{}", serde_json::to_string_pretty(&[head.json(Some(measured.clone()))])?),
         _ => {
             write!(w, "{}", head.text())?;
             writeln!(w, "devices:                   {}", names.join(", "))?;

@@ -46,9 +46,16 @@ pub struct SetupArgs {
     /// GPU for --model (v100-sxm2, v100-pcie, k80, a100, ...).
     #[arg(long, value_name = "NAME", requires = "model")]
     pub gpu: Option<String>,
-    /// Training precision for --model: fp32 or fp16 (mixed precision).
+    /// Training precision for --model: fp32, or fp16/bf16/fp8 for mixed precision (as `trace gen`).
     #[arg(long, value_name = "P", requires = "model")]
     pub precision: Option<dagsim::workload::Precision>,
+    /// Optimizer for --model (sgd, momentum, adam; default adam for BERT and transformers,
+    /// momentum otherwise), as `trace gen`.
+    #[arg(long, value_name = "OPT", requires = "model")]
+    pub optimizer: Option<dagsim::workload::memory::Optimizer>,
+    /// Tokens per sequence for BERT and transformer --model (default: the config's), as `trace gen`.
+    #[arg(long, value_name = "TOKENS", requires = "model")]
+    pub seq_len: Option<u32>,
     /// Measured single-GPU samples/s at --batch: scales --model's layer times to match it.
     #[arg(long, value_name = "SAMPLES_PER_S", requires = "model")]
     pub calibrate_throughput: Option<f64>,
@@ -129,6 +136,8 @@ impl SetupArgs {
         }
         w.gpu = self.gpu.clone().or(w.gpu.take());
         w.precision = self.precision.or(w.precision);
+        w.optimizer = self.optimizer.or(w.optimizer);
+        w.seq_len = self.seq_len.or(w.seq_len);
         w.calibrate_throughput = self.calibrate_throughput.or(w.calibrate_throughput);
         w.profile_format = self.profile_format.or(w.profile_format);
         w.batch_per_gpu = self.batch.or(w.batch_per_gpu);

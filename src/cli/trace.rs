@@ -222,11 +222,11 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
     writeln!(w, "Synthetic vs measured per-layer times (median |error| over matched layers; iteration = forward+backward total)")?;
     writeln!(
         w,
-        "{:32} {:12} {:16} {:>5} {:>8} | {:>9} {:>7} | {:>6} {:>8} {:>9} {:>7} | {:>9} {:>7}",
+        "{:32} {:12} {:16} {:>13} {:>8} | {:>9} {:>7} | {:>6} {:>8} {:>9} {:>7} | {:>9} {:>7}",
         "profile",
         "model",
-        "gpu",
-        "batch",
+        "gpu_model",
+        "batch_per_gpu",
         "matched",
         "raw layer",
         "iter",
@@ -241,7 +241,7 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
         let c = &r.comparison;
         writeln!(
             w,
-            "{:32} {:12} {:16} {:>5} {:>4}/{:<3} | {:>8.1}% {:>6.1}% | {:>6.2} {:>8.0} {:>8.1}% {:>6.1}% | {:>8.1}% {:>6.1}%",
+            "{:32} {:12} {:16} {:>13} {:>4}/{:<3} | {:>8.1}% {:>6.1}% | {:>6.2} {:>8.0} {:>8.1}% {:>6.1}% | {:>8.1}% {:>6.1}%",
             r.file,
             c.model,
             c.gpu,
@@ -267,12 +267,12 @@ fn write_compare_text(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Res
 }
 
 fn write_compare_csv(w: &mut dyn Write, rows: &[ValidationRow]) -> std::io::Result<()> {
-    writeln!(w, "profile,model,gpu,batch,matched,measured_layers,median_layer_error,iteration_error,calibration_factor,layer_overhead_us,median_layer_error_calibrated,iteration_error_calibrated,transfer_from,median_layer_error_transfer,iteration_error_transfer")?;
+    writeln!(w, "profile,model,gpu_model,batch_per_gpu,matched,measured_layers,median_layer_abs_error,iteration_abs_error,calibration_factor,layer_overhead_us,median_layer_abs_error_calibrated,iteration_abs_error_calibrated,transfer_from,median_layer_abs_error_transfer,iteration_abs_error_transfer")?;
     for r in rows {
         let c = &r.comparison;
         writeln!(
             w,
-            "{},{},{},{},{},{},{:.4},{:.4},{:.4},{:.1},{:.4},{:.4},{},{:.4},{:.4}",
+            "{},{},{},{},{},{},{:.6},{:.6},{:.6},{:.3},{:.6},{:.6},{},{:.6},{:.6}",
             r.file,
             c.model,
             c.gpu,

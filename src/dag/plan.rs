@@ -102,6 +102,15 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     if n == 0 || n > ranks || rep.iter().any(|&r| r >= ranks) || plan.gpus() != ranks {
         return Err(Error::invalid("represented GPUs", format!("{n} ranks of {ranks} cannot stand for the plan")));
     }
+    // Replicas at or past the DP block are driven as images of those below it: none may also have
+    // tasks of its own (its pipeline sends would be counted twice).
+    let block = layout.dp_block;
+    if block == 0 || plan.dp % block != 0 || rep.iter().any(|&r| plan.coords(r).dp >= block) {
+        return Err(Error::invalid(
+            "represented GPUs",
+            format!("a block of {block} of {} DP replicas cannot stand for the represented ranks", plan.dp),
+        ));
+    }
     if s.comm_source == CommSource::Trace && ranks > 1 {
         if let Some(l) = w.layers.iter().find(|l| l.is_learnable() && l.comm.is_none()) {
             return Err(Error::invalid(

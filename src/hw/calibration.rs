@@ -111,8 +111,10 @@ pub struct FitPoint {
     pub ranks: u32,
     pub bytes: u64,
     pub measured_us: f64,
-    pub model_us: f64,
-    /// (model - measured) / measured.
+    /// The model's time (`model_us` in files written before 0.2; read still).
+    #[serde(alias = "model_us")]
+    pub predicted_us: f64,
+    /// (predicted - measured) / measured.
     pub error: f64,
     /// True if the point was left out of the fit (a prediction, not a reproduction).
     pub held_out: bool,

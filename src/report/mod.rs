@@ -9,7 +9,7 @@ pub mod perfetto;
 pub mod plan;
 pub mod plot;
 
-pub use output::{csv_fields, ratio_cell, write_csv, write_json, write_text};
+pub use output::{csv_fields, rate_cell, ratio_cell, seconds_cell, write_csv, write_json, write_text};
 
 use crate::dag::{Category, Dag, Phase, Work};
 use crate::hw::Machine;

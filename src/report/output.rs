@@ -24,14 +24,23 @@ pub fn write_text(out: &mut dyn Write, preds: &[Prediction]) -> std::io::Result<
     )?;
     writeln!(
         out,
-        "{:>5} {:>5} {:>12} {:>12} {:>8} {:>6} | {:>10} {:>10} {:>10} {:>10}",
-        "gpus", "nodes", "iter_time_s", "samples/s", "speedup", "eff", "compute_s", "comm_s", "io_s", "idle_s"
+        "{:>5} {:>5} {:>16} {:>24} {:>8} {:>18} | {:>10} {:>15} {:>10} {:>10}",
+        "gpus",
+        "nodes",
+        "iteration_time_s",
+        "throughput_samples_per_s",
+        "speedup",
+        "scaling_efficiency",
+        "compute_s",
+        "communication_s",
+        "io_s",
+        "idle_s"
     )?;
     for p in preds {
         let b = &p.breakdown;
         writeln!(
             out,
-            "{:>5} {:>5} {:>12.6} {:>12.1} {:>8.3} {:>5.1}% | {:>10.6} {:>10.6} {:>10.6} {:>10.6}",
+            "{:>5} {:>5} {:>16.6} {:>24.1} {:>8.3} {:>17.1}% | {:>10.6} {:>15.6} {:>10.6} {:>10.6}",
             p.gpus,
             p.nodes,
             p.iteration_time_s,

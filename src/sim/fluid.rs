@@ -224,6 +224,28 @@ impl FluidNet {
         if self.dirty_links.is_empty() {
             return;
         }
+        let dirty = std::mem::take(&mut self.dirty_links);
+        self.gather(&dirty);
+        let mut dirty = dirty;
+        dirty.clear();
+        self.dirty_links = dirty;
+        self.fill(now, out);
+    }
+
+    /// The links and live flows connected to `seeds` (the seeds included), each once, in breadth-first
+    /// order. Valid until the next call that changes the net or solves it.
+    pub fn component(&mut self, seeds: &[u32]) -> (&[u32], &[FlowId]) {
+        self.gather(seeds);
+        (&self.comp_links, &self.comp_flows)
+    }
+
+    /// Capacity of link `l` (bytes/ns).
+    pub fn capacity(&self, l: u32) -> f64 {
+        self.capacity[l as usize]
+    }
+
+    /// Fills `comp_links` and `comp_flows` with the component(s) of `seeds`, breadth first.
+    fn gather(&mut self, seeds: &[u32]) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.link_mark.iter_mut().for_each(|m| *m = 0);
@@ -233,16 +255,12 @@ impl FluidNet {
         let epoch = self.epoch;
         self.comp_links.clear();
         self.comp_flows.clear();
-        // Gather the touched component(s), breadth first from the dirty links.
-        let mut dirty = std::mem::take(&mut self.dirty_links);
-        for &l in &dirty {
+        for &l in seeds {
             if self.link_mark[l as usize] != epoch {
                 self.link_mark[l as usize] = epoch;
                 self.comp_links.push(l);
             }
         }
-        dirty.clear();
-        self.dirty_links = dirty;
         let mut i = 0;
         while i < self.comp_links.len() {
             let l = self.comp_links[i] as usize;
@@ -264,14 +282,6 @@ impl FluidNet {
                 }
             }
         }
-        // Bring every affected flow's progress up to `now` at its old rate.
-        for &f in &self.comp_flows {
-            let fl = &mut self.flows[f as usize];
-            let moved = fl.rate * (now - fl.last) as f64;
-            fl.remaining = (fl.remaining - moved).max(0.0);
-            fl.last = now;
-        }
-        self.fill(now, out);
     }
 
     /// Progressive filling over the gathered component: raise all unfixed flows together until a
@@ -336,6 +346,12 @@ impl FluidNet {
         if fl.scheduled && fl.rate == rate {
             return; // its completion event still holds
         }
+        // Progress is brought up to date only when the rate changes, so a flow's bytes depend on its
+        // rate history alone, not on how often solves of its component happened to touch it (a
+        // collective on reserved links leaves outside flows exactly as its flows would).
+        let moved = fl.rate * (now - fl.last) as f64;
+        fl.remaining = (fl.remaining - moved).max(0.0);
+        fl.last = now;
         fl.rate = rate;
         fl.version = fl.version.wrapping_add(1);
         fl.scheduled = rate > 0.0;
@@ -399,6 +415,20 @@ mod tests {
         net.remove(a);
         let done = solve(&mut net, 1000);
         assert_eq!(done, vec![Completion { flow: b, version: net.version(b), time: 2000 }]);
+    }
+
+    #[test]
+    fn a_solve_that_keeps_a_rate_leaves_the_flow_as_it_was() {
+        // Flow a is held to 1 byte/ns by its cap; b joining its link at t=7 leaves a's rate alone,
+        // so a keeps its state and completion event as if b had never come.
+        let mut net = FluidNet::new(vec![4.0]);
+        let a = net.add(&[0], 100.0, 1.0, 0);
+        solve(&mut net, 0);
+        let before = (net.state(a), net.version(a));
+        net.add(&[0], 100.0, f64::INFINITY, 7);
+        let done = solve(&mut net, 7);
+        assert_eq!((net.state(a), net.version(a)), before);
+        assert!(done.iter().all(|c| c.flow != a));
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! use disjoint links, is run on *reserved* links: each kind of step is timed once and one event
 //! marks the end. If other traffic arrives on a reserved link, the collective is turned back into
 //! the individual flows a step-by-step run would hold at that instant ([`Engine::materialize`]),
-//! so both paths give identical results (tested).
+//! so both paths give identical results (tested). A collective whose links carry other flows that
+//! its steps would not slow (batch reads held back by a shared file server, say) is reserved next
+//! to them: each step is timed in a private run of the whole component with those flows, and any
+//! change in that component turns it back into flows before the engine re-solves it.
 //!
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
@@ -29,7 +32,7 @@ use fluid::{Completion, FlowId, FluidNet};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use step::{Member, MemberState, StepTimer};
+use step::{Member, MemberState, Outside, StepTimer};
 
 /// What the engine records beyond task spans, and how it may take shortcuts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -120,7 +123,7 @@ struct Pending {
 }
 
 /// A collective on reserved links from step `first_step` on: when that step started, each step
-/// class's duration, the links held.
+/// class's duration, the links held, and per class the outside flows it was timed next to.
 #[derive(Debug, Clone, Default)]
 struct Reservation {
     first_step: u32,
@@ -128,6 +131,23 @@ struct Reservation {
     end: Nanos,
     class_time: Vec<Nanos>,
     links: Vec<u32>,
+    class_outside: Vec<Vec<Outside>>,
+}
+
+impl Reservation {
+    fn has_outside(&self) -> bool {
+        self.class_outside.iter().any(|o| !o.is_empty())
+    }
+}
+
+/// What an attempt to reserve a collective's links gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reserve {
+    Done,
+    /// Other flows on its links (or ones its steps would disturb).
+    Busy,
+    /// Another collective holds links it needs (or their component).
+    Held,
 }
 
 #[derive(Debug, Clone)]
@@ -242,6 +262,12 @@ struct Engine<'a> {
     timer: StepTimer,
     /// Capacity of each machine link (bytes/ns).
     link_capacity: Vec<f64>,
+    /// Collectives whose step found other flows on its links: tried on reserved links next to
+    /// those flows once the instant's bandwidth is solved, else run by flows.
+    deferred: Vec<u32>,
+    /// Reservations timed next to outside flows (any change in their component ends them).
+    outside_reservations: u32,
+    seeds: Vec<u32>,
 }
 
 impl<'a> Engine<'a> {
@@ -288,6 +314,9 @@ impl<'a> Engine<'a> {
             reservation_pool: Vec::new(),
             timer: StepTimer::new(nlinks),
             link_capacity: machine.links.iter().map(|l| l.capacity()).collect(),
+            deferred: Vec::new(),
+            outside_reservations: 0,
+            seeds: Vec::new(),
         }
     }
 
@@ -324,7 +353,13 @@ impl<'a> Engine<'a> {
                 self.settle()?;
                 continue;
             }
+            // Reservations next to outside flows whose component is about to be re-solved go back
+            // to flows first, so the solve sees what a step-by-step run would.
+            if self.outside_reservations > 0 && self.materialize_disturbed()? {
+                continue;
+            }
             self.solve_flows();
+            self.reserve_deferred()?;
             if self.events.contains_key(&self.now) {
                 continue;
             }
@@ -501,14 +536,29 @@ impl<'a> Engine<'a> {
         if !(self.options.record_flows || self.options.stepwise_collectives)
             && step >= self.collectives[slot as usize].retry_step
         {
-            if self.try_reserve(slot)? {
-                return Ok(());
+            match self.try_reserve(slot, false)? {
+                Reserve::Done => return Ok(()),
+                Reserve::Busy => {
+                    // Other flows on its links: try next to them once this instant is solved.
+                    self.deferred.push(slot);
+                    return Ok(());
+                }
+                Reserve::Held => self.back_off(slot),
             }
-            // Other traffic is on its links: run this step by flows and try again later.
-            let run = &mut self.collectives[slot as usize];
-            run.backoff = run.backoff.saturating_mul(2).min(1 << 16);
-            run.retry_step = step + run.backoff;
         }
+        self.start_step_flows(slot)
+    }
+
+    /// Other traffic keeps a collective off reserved links: try again some steps later.
+    fn back_off(&mut self, slot: u32) {
+        let run = &mut self.collectives[slot as usize];
+        run.backoff = run.backoff.saturating_mul(2).min(1 << 16);
+        run.retry_step = run.step + run.backoff;
+    }
+
+    /// Runs a collective's current step by flows.
+    fn start_step_flows(&mut self, slot: u32) -> Result<()> {
+        let step = self.collectives[slot as usize].step;
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
         self.collectives[slot as usize].outstanding = scratch.len() as u32;
@@ -519,18 +569,67 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Runs collective `slot` on reserved links from its current step on, if its links are free of
-    /// other traffic and each step's transfers use disjoint links. Returns false (nothing
-    /// reserved) otherwise.
-    fn try_reserve(&mut self, slot: u32) -> Result<bool> {
+    /// The deferred collectives, after this instant's solve: on reserved links next to the flows
+    /// now on them if their steps leave those flows' rates alone, else by flows.
+    fn reserve_deferred(&mut self) -> Result<()> {
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.sort_unstable();
+        for &slot in &deferred {
+            if self.try_reserve(slot, true)? != Reserve::Done {
+                self.back_off(slot);
+                self.start_step_flows(slot)?;
+            }
+        }
+        deferred.clear();
+        self.deferred = deferred;
+        Ok(())
+    }
+
+    /// Before a solve: reservations timed next to outside flows whose component the solve touches
+    /// go back to flows (the outside flows may change; a step-by-step run would re-solve its flows
+    /// with them). Returns whether any did (their flows may activate at this instant).
+    fn materialize_disturbed(&mut self) -> Result<bool> {
+        let mut seeds = std::mem::take(&mut self.seeds);
+        seeds.clear();
+        seeds.extend_from_slice(self.net.dirty_links());
+        let mut hit: Vec<u32> = Vec::new();
+        if !seeds.is_empty() {
+            let (links, _) = self.net.component(&seeds);
+            for &l in links {
+                let held = self.reserved_by.get(l as usize).copied().unwrap_or(0);
+                if held != 0 {
+                    hit.push(held - 1);
+                }
+            }
+        }
+        self.seeds = seeds;
+        hit.sort_unstable();
+        hit.dedup();
+        for &slot in &hit {
+            if self.collectives[slot as usize].reservation.is_some() {
+                self.materialize(slot)?;
+            }
+        }
+        Ok(!hit.is_empty())
+    }
+
+    /// Runs collective `slot` on reserved links from its current step on, if each step's
+    /// transfers use disjoint links and its links are free of other traffic (or, `with_outside`,
+    /// carry flows whose rates its steps leave alone: their whole component is timed with it).
+    fn try_reserve(&mut self, slot: u32, with_outside: bool) -> Result<Reserve> {
         const PROVISIONAL: u32 = u32::MAX;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let mut res = self.reservation_pool.pop().unwrap_or_default();
         res.class_time.clear();
         res.links.clear();
-        let mut ok = true;
+        res.class_outside.clear();
+        let mut outcome = Reserve::Done;
         for (rep, _) in Self::steps_per_class(&plan, first, plan.step_count()) {
+            res.class_outside.push(Vec::new());
             if rep == u32::MAX {
                 res.class_time.push(0);
                 continue;
@@ -543,10 +642,15 @@ impl<'a> Engine<'a> {
                 routes.push(route);
                 for &l in &self.routes[route as usize].links {
                     let li = l as usize;
-                    // Busy, or held by another collective: not eligible.
+                    // Held by another collective, or busy: not eligible (busy: unless timed next to
+                    // the flows).
                     let held = self.reserved_by[li];
-                    if self.net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL) {
-                        ok = false;
+                    if held != 0 && held != PROVISIONAL {
+                        outcome = Reserve::Held;
+                        break 'members;
+                    }
+                    if self.net.flows_on(l) > 0 && !with_outside {
+                        outcome = Reserve::Busy;
                         break 'members;
                     }
                     if held == 0 {
@@ -555,19 +659,30 @@ impl<'a> Engine<'a> {
                     }
                 }
             }
-            let longest = if ok { self.time_step(&scratch, &routes) } else { 0 };
-            self.step_scratch = scratch;
-            if !ok {
-                break;
+            let mut longest = None;
+            if outcome == Reserve::Done {
+                let outside = if with_outside { self.outside_flows(&scratch, &routes) } else { Some(Vec::new()) };
+                match outside {
+                    Some(outside) => {
+                        longest = self.time_step(&scratch, &routes, &outside);
+                        *res.class_outside.last_mut().expect("pushed above") = outside;
+                    }
+                    None => outcome = Reserve::Held,
+                }
+                if longest.is_none() && outcome == Reserve::Done {
+                    outcome = Reserve::Busy;
+                }
             }
+            self.step_scratch = scratch;
+            let Some(longest) = longest else { break };
             res.class_time.push(longest);
         }
-        if !ok {
+        if outcome != Reserve::Done {
             for &l in &res.links {
                 self.reserved_by[l as usize] = 0;
             }
             self.reservation_pool.push(res);
-            return Ok(false);
+            return Ok(outcome);
         }
         for &l in &res.links {
             self.reserved_by[l as usize] = slot + 1;
@@ -580,9 +695,46 @@ impl<'a> Engine<'a> {
         res.end = self.now.saturating_add(total);
         let generation = self.collectives[slot as usize].generation;
         self.push(res.end, EventKind::CollectiveDone(slot, generation));
+        if res.has_outside() {
+            self.outside_reservations += 1;
+        }
         self.collectives[slot as usize].reservation = Some(res);
         self.reserved_count += 1;
-        Ok(true)
+        Ok(Reserve::Done)
+    }
+
+    /// The flows in the component of a step's links (as they are now), or None if that component
+    /// reaches links another collective holds, or a transfer that moves has no latency (its flow
+    /// would join this instant's solve, which has already run).
+    fn outside_flows(&mut self, transfers: &[Xfer], route_ids: &[u32]) -> Option<Vec<Outside>> {
+        let mut seeds = std::mem::take(&mut self.seeds);
+        seeds.clear();
+        let mut instant = false;
+        for (x, &r) in transfers.iter().zip(route_ids) {
+            let route = &self.routes[r as usize];
+            seeds.extend_from_slice(&route.links);
+            instant |= x.bytes > 0 && !route.links.is_empty() && x.latency(route) == 0;
+        }
+        let (links, flows) = self.net.component(&seeds);
+        let held_elsewhere = links.iter().any(|&l| {
+            let held = self.reserved_by.get(l as usize).copied().unwrap_or(0);
+            held != 0 && held != u32::MAX
+        });
+        let flows = flows.to_vec();
+        self.seeds = seeds;
+        if held_elsewhere || (instant && !flows.is_empty()) {
+            return None;
+        }
+        Some(
+            flows
+                .into_iter()
+                .map(|f| Outside {
+                    links: self.net.links(f).to_vec(),
+                    cap: self.net.state(f).cap,
+                    rate: self.net.rate(f),
+                })
+                .collect(),
+        )
     }
 
     /// Members of a step for the step timer: the transfers with their routes, latency and cap.
@@ -602,10 +754,11 @@ impl<'a> Engine<'a> {
             .collect()
     }
 
-    /// Duration of a step's transfers on links with no other traffic.
-    fn time_step(&mut self, transfers: &[Xfer], route_ids: &[u32]) -> Nanos {
+    /// Duration of a step's transfers next to `outside` flows (none: links with no other traffic),
+    /// or None if the step would change an outside flow's rate.
+    fn time_step(&mut self, transfers: &[Xfer], route_ids: &[u32], outside: &[Outside]) -> Option<Nanos> {
         let members = Self::members(self.machine, &self.routes, transfers, route_ids);
-        self.timer.duration(&members, &self.link_capacity)
+        self.timer.duration_with(&members, outside, &self.link_capacity)
     }
 
     /// Adds the bytes and transfer count of `count` runs of `step` (all its transfers finished).
@@ -642,21 +795,26 @@ impl<'a> Engine<'a> {
         out
     }
 
-    /// Frees the links of a reserved collective; returns (first step, its start, class times).
-    fn release(&mut self, slot: u32) -> (u32, Nanos, Vec<Nanos>) {
+    /// Frees the links of a reserved collective; returns (first step, its start, class times, the
+    /// outside flows each class was timed next to).
+    fn release(&mut self, slot: u32) -> (u32, Nanos, Vec<Nanos>, Vec<Vec<Outside>>) {
         let mut res = self.collectives[slot as usize].reservation.take().expect("reserved");
         for &l in &res.links {
             self.reserved_by[l as usize] = 0;
         }
+        if res.has_outside() {
+            self.outside_reservations -= 1;
+        }
         let class_time = std::mem::take(&mut res.class_time);
-        let out = (res.first_step, res.start, class_time);
+        let class_outside = std::mem::take(&mut res.class_outside);
+        let out = (res.first_step, res.start, class_time, class_outside);
         self.reservation_pool.push(res);
         out
     }
 
     /// A reserved collective ran to its end undisturbed.
     fn end_reservation(&mut self, slot: u32) -> Result<()> {
-        let (first, _, _) = self.release(slot);
+        let (first, _, _, _) = self.release(slot);
         let plan = self.collectives[slot as usize].plan.clone();
         for (rep, count) in Self::steps_per_class(&plan, first, plan.step_count()) {
             if rep != u32::MAX {
@@ -682,7 +840,7 @@ impl<'a> Engine<'a> {
             run.generation = run.generation.wrapping_add(1);
             return self.end_reservation(slot);
         }
-        let (first, start, class_time) = self.release(slot);
+        let (first, start, class_time, class_outside) = self.release(slot);
         let mut step = first;
         let mut step_start = start;
         loop {
@@ -711,7 +869,8 @@ impl<'a> Engine<'a> {
         }
         let (states, dirty) = {
             let members = Self::members(self.machine, &self.routes, &scratch, &route_ids);
-            self.timer.states_at(&members, &self.link_capacity, now - step_start)
+            let outside = &class_outside[plan.step_class(step) as usize];
+            self.timer.states_at(&members, outside, &self.link_capacity, now - step_start)
         };
         let mut outstanding = 0;
         for ((x, &route), state) in scratch.iter().zip(&route_ids).zip(states) {

@@ -29,9 +29,20 @@ pub(super) enum MemberState {
     Moving(FlowState),
 }
 
+/// A flow outside the step that shares links with it, directly or through other flows (data
+/// loading on a node's network link, say). The step may be timed with it only while it keeps its
+/// rate: the step's transfers must not change it.
+#[derive(Debug, Clone)]
+pub(super) struct Outside {
+    pub links: Vec<u32>,
+    pub cap: f64,
+    pub rate: f64,
+}
+
 #[derive(Default)]
 pub(super) struct StepTimer {
-    memo: HashMap<Vec<u64>, Vec<Nanos>>,
+    /// Finish times per member, or None where the step would change an outside flow's rate.
+    memo: HashMap<Vec<u64>, Option<Vec<Nanos>>>,
     parent: Vec<u32>,
     link_member: Vec<u32>,
     link_epoch: Vec<u32>,
@@ -89,41 +100,60 @@ impl StepTimer {
         out
     }
 
-    /// How long the step takes: from its start until its last transfer arrives.
-    pub fn duration(&mut self, members: &[Member], capacity: &[f64]) -> Nanos {
+    /// How long the step takes (from its start until its last transfer arrives) next to the `outside` flows (the whole component they form with it,
+    /// rates as last solved), or None if its transfers would change an outside flow's rate.
+    pub fn duration_with(&mut self, members: &[Member], outside: &[Outside], capacity: &[f64]) -> Option<Nanos> {
+        if !outside.is_empty() {
+            // Outside flows join everything into one component: time it as a whole.
+            let comp: Vec<u32> = (0..members.len() as u32).collect();
+            let finish = self.timed(members, &comp, outside, capacity)?;
+            return Some(finish.into_iter().max().unwrap_or(0));
+        }
         let mut longest = 0;
         for comp in self.components(members) {
             let finish = if comp.len() == 1 {
                 vec![solo(&members[comp[0] as usize], capacity)]
             } else {
-                let (sig, local) = signature(members, &comp, capacity);
-                match self.memo.get(&sig) {
-                    Some(f) => f.clone(),
-                    None => {
-                        let f = Component::new(members, &comp, &local).finish_times();
-                        self.memo.insert(sig, f.clone());
-                        f
-                    }
-                }
+                self.timed(members, &comp, &[], capacity).expect("no outside flow to disturb")
             };
             longest = longest.max(finish.into_iter().max().unwrap_or(0));
         }
-        longest
+        Some(longest)
+    }
+
+    /// Finish times of a component's members, memoised.
+    fn timed(&mut self, members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> Option<Vec<Nanos>> {
+        let (sig, local) = signature(members, comp, outside, capacity);
+        if let Some(f) = self.memo.get(&sig) {
+            return f.clone();
+        }
+        let f = Component::new(members, comp, &local).finish_times();
+        self.memo.insert(sig, f.clone());
+        f
     }
 
     /// Each member's state at offset `at` after the step's start, as a step-by-step run holds it
     /// once the instant's completions are handled and before its activations and bandwidth
-    /// solve; plus the links whose shares that solve must recompute.
-    pub fn states_at(&mut self, members: &[Member], capacity: &[f64], at: Nanos) -> (Vec<MemberState>, Vec<u32>) {
+    /// solve; plus the links whose shares that solve must recompute. `outside` as given to
+    /// [`StepTimer::duration_with`] when the step was timed.
+    pub fn states_at(
+        &mut self,
+        members: &[Member],
+        outside: &[Outside],
+        capacity: &[f64],
+        at: Nanos,
+    ) -> (Vec<MemberState>, Vec<u32>) {
         let mut states = vec![MemberState::Done; members.len()];
         let mut dirty = Vec::new();
-        for comp in self.components(members) {
-            if comp.len() == 1 {
+        let comps =
+            if outside.is_empty() { self.components(members) } else { vec![(0..members.len() as u32).collect()] };
+        for comp in comps {
+            if comp.len() == 1 && outside.is_empty() {
                 let i = comp[0] as usize;
                 states[i] = solo_state(&members[i], capacity, at);
                 continue;
             }
-            let (_, local) = signature(members, &comp, capacity);
+            let (_, local) = signature(members, &comp, outside, capacity);
             let (local_states, local_dirty) = Component::new(members, &comp, &local).states_at(at);
             for (k, &i) in comp.iter().enumerate() {
                 states[i as usize] = local_states[k];
@@ -174,38 +204,56 @@ struct LocalLinks {
     capacity: Vec<f64>,
     /// Per member of the component (in order), its links as local ids.
     routes: Vec<Vec<u32>>,
+    /// The outside flows with their links as local ids.
+    outside: Vec<Outside>,
 }
 
 /// An exact description of a component up to renaming of links: equal signatures evolve alike.
-fn signature(members: &[Member], comp: &[u32], capacity: &[f64]) -> (Vec<u64>, LocalLinks) {
+fn signature(members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> (Vec<u64>, LocalLinks) {
     let mut local: HashMap<u32, u32> = HashMap::default();
-    let mut links = LocalLinks { globals: Vec::new(), capacity: Vec::new(), routes: Vec::new() };
-    let mut sig = vec![comp.len() as u64];
+    let mut links = LocalLinks { globals: Vec::new(), capacity: Vec::new(), routes: Vec::new(), outside: Vec::new() };
+    let mut sig = vec![comp.len() as u64, outside.len() as u64];
+    let mut localise = |g: u32, links: &mut LocalLinks, sig: &mut Vec<u64>| {
+        let id = *local.entry(g).or_insert_with(|| {
+            links.globals.push(g);
+            links.capacity.push(capacity[g as usize]);
+            (links.globals.len() - 1) as u32
+        });
+        sig.push(id as u64);
+        id
+    };
     for &i in comp {
         let m = &members[i as usize];
         sig.extend([m.latency, m.bytes, m.cap.to_bits(), m.links.len() as u64]);
-        let mut route = Vec::with_capacity(m.links.len());
-        for &g in m.links {
-            let id = *local.entry(g).or_insert_with(|| {
-                links.globals.push(g);
-                links.capacity.push(capacity[g as usize]);
-                (links.globals.len() - 1) as u32
-            });
-            route.push(id);
-            sig.push(id as u64);
-        }
+        let route = m.links.iter().map(|&g| localise(g, &mut links, &mut sig)).collect();
         links.routes.push(route);
+    }
+    for o in outside {
+        sig.extend([o.cap.to_bits(), o.rate.to_bits(), o.links.len() as u64]);
+        let route = o.links.iter().map(|&g| localise(g, &mut links, &mut sig)).collect();
+        links.outside.push(Outside { links: route, ..*o });
     }
     sig.extend(links.capacity.iter().map(|c| c.to_bits()));
     (sig, links)
 }
 
 /// A private fluid simulation of one component, with the engine's semantics: at each instant,
-/// handle every event, then solve shares once.
+/// handle every event, then solve shares once. Outside flows move from the start at their rates and
+/// never finish here (the engine turns the step back into flows when one does).
 struct Component<'a> {
     members: Vec<Member<'a>>,
     routes: &'a [Vec<u32>],
+    outside: &'a [Outside],
     capacity: &'a [f64],
+}
+
+/// What a private run ends with: the net, which member each flow is (outside flows: u32::MAX),
+/// per member its finish time, and whether an outside flow's rate changed.
+struct Replay {
+    net: FluidNet,
+    flow_member: Vec<u32>,
+    finish: Vec<Option<Nanos>>,
+    disturbed: bool,
 }
 
 impl<'a> Component<'a> {
@@ -213,23 +261,34 @@ impl<'a> Component<'a> {
         Component {
             members: comp.iter().map(|&i| all[i as usize]).collect(),
             routes: &local.routes,
+            outside: &local.outside,
             capacity: &local.capacity,
         }
     }
 
     /// Runs until every member is done (`until` = None), or to instant `until` (handling only its
-    /// completions). Returns the net, which member each flow is, and per member its finish time.
-    fn run(&self, until: Option<Nanos>) -> (FluidNet, Vec<u32>, Vec<Option<Nanos>>) {
+    /// completions). Stops early if an outside flow's rate changes.
+    fn run(&self, until: Option<Nanos>) -> Replay {
         let n = self.members.len();
         let mut net = FluidNet::new(self.capacity.to_vec());
         let mut finish: Vec<Option<Nanos>> = vec![None; n];
         let mut flow_member: Vec<u32> = Vec::new();
+        let mut outside_flows = Vec::with_capacity(self.outside.len());
+        for o in self.outside {
+            let state = FlowState { remaining: 1.0, rate: o.rate, cap: o.cap, last: 0, due: Some(Nanos::MAX) };
+            let (f, _) = net.insert_state(&o.links, state);
+            if flow_member.len() <= f as usize {
+                flow_member.resize(f as usize + 1, u32::MAX);
+            }
+            outside_flows.push(f);
+        }
         // (time, kind: 0 completion / 1 activation, member or flow, version)
         let mut events: std::collections::BTreeMap<Nanos, Vec<(u8, u32, u32)>> = Default::default();
         for (i, m) in self.members.iter().enumerate() {
             events.entry(m.latency).or_default().push((1, i as u32, 0));
         }
         let mut out: Vec<Completion> = Vec::new();
+        let mut disturbed = false;
         while let Some((&t, _)) = events.first_key_value() {
             if until.is_some_and(|u| t > u) {
                 break;
@@ -262,20 +321,31 @@ impl<'a> Component<'a> {
             }
             out.clear();
             net.solve(t, &mut out);
+            if outside_flows.iter().zip(self.outside).any(|(&f, o)| net.rate(f) != o.rate) {
+                disturbed = true;
+                break;
+            }
             for c in &out {
                 events.entry(c.time).or_default().push((0, c.flow, c.version));
             }
         }
-        (net, flow_member, finish)
+        for &f in &outside_flows {
+            flow_member[f as usize] = u32::MAX;
+        }
+        Replay { net, flow_member, finish, disturbed }
     }
 
-    fn finish_times(&self) -> Vec<Nanos> {
-        let (_, _, finish) = self.run(None);
-        finish.into_iter().map(|f| f.expect("every member finishes")).collect()
+    fn finish_times(&self) -> Option<Vec<Nanos>> {
+        let r = self.run(None);
+        if r.disturbed {
+            return None;
+        }
+        Some(r.finish.into_iter().map(|f| f.expect("every member finishes")).collect())
     }
 
     fn states_at(&self, at: Nanos) -> (Vec<MemberState>, Vec<u32>) {
-        let (net, flow_member, finish) = self.run(Some(at));
+        let Replay { net, flow_member, finish, disturbed } = self.run(Some(at));
+        debug_assert!(!disturbed, "a step timed without disturbing outside flows replays alike");
         let mut states: Vec<MemberState> = self
             .members
             .iter()
@@ -284,7 +354,7 @@ impl<'a> Component<'a> {
             .collect();
         for (f, &member) in flow_member.iter().enumerate() {
             let f = f as u32;
-            if net.is_live(f) && finish[member as usize].is_none() {
+            if member != u32::MAX && net.is_live(f) && finish[member as usize].is_none() {
                 states[member as usize] = MemberState::Moving(net.state(f));
             }
         }

@@ -145,11 +145,15 @@ pub const MXNET_BIGARRAY_BYTES: u64 = 1_000_000 * 4;
 /// `byteps/server/server.cc` 0.2.5): 16 GB/s per server. An estimate from those two sources.
 pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
 
-/// A TensorFlow parameter-server shard's throughput: workers adding tensors into variables on one
-/// ps task over gRPC reach 0.5-0.6 GB/s on a Xeon (Y. Bulatov's sharded-PS benchmark for
-/// tensorflow/tensorflow issue #6116, TF 0.12-1.0, 2017: ps=1 0.5-0.6 GB/s, ps=2 1.1-1.3,
-/// ps=4 1.7-1.9), i.e. the server's serialisation and summation, not the network, set the rate.
-/// The model charges each push and each pull `bytes / rate` on the server's CPU.
+/// A TensorFlow parameter-server task's throughput over gRPC (each push and each pull costs
+/// `bytes / rate` on the server's CPU). NOT YET PROPERLY SOURCED: 0.55 GB/s was attributed to
+/// "ps=1 0.5-0.6 GB/s" in tensorflow/tensorflow issue #6116, which the thread does not contain.
+/// What it does show (Y. Bulatov, 2016-12-09, TF 0.12, Xeon E5-2630 v3): a worker adding 10 MB
+/// tensors into a variable on another process reached 0.9 GB/s over gRPC (20.2 GB/s in-process),
+/// and sharding over 8 ps processes on a 32-core Xeon reached 2.6 GB/s. With 0.9 GB/s
+/// validation/tf2017.csv's awsc_syn_resnet50_b32_32 row goes from +15% to +31% (its gate's 25%
+/// limit) because the model lacks a cost of TensorFlow on 8-K80 instances (validation/README.md);
+/// the switch waits on that mechanism rather than on a known_miss mark.
 pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 
 /// The runtime names users write.

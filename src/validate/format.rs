@@ -277,7 +277,14 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
         let setup = RowSetup {
             scenario: file("scenario"),
             trace: file("trace"),
-            model: cell("model").map(str::to_string),
+            // A transformer's config.json sits next to the CSV like the other files.
+            model: cell("model").map(|m| match m.ends_with(".json") {
+                true => std::path::absolute(resolve(base, m))
+                    .unwrap_or_else(|_| resolve(base, m))
+                    .to_string_lossy()
+                    .into_owned(),
+                false => m.to_string(),
+            }),
             gpu: cell("gpu").map(str::to_string),
             precision: cell("precision").map(str::to_string),
             batch: count("batch")?,

@@ -88,7 +88,8 @@ pub struct RowResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct SetSummary {
     pub set: String,
-    /// Scored rows (reference rows excluded).
+    /// Scored rows (reference rows excluded; `scored_rows`: `rows` is the report's list of rows).
+    #[serde(rename = "scored_rows")]
     pub rows: usize,
     pub known_misses: usize,
     /// Mean |error| over all scored rows, known misses included.
@@ -113,6 +114,7 @@ pub struct SetSummary {
 pub struct GroupResult {
     pub set: String,
     pub group: String,
+    #[serde(rename = "scored_rows")]
     pub rows: usize,
     pub concordant: u64,
     pub discordant: u64,

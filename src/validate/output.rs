@@ -146,6 +146,27 @@ pub fn write_json(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w)
 }
 
+/// A CSV cell at a fixed precision (no `0.30000000000000004`): errors as ratios to 6 decimals, like
+/// prediction CSVs; measured and predicted values, whose units differ by metric, to 9 significant
+/// digits. Other cells, and blank ones, are kept.
+fn fixed_precision(column: &str, cell: &str) -> String {
+    let Ok(v) = cell.parse::<f64>() else { return cell.to_string() };
+    match column {
+        "error" | "baseline_error" => crate::report::ratio_cell(v),
+        "measured" | "spread" | "predicted" | "baseline" => significant(v, 9),
+        _ => cell.to_string(),
+    }
+}
+
+/// `v` to `digits` significant digits, in plain decimal notation.
+fn significant(v: f64, digits: i32) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let decimals = (digits - 1 - v.abs().log10().floor() as i32).max(0) as usize;
+    format!("{v:.decimals$}")
+}
+
 /// One CSV line per row, with the measured and predicted values and the error. Every line has
 /// every column: a field some rows leave out (a baseline's error on a reference row) is blank.
 pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
@@ -158,7 +179,7 @@ pub fn write_csv(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         let mut back = csv::Reader::from_reader(bytes.as_slice());
         let header = back.headers().map_err(std::io::Error::other)?.clone();
         let values = back.records().next().transpose().map_err(std::io::Error::other)?.unwrap_or_default();
-        rows.push(header.iter().zip(values.iter()).map(|(h, v)| (h.to_string(), v.to_string())).collect());
+        rows.push(header.iter().zip(values.iter()).map(|(h, v)| (h.to_string(), fixed_precision(h, v))).collect());
     }
     // The columns in order of first appearance, each after the column that precedes it in a row.
     let mut columns: Vec<String> = Vec::new();

@@ -32,7 +32,11 @@ pub struct LayerError {
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Comparison {
     pub model: String,
+    /// The GPU spec the profile ran on (`gpu_model`, as in predictions).
+    #[serde(rename = "gpu_model")]
     pub gpu: String,
+    /// Samples per GPU of the profiled run (`batch_per_gpu`, as in predictions).
+    #[serde(rename = "batch_per_gpu")]
     pub batch: u32,
     /// Layers on each side (ignoring zero-cost reshapes) and how many were matched.
     pub measured_layers: usize,
@@ -51,10 +55,14 @@ pub struct Comparison {
     pub calibration_factor: f64,
     /// Median over matched layers of |synthetic - measured| / measured, before and after
     /// calibration (synthetic x `calibration_factor` + `layer_overhead_us`).
+    #[serde(rename = "median_layer_abs_error")]
     pub median_layer_error: f64,
+    #[serde(rename = "median_layer_abs_error_calibrated")]
     pub median_layer_error_calibrated: f64,
     /// |synthetic total - measured total| / measured total, before and after calibration.
+    #[serde(rename = "iteration_abs_error")]
     pub iteration_error: f64,
+    #[serde(rename = "iteration_abs_error_calibrated")]
     pub iteration_error_calibrated: f64,
     pub layers: Vec<LayerError>,
 }
@@ -269,13 +277,17 @@ pub const VALIDATION_CASES: &[ValidationCase] = &[
 /// of the same GPU is used instead of this case's own (a genuine out-of-sample check).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ValidationRow {
+    /// The profile's path under the profiles directory (`profile` in CSV and JSON).
+    #[serde(rename = "profile")]
     pub file: String,
     pub comparison: Comparison,
     /// Profiles the per-layer overhead was learned from (the other host-timed profiles of the
     /// same profiler); empty when the profiler times layers on the device.
     pub overhead_from: Vec<String>,
     pub transfer_from: String,
+    #[serde(rename = "median_layer_abs_error_transfer")]
     pub median_layer_error_transfer: f64,
+    #[serde(rename = "iteration_abs_error_transfer")]
     pub iteration_error_transfer: f64,
 }
 
