@@ -13,7 +13,7 @@ Examples:
   dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --max-error 25%
   dagsim validate validation/tf2017.csv --format json -o validation-report.json
   dagsim validate validation/scaledn.csv --baseline alpha-beta
-  dagsim validate validation/tf2017_k80_alexnet.csv --tolerance 15% --collective-model nccl --baseline ideal-ring
+  dagsim validate validation/korthikanti2022.csv --tolerance 14% --collective-model nccl --baseline ideal-ring
 
 Each CSV row is one measurement: its setup (scenario file and/or trace, topology, GPU count,
 strategy) and the measured throughput, iteration time or speedup. The format is in

@@ -98,6 +98,9 @@ pub struct RowSetup {
     pub micro_batch: Option<u32>,
     pub global_batch: Option<u32>,
     pub seq_len: Option<u32>,
+    /// The NCCL release the measured run used, where its source says so: the NCCL collective
+    /// model simulates the row with that version's tuner and constants (the ideal model ignores it).
+    pub nccl: Option<crate::collective::nccl::version::NcclVersion>,
 }
 
 /// One measurement.
@@ -151,6 +154,7 @@ pub const COLUMNS: &[&str] = &[
     "micro_batch",
     "global_batch",
     "seq_len",
+    "nccl",
     "metric",
     "unit",
     "measured",
@@ -293,6 +297,19 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             micro_batch: count("micro_batch")?,
             global_batch: count("global_batch")?,
             seq_len: count("seq_len")?,
+            nccl: cell("nccl")
+                .map(|v| {
+                    crate::collective::nccl::version::NcclVersion::parse(v).ok_or_else(|| {
+                        Error::parse(
+                            at("nccl"),
+                            format!(
+                                "NCCL version `{v}` is not known (known: {})",
+                                crate::collective::nccl::version::NcclVersion::names()
+                            ),
+                        )
+                    })
+                })
+                .transpose()?,
         };
         if setup.parallel.is_none() {
             if metric.needs_plan() {
@@ -429,6 +446,19 @@ mod tests {
         assert_eq!(rows[1].relative_to.as_deref(), Some("a"));
         assert_eq!(rows[1].known_miss.as_deref(), Some("comm is slower than modelled"));
         assert_eq!(rows[0].setup.gpus, Some(8));
+    }
+
+    /// A row names the NCCL release its run used; an unknown one is an error naming the field.
+    #[test]
+    fn nccl_column_takes_a_known_version() {
+        let text =
+            "id,trace,metric,measured,source,nccl\na,t.csv,throughput,3,paper,2.3.7\nb,t.csv,throughput,3,paper,\n";
+        let rows = parse_measurements(text, Path::new("set.csv"), Path::new("")).unwrap();
+        assert_eq!(rows[0].setup.nccl, Some(crate::collective::nccl::version::NcclVersion::V2_3_7));
+        assert_eq!(rows[1].setup.nccl, None);
+        let bad = "id,trace,metric,measured,source,nccl\na,t.csv,throughput,3,paper,2.2.13\n";
+        let e = parse_measurements(bad, Path::new("set.csv"), Path::new("")).unwrap_err().to_string();
+        assert!(e.contains("set.csv:2 (field `nccl`)") && e.contains("2.2.13") && e.contains("2.3.7"), "{e}");
     }
 
     fn err(body: &str) -> String {

@@ -63,7 +63,20 @@ impl Model {
         if let Some(c) = collectives {
             m.set_collectives(c);
         }
+        if let Some(v) = row.nccl {
+            if let CollectiveModel::Nccl(cfg) = m.collectives_mut() {
+                cfg.version = v;
+            }
+        }
         Ok(m)
+    }
+
+    fn collectives_mut(&mut self) -> &mut CollectiveModel {
+        match self {
+            Model::Pipeline(s) => &mut s.topology.collectives,
+            Model::Hybrid(h) => &mut h.topology.collectives,
+            Model::Plan(p) => &mut p.topology.collectives,
+        }
     }
 
     fn set_collectives(&mut self, c: CollectiveModel) {

@@ -152,8 +152,8 @@ impl Tuner {
                 Func::Broadcast | Func::Reduce => nn,
             };
             for a in ALGOS {
-                // Only all-reduce has a tree.
-                if f != Func::AllReduce && a != NcclAlgo::Ring {
+                // Only all-reduce has a tree, and only from 2.4.
+                if (f != Func::AllReduce || !t.has_tree) && a != NcclAlgo::Ring {
                     continue;
                 }
                 let g = graph(a);
@@ -208,6 +208,9 @@ impl Tuner {
                     if t.version == NcclVersion::V2_8_4 && nodes > 1 && p == Proto::Ll {
                         intra_lat *= 1.8;
                     }
+                    if t.ring_net_lat_every_step && nodes > 1 {
+                        intra_lat = inter_lat;
+                    }
                     if a == NcclAlgo::Ring {
                         let hop = t.hw_lat(fabric(a), a, p);
                         if f == Func::Reduce || f == Func::Broadcast {
@@ -235,10 +238,15 @@ impl Tuner {
                 }
             }
         }
+        if !t.has_tree {
+            disabled.push(format!("NCCL {} has no tree (trees came in 2.4)", comm.version.name()));
+        }
         // LL128 is on by default only where NVIDIA tested it.
         for a in ALGOS {
             let g = graph(a);
-            let on = if t.ll128_rule_218 {
+            let on = if !t.has_ll128 {
+                false
+            } else if t.ll128_rule_218 {
                 // Hopper also accepts PXN paths (a NIC reached through another GPU's NVLink);
                 // dagsim does not classify PXN, so the PCIe rule applies to every generation.
                 g.type_inter <= PathType::Pxb
@@ -252,6 +260,12 @@ impl Tuner {
             if !on {
                 for f in FUNCS {
                     costs[f as usize][algo_slot(a).expect("tree or ring")][Proto::Ll128.index()].algbw_gb_s = 0.0;
+                }
+                if !t.has_ll128 {
+                    if a == NcclAlgo::Ring {
+                        disabled.push(format!("NCCL {} has no LL128 (it came in 2.5)", comm.version.name()));
+                    }
+                    continue;
                 }
                 disabled.push(format!(
                     "LL128 off for {} (NCCL {} enables it only on Volta/Ampere{} with NVLink inside the node and the NIC \
@@ -290,7 +304,13 @@ impl Tuner {
         } else {
             bytes as f64 >= self.comm.ranks as f64 / 16.0 * 65536.0
         };
-        if a == NcclAlgo::Ring && p == Proto::Simple && self.comm.nodes > 1 && f == Func::AllReduce && plateau {
+        if t.plateau
+            && a == NcclAlgo::Ring
+            && p == Proto::Simple
+            && self.comm.nodes > 1
+            && f == Func::AllReduce
+            && plateau
+        {
             lat *= if !t.plateau_218 || self.comm.arch.compcap() < 80 { 1.9 } else { 1.4 };
         }
         Some(lat + bytes as f64 / (1000.0 * bw))
@@ -312,6 +332,14 @@ impl Tuner {
             } else if a != NcclAlgo::Ring {
                 fallback_from = Some(a);
             }
+        }
+        if let Some(thresholds) = self.comm.version.tables().ll_thread_threshold {
+            if let (Some(a), None) = (force.algo, fallback_from) {
+                if self.cost(f, a, Proto::Simple).algbw_gb_s <= 0.0 {
+                    return Err(format!("NCCL cannot run {} here: {}", a.name(), self.disabled.join("; ")));
+                }
+            }
+            return self.choose_by_threshold(f, bytes, force.proto, thresholds, fallback_from);
         }
         let protos: Vec<Proto> = match force.proto {
             Some(p) => vec![p],
@@ -339,6 +367,65 @@ impl Tuner {
         })?;
         let (channels, threads) = self.channels_threads(algo, proto, bytes);
         Ok(Choice { algo, proto, channels, threads, model_us, fallback_from })
+    }
+
+    /// NCCL 2.3's choice (`ncclGetCollResource`, common_coll.h): the fewest LL threads (64 up to
+    /// 256) and rings that give each thread at most 8 bytes per rank; failing that, LL on 256
+    /// threads while each has at most `threadThreshold` bytes per rank and ring, else Simple on
+    /// every ring. Forcing a protocol stands for `NCCL_LL_THRESHOLD` (0 or unbounded).
+    fn choose_by_threshold(
+        &self,
+        f: Func,
+        bytes: u64,
+        proto: Option<Proto>,
+        (pre_volta, volta): (u64, u64),
+        fallback_from: Option<NcclAlgo>,
+    ) -> Result<Choice, String> {
+        const LL_RING_THRESHOLD: u64 = 8; // NCCL_LL_RING_THRESHOLD
+        const LL_MIN_THREADS: u64 = 64; // NCCL_LL_MIN_NTHREADS
+        const LL_MAX_THREADS: u64 = 256; // NCCL_LL_MAX_NTHREADS, = the default nThreads (MAXTHREADS)
+        let ranks = self.comm.ranks.max(1) as u64;
+        let rings = self.comm.channels.max(1) as u64;
+        let mut threshold = if self.comm.arch.compcap() <= 60 { pre_volta } else { volta };
+        if self.comm.nodes > 1 {
+            threshold *= 2;
+        }
+        let max_rings = if ranks <= 4 { 1 } else { LL_MAX_THREADS / LL_MIN_THREADS };
+        let small = threshold.min(LL_RING_THRESHOLD);
+        let mut pick: Option<(u64, u64)> = None; // (rings, threads) for LL
+        let mut nt = LL_MIN_THREADS;
+        while nt < LL_MAX_THREADS && pick.is_none() {
+            let nr = bytes.div_ceil(LL_RING_THRESHOLD * nt * ranks);
+            if nr <= max_rings {
+                let nr = nr.clamp(1, rings);
+                if bytes <= ranks * nr * nt * small {
+                    pick = Some((nr, nt));
+                }
+            }
+            nt <<= 1;
+        }
+        if pick.is_none() {
+            let nr = bytes.div_ceil(LL_RING_THRESHOLD * LL_MAX_THREADS * ranks).clamp(1, rings);
+            if bytes <= ranks * nr * LL_MAX_THREADS * threshold {
+                pick = Some((nr, LL_MAX_THREADS));
+            }
+        }
+        let (proto, channels, threads) = match (proto, pick) {
+            (Some(Proto::Ll128), _) => return Err(format!("NCCL cannot run LL128 here: {}", self.disabled.join("; "))),
+            (Some(Proto::Simple), _) | (None, None) => (Proto::Simple, rings, LL_MAX_THREADS),
+            (_, Some((nr, nt))) => (Proto::Ll, nr, nt),
+            // LL forced beyond the thresholds: every ring, all LL threads.
+            (Some(Proto::Ll), None) => (Proto::Ll, rings, LL_MAX_THREADS),
+        };
+        let model_us = self.time_us(f, NcclAlgo::Ring, proto, bytes).unwrap_or(0.0);
+        Ok(Choice {
+            algo: NcclAlgo::Ring,
+            proto,
+            channels: channels as u32,
+            threads: threads as u32,
+            model_us,
+            fallback_from,
+        })
     }
 
     /// `getAlgoInfo`'s channel and thread reduction: fewer channels (then threads) until each
@@ -433,7 +520,7 @@ mod tests {
         assert_eq!(t.channels_threads(NcclAlgo::Ring, Proto::Simple, 4 << 20), (12, 512));
     }
 
-    /// Across nodes the tree wins small messages (log2 latency) and the ring large ones.
+    /// Across nodes the tree wins small messages (log2 latency) and the ring large ones (from 2.4).
     #[test]
     fn tree_for_small_ring_for_large_across_nodes() {
         for version in NcclVersion::ALL {
@@ -449,7 +536,9 @@ mod tests {
                 channels: 4,
             });
             let small = t.choose(Func::AllReduce, 64 << 10, Force::default()).unwrap();
-            assert_eq!(small.algo, NcclAlgo::Tree, "{version:?}");
+            // 2.3 has no tree (trees came in 2.4).
+            let tree = if version.tables().has_tree { NcclAlgo::Tree } else { NcclAlgo::Ring };
+            assert_eq!(small.algo, tree, "{version:?}");
             let big = t.choose(Func::AllReduce, 1 << 30, Force::default()).unwrap();
             assert_eq!((big.algo, big.proto), (NcclAlgo::Ring, Proto::Simple), "{version:?}");
             // Broadcast has no tree: a forced tree falls back to the ring, as NCCL does.
@@ -457,6 +546,56 @@ mod tests {
             let b = t.choose(Func::Broadcast, 1 << 20, f).unwrap();
             assert_eq!((b.algo, b.fallback_from), (NcclAlgo::Ring, Some(NcclAlgo::Tree)));
         }
+    }
+
+    /// NCCL 2.3.7 picks LL or Simple by bytes per thread, not by time (common_coll.h
+    /// `ncclGetCollResource`; core.h NCCL_LL_RING_THRESHOLD 8, NCCL_LL_MIN/MAX_NTHREADS 64/256,
+    /// NCCL_THREAD_THRESHOLD 64, _PREVOLTA 32; init.cu doubles it on several nodes).
+    #[test]
+    fn nccl_2_3_7_switches_protocol_at_its_thread_thresholds() {
+        let tuner = |ranks: u32, nodes: u32, arch: Arch| {
+            let g = graph(1, 12.0, PathType::Pix);
+            Tuner::new(CommSummary {
+                version: NcclVersion::V2_3_7,
+                ranks,
+                nodes,
+                arch,
+                cpu: CpuVendor::Intel,
+                ring: g,
+                tree: g,
+                channels: 2,
+            })
+        };
+        let pick = |t: &Tuner, b: u64| {
+            let c = t.choose(Func::AllReduce, b, Force::default()).unwrap();
+            (c.algo, c.proto, c.channels, c.threads)
+        };
+        // 512 Volta ranks on 64 nodes: LL up to 512 x 2 rings x 256 threads x (64 x 2) bytes.
+        let v = tuner(512, 64, Arch::Volta);
+        let limit = 512 * 2 * 256 * 128;
+        assert_eq!(pick(&v, limit), (NcclAlgo::Ring, Proto::Ll, 2, 256));
+        assert_eq!(pick(&v, limit + 1), (NcclAlgo::Ring, Proto::Simple, 2, 256));
+        // A small message: the fewest threads (64) and one ring.
+        assert_eq!(pick(&v, 4096), (NcclAlgo::Ring, Proto::Ll, 1, 64));
+        // Pascal's threshold is half Volta's.
+        let p = tuner(512, 64, Arch::Pascal);
+        assert_eq!(pick(&p, limit / 2).1, Proto::Ll);
+        assert_eq!(pick(&p, limit / 2 + 1).1, Proto::Simple);
+        // One node of 4 ranks: at most one ring while threads grow, then LL on 256 threads up to
+        // 4 x 2 x 256 x 64 bytes.
+        let one = tuner(4, 1, Arch::Volta);
+        assert_eq!(pick(&one, 131_072), (NcclAlgo::Ring, Proto::Ll, 2, 256));
+        assert_eq!(pick(&one, 131_073).1, Proto::Simple);
+        // No tree before 2.4 and no LL128 before 2.5: forcing either fails and says why.
+        let e = v.choose(Func::AllReduce, 1 << 20, Force { algo: Some(NcclAlgo::Tree), proto: None }).unwrap_err();
+        assert!(e.contains("no tree"), "{e}");
+        let e = v.choose(Func::AllReduce, 1 << 20, Force { algo: None, proto: Some(Proto::Ll128) }).unwrap_err();
+        assert!(e.contains("no LL128"), "{e}");
+        // Forcing a protocol stands for NCCL_LL_THRESHOLD.
+        assert_eq!(
+            v.choose(Func::AllReduce, 64, Force { algo: None, proto: Some(Proto::Simple) }).unwrap().proto,
+            Proto::Simple
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ use serde::Serialize;
 /// An NCCL release whose tuning model dagsim carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum NcclVersion {
+    /// 2.3.7-1 (October 2018): the last release before trees (2.4, January 2019); rings only,
+    /// LL or Simple by size thresholds, no cost model. What 2018 measurements ran (CUDA 9).
+    V2_3_7,
     /// 2.8.4-1 (January 2021): what the ABCI nccl-tests outputs in `topologies/measured/abci` ran.
     V2_8_4,
     /// 2.18.3-1 (July 2023): PyTorch 2.1's bundled NCCL.
@@ -21,13 +24,15 @@ pub enum NcclVersion {
 }
 
 impl NcclVersion {
-    pub const ALL: [NcclVersion; 3] = [NcclVersion::V2_8_4, NcclVersion::V2_18_3, NcclVersion::V2_21_5];
+    pub const ALL: [NcclVersion; 4] =
+        [NcclVersion::V2_3_7, NcclVersion::V2_8_4, NcclVersion::V2_18_3, NcclVersion::V2_21_5];
 
     /// The version used when none is asked for: the newest one dagsim carries.
     pub const DEFAULT: NcclVersion = NcclVersion::V2_21_5;
 
     pub fn name(self) -> &'static str {
         match self {
+            NcclVersion::V2_3_7 => "2.3.7",
             NcclVersion::V2_8_4 => "2.8.4",
             NcclVersion::V2_18_3 => "2.18.3",
             NcclVersion::V2_21_5 => "2.21.5",
@@ -37,6 +42,7 @@ impl NcclVersion {
     /// The git tag of NVIDIA/nccl the tables were read from.
     pub fn tag(self) -> &'static str {
         match self {
+            NcclVersion::V2_3_7 => "v2.3.7-1",
             NcclVersion::V2_8_4 => "v2.8.4-1",
             NcclVersion::V2_18_3 => "v2.18.3-1",
             NcclVersion::V2_21_5 => "v2.21.5-1",
@@ -56,6 +62,7 @@ impl NcclVersion {
 
     pub fn tables(self) -> &'static Tables {
         match self {
+            NcclVersion::V2_3_7 => &V2_3_7,
             NcclVersion::V2_8_4 => &V2_8_4,
             NcclVersion::V2_18_3 => &V2_18_3,
             NcclVersion::V2_21_5 => &V2_21_5,
@@ -305,11 +312,78 @@ pub struct Tables {
     /// 2.18+: the ring "plateau" latency factor applies from 64 bytes per channel and rank (1.9 before
     /// Ampere, 1.4 after); 2.8.4: from nRanks/16 x 64 KiB, always 1.9.
     pub plateau_218: bool,
+    /// The ring "plateau" factor exists (2.8+ tuning.cc); 2.5 and earlier have none.
+    pub plateau: bool,
+    /// The version has trees (2.4+) and LL128 (2.5+).
+    pub has_tree: bool,
+    pub has_ll128: bool,
+    /// 2.3: no cost model; LL or Simple by the per-thread byte thresholds of `ncclGetCollResource`
+    /// (common_coll.h): (pre-Volta, Volta+) bytes per thread, doubled across nodes (init.cu).
+    pub ll_thread_threshold: Option<(u64, u64)>,
+    /// 2.5 and earlier: a ring spanning nodes pays the network's per-step latency on every step
+    /// (`hw[a] = nNodes == 1 ? intraHw : NCCL_HW_NET`); 2.8+ counts intra and inter steps apart.
+    pub ring_net_lat_every_step: bool,
 }
 
 // Latency tables. Rows are algorithms in NCCL's order: Tree, Ring, CollNetDirect, CollNetChain,
 // NVLS, NVLSTree; columns LL, LL128, Simple. 2.8.4 has only Tree, Ring, CollNet (its CollNet row
 // is kept in the CollNetDirect slot).
+
+/// NVIDIA/nccl v2.3.7-1 has no cost model: rings only (src/misc/rings.cu), LL below
+/// `nRanks x nRings x 256 threads x threadThreshold` bytes (src/include/common_coll.h
+/// `ncclGetCollResource`; core.h `NCCL_THREAD_THRESHOLD` 64, `NCCL_THREAD_THRESHOLD_PREVOLTA` 32,
+/// doubled on several nodes by init.cu `ncclThreadThreshold`), Simple above. Its kernels' times
+/// come from the nearest releases that state them: per-step latencies of one node from the first
+/// cost model, v2.5.6-1 src/graph/tuning.cc (`baseLat` Ring {3.6, 3.6, 8.4}; `hwLat` NVLink Ring
+/// {.4, 2.5, 5.7}, PCI Ring {1.0, 2.5, 5.7}); a ring spanning nodes pays 6 us per step, v2.4.2-1
+/// src/init.cu `ncclTreeThreshold` (`ringlatinter = 6`, the ring latency of NCCL's first
+/// algorithm choice, three months after 2.3.7, with the same ring kernels and network transport),
+/// on every step as v2.5.6's model does. Ring LL bus bandwidth 1/4 of the graph's (v2.5.6
+/// `busBw *= 1.0/4.0`), no LL cap. The graph search, which 2.3 does not have, uses 2.8.4's
+/// widths and speeds for the channel count.
+static V2_3_7: Tables = Tables {
+    version: NcclVersion::V2_3_7,
+    base_lat: [[0.0; 3], [3.6, 3.6, 8.4], [0.0; 3], [0.0; 3], [0.0; 3], [0.0; 3]],
+    hw_lat: [
+        // NVLink
+        [[0.0; 3], [0.4, 2.5, 5.7], [0.0; 3], [0.0; 3], [0.0; 3], [0.0; 3]],
+        // PCI
+        [[0.0; 3], [1.0, 2.5, 5.7], [0.0; 3], [0.0; 3], [0.0; 3], [0.0; 3]],
+        // NET
+        [[0.0; 3], [6.0, 6.0, 6.0], [0.0; 3], [0.0; 3], [0.0; 3], [0.0; 3]],
+    ],
+    ll_max_bws: [[f64::INFINITY; 3]; 3],
+    tree_max_bw_per_ch: [[0.0; 3]; 3],
+    ll128: Ll128Caps::PerFunction([0.0; 5]),
+    ring_ll_fraction: (1.0 / 4.0, 1.0 / 4.0),
+    tree_correction: [[1.0; 23]; 3],
+    inter_steps_two_n: false,
+    net_overhead: false,
+    ampere_cap: None,
+    tree_pattern_penalty: None,
+    nvlink_width: [18.0, 21.0, 21.0, 21.0],
+    pci_width: 12.0,
+    skl_qpi_width: 9.0,
+    qpi_width: 6.0,
+    amd_width: 6.0,
+    intel_p2p_overhead: 12.0 / 9.0,
+    speeds_intra: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
+    speeds_inter: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
+    speeds_intra_sm90: &[
+        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+    ],
+    speeds_inter_sm90: &[
+        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+    ],
+    dup_needs_50_on_ampere: false,
+    ll128_rule_218: false,
+    plateau_218: false,
+    plateau: false,
+    has_tree: false,
+    has_ll128: false,
+    ll_thread_threshold: Some((32, 64)),
+    ring_net_lat_every_step: true,
+};
 
 /// NVIDIA/nccl v2.8.4-1 src/graph/tuning.cc, `baseLat`, `hwLat`, `llMaxBws`, `perChMaxTreeBws`,
 /// `ll128MaxBwPerCh`, `treeCorrectionFactor`; src/graph/topo.h widths; src/graph/search.cc
@@ -365,6 +439,11 @@ static V2_8_4: Tables = Tables {
     dup_needs_50_on_ampere: false,
     ll128_rule_218: false,
     plateau_218: false,
+    plateau: true,
+    has_tree: true,
+    has_ll128: true,
+    ll_thread_threshold: None,
+    ring_net_lat_every_step: false,
 };
 
 const TREE_CORRECTION_218: [[f64; 23]; 3] = [
@@ -419,6 +498,11 @@ static V2_18_3: Tables = Tables {
     dup_needs_50_on_ampere: true,
     ll128_rule_218: true,
     plateau_218: true,
+    plateau: true,
+    has_tree: true,
+    has_ll128: true,
+    ll_thread_threshold: None,
+    ring_net_lat_every_step: false,
 };
 
 /// NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (as 2.18.3 except: `baseLat` CollNet/NVLS rows 0,
@@ -462,6 +546,11 @@ static V2_21_5: Tables = Tables {
     dup_needs_50_on_ampere: true,
     ll128_rule_218: true,
     plateau_218: true,
+    plateau: true,
+    has_tree: true,
+    has_ll128: true,
+    ll_thread_threshold: None,
+    ring_net_lat_every_step: false,
 };
 
 /// Constants that are the same in every version carried (checked in 2.8.4, 2.18.3 and 2.21.5).
@@ -647,6 +736,15 @@ mod tests {
         // v2.8.4-1 topo.h SM70_NVLINK_WIDTH 21.0; INTEL_P2P_OVERHEAD(speed) (speed*12/9).
         assert_eq!(v.nvlink_width(Arch::Volta), 21.0);
         assert!((v.intel_p2p_overhead - 12.0 / 9.0).abs() < 1e-12);
+        let v = NcclVersion::V2_3_7.tables();
+        // v2.5.6-1 tuning.cc baseLat Ring { 3.6, 3.6, 8.4 }, hwLat PCI Ring LL 1.0, NVLink Ring LL .4;
+        // v2.4.2-1 init.cu ringlatinter 6; v2.3.7-1 core.h thread thresholds 32 (pre-Volta) / 64.
+        assert_eq!(v.base_lat(NcclAlgo::Ring, Proto::Simple), 8.4);
+        assert_eq!(v.hw_lat(Fabric::Pci, NcclAlgo::Ring, Proto::Ll), 1.0);
+        assert_eq!(v.hw_lat(Fabric::Nvlink, NcclAlgo::Ring, Proto::Ll), 0.4);
+        assert_eq!(v.hw_lat(Fabric::Net, NcclAlgo::Ring, Proto::Simple), 6.0);
+        assert_eq!(v.ll_thread_threshold, Some((32, 64)));
+        assert!(!v.has_tree && !v.has_ll128 && !v.plateau && v.ring_net_lat_every_step);
         let v = NcclVersion::V2_18_3.tables();
         // v2.18.3-1 tuning.cc: baseLat Tree { 6.8, 14.0, 0 }; hwLat NVLINK Tree Simple 4;
         // NET Ring Simple 14.0; perChMaxTreeBws Ampere N2 23.6; SM70_NVLINK_BW 20.0.
@@ -674,6 +772,7 @@ mod tests {
             assert_eq!(NcclVersion::parse(v.tag()), Some(v));
         }
         assert_eq!(NcclVersion::parse("2.9.9"), None);
+        assert_eq!(NcclVersion::parse("v2.3.7-1"), Some(NcclVersion::V2_3_7));
         for a in NcclAlgo::ALL {
             assert_eq!(NcclAlgo::parse(&a.name().to_uppercase()), Some(a));
         }
