@@ -2,15 +2,15 @@
 //! moves the keys and values of the whole sequence, once forward and twice backward; the reduced
 //! simulation gives the full one's step time bit for bit; bad degrees are refused.
 
+mod common;
+
+use common::plan::{plan_report, plan_setup};
 use dagsim::dag::{Phase, Work};
-use dagsim::hw::load_topology;
 use dagsim::parallel::ParallelPlan;
-use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
+use dagsim::predict_plan::PlanSetup;
 use dagsim::report::plan::PlanReport;
 use dagsim::sim::Options;
-use dagsim::workload::gpu::GpuSpec;
 use dagsim::workload::transformer::TransformerConfig;
-use dagsim::workload::Precision;
 
 /// A small Llama (4 layers, hidden 1024, 8 heads, 4 KV heads).
 fn small_llama() -> TransformerConfig {
@@ -27,25 +27,11 @@ fn small_llama() -> TransformerConfig {
 }
 
 fn setup(spec: &str, gbs: u32, seq_len: u32) -> PlanSetup {
-    let mut plan = ParallelPlan::parse(spec).unwrap();
-    plan.micro_batch = 1;
-    plan.global_batch = gbs;
-    PlanSetup {
-        seq_len,
-        model: small_llama(),
-        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
-        precision: Precision::Bf16,
-        strategy: default_plan_strategy(&plan),
-        plan,
-        topology: load_topology("dgx-a100").unwrap(),
-        iterations: 2,
-        calibrate_throughput: None,
-        matmul_tflops: None,
-    }
+    plan_setup(small_llama(), spec, 1, gbs, seq_len, "dgx-a100")
 }
 
 fn report(s: &PlanSetup, symmetric: bool) -> PlanReport {
-    s.predict_with(symmetric).unwrap().llm.unwrap()
+    plan_report(s, symmetric)
 }
 
 #[test]

@@ -3,16 +3,16 @@
 //! step time bit for bit, and EP, routing imbalance and the fabric move time and memory as they
 //! should.
 
+mod common;
+
+use common::plan::{plan_report, plan_setup};
 use dagsim::dag::Phase;
-use dagsim::hw::load_topology;
 use dagsim::parallel::ParallelPlan;
-use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
+use dagsim::predict_plan::PlanSetup;
 use dagsim::report::plan::PlanReport;
 use dagsim::sim::Options;
-use dagsim::workload::gpu::GpuSpec;
 use dagsim::workload::moe::MoeConfig;
 use dagsim::workload::transformer::TransformerConfig;
-use dagsim::workload::Precision;
 
 /// A small MoE model (4 layers, hidden 1024, 32 experts of 1024, top 2, a shared expert; the
 /// first layer dense) so every GPU can be simulated.
@@ -38,25 +38,11 @@ fn small_moe() -> TransformerConfig {
 }
 
 fn setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, topology: &str) -> PlanSetup {
-    let mut plan = ParallelPlan::parse(spec).unwrap();
-    plan.micro_batch = mb;
-    plan.global_batch = gbs;
-    PlanSetup {
-        seq_len: 2048,
-        model,
-        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
-        precision: Precision::Bf16,
-        strategy: default_plan_strategy(&plan),
-        plan,
-        topology: load_topology(topology).unwrap(),
-        iterations: 2,
-        calibrate_throughput: None,
-        matmul_tflops: None,
-    }
+    plan_setup(model, spec, mb, gbs, 2048, topology)
 }
 
 fn report(s: &PlanSetup, symmetric: bool) -> PlanReport {
-    s.predict_with(symmetric).unwrap().llm.unwrap()
+    plan_report(s, symmetric)
 }
 
 #[test]

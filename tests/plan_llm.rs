@@ -2,13 +2,12 @@
 //! block of DP replicas) gives the full simulation's step time bit for bit; pipeline schedules,
 //! sequence parallelism, ZeRO and recomputation move the figures the way they should.
 
-use dagsim::hw::load_topology;
-use dagsim::parallel::ParallelPlan;
+mod common;
+
+use common::plan::{plan_report, plan_setup};
 use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
 use dagsim::report::plan::PlanReport;
-use dagsim::workload::gpu::GpuSpec;
 use dagsim::workload::transformer::TransformerConfig;
-use dagsim::workload::Precision;
 
 /// A small GPT (16 layers, hidden 2048, a vocabulary of 8192 so that the output layer costs about
 /// what a layer does) so every GPU can be simulated.
@@ -26,25 +25,11 @@ fn small_gpt() -> TransformerConfig {
 }
 
 fn setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, topology: &str) -> PlanSetup {
-    let mut plan = ParallelPlan::parse(spec).unwrap();
-    plan.micro_batch = mb;
-    plan.global_batch = gbs;
-    PlanSetup {
-        seq_len: 2048,
-        model,
-        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
-        precision: Precision::Bf16,
-        strategy: default_plan_strategy(&plan),
-        plan,
-        topology: load_topology(topology).unwrap(),
-        iterations: 2,
-        calibrate_throughput: None,
-        matmul_tflops: None,
-    }
+    plan_setup(model, spec, mb, gbs, 2048, topology)
 }
 
 fn report(s: &PlanSetup, symmetric: bool) -> PlanReport {
-    s.predict_with(symmetric).unwrap().llm.unwrap()
+    plan_report(s, symmetric)
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod plan;
+
 use assert_cmd::Command;
 
 /// The `dagsim` binary, run from the repository root so shipped paths resolve.

@@ -1,0 +1,35 @@
+//! A transformer plan set up as the library's tests need it: A100-80GB, BF16, the plan's default
+//! strategy, two simulated iterations, no calibration.
+
+use dagsim::hw::load_topology;
+use dagsim::parallel::ParallelPlan;
+use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
+use dagsim::report::plan::PlanReport;
+use dagsim::workload::gpu::GpuSpec;
+use dagsim::workload::transformer::TransformerConfig;
+use dagsim::workload::Precision;
+
+/// `model` under `spec` (e.g. `tp=2,pp=2,dp=4`) with micro-batch `mb`, global batch `gbs` and
+/// sequence `seq_len`, on the shipped `topology`.
+pub fn plan_setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, seq_len: u32, topology: &str) -> PlanSetup {
+    let mut plan = ParallelPlan::parse(spec).unwrap();
+    plan.micro_batch = mb;
+    plan.global_batch = gbs;
+    PlanSetup {
+        seq_len,
+        model,
+        gpu: GpuSpec::by_name("a100-80gb").unwrap(),
+        precision: Precision::Bf16,
+        strategy: default_plan_strategy(&plan),
+        plan,
+        topology: load_topology(topology).unwrap(),
+        iterations: 2,
+        calibrate_throughput: None,
+        matmul_tflops: None,
+    }
+}
+
+/// The plan figures of `s`, simulated with or without the symmetric reduction.
+pub fn plan_report(s: &PlanSetup, symmetric: bool) -> PlanReport {
+    s.predict_with(symmetric).unwrap().llm.unwrap()
+}
