@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::report::{breakdown_seconds, steady_state, utilisation, Prediction};
 use crate::sim::{simulate, Options, Run};
-use crate::strategy::{CommSource, Strategy};
+use crate::strategy::Strategy;
 use crate::units::ns_to_s;
 use crate::workload::Workload;
 use rayon::prelude::*;
@@ -149,11 +149,7 @@ impl Setup {
             gpu_model: sim.machine.gpu_model.clone(),
             strategy: self.strategy.name(),
             allreduce: self.strategy.allreduce.name().to_string(),
-            comm_source: match self.strategy.comm_source {
-                CommSource::Model => "model",
-                CommSource::Trace => "trace",
-            }
-            .to_string(),
+            comm_source: self.strategy.comm_source.name().to_string(),
             collective_model: sim.machine.collectives.name(),
             collectives: sim.run.collectives.clone(),
             runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),

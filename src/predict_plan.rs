@@ -15,7 +15,7 @@ use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanRep
 use crate::report::{breakdown_seconds, steady_state, utilisation_of, Prediction};
 use crate::scenario::Scenario;
 use crate::sim::{simulate, Options, Run};
-use crate::strategy::{CommSource, Strategy};
+use crate::strategy::Strategy;
 use crate::units::ns_to_s;
 use crate::workload::gpu::GpuSpec;
 use crate::workload::llm::{cost_moe, CostOptions, TransformerCost, GRAD_BYTES};
@@ -466,11 +466,7 @@ impl PlanSetup {
             gpu_model: self.gpu.name.to_string(),
             strategy: self.strategy.name(),
             allreduce: self.strategy.allreduce.name().to_string(),
-            comm_source: match self.strategy.comm_source {
-                CommSource::Model => "model",
-                CommSource::Trace => "trace",
-            }
-            .to_string(),
+            comm_source: self.strategy.comm_source.name().to_string(),
             runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
             grad_tensors: sim.workload.tensor_count(),
             grad_tensors_source: sim.workload.tensor_source(),

@@ -227,13 +227,11 @@ fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option
     report(args, &fit.points, &fit.calibration, |w| write_model_text(w, &fit))
 }
 
-fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
-    writeln!(w, "{}", fit.headline)?;
+/// One line per size: measured and predicted time and the error; `held_tag` marks held-out points.
+fn write_points(w: &mut dyn Write, points: &[FitPoint], held_tag: &str) -> std::io::Result<()> {
     writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "predicted_us", "error")?;
-    let all_held = fit.points.iter().all(|p| p.held_out);
-    let tag = if all_held { "" } else { "not fitted" };
-    for p in &fit.points {
-        let tag = if p.held_out { tag } else { "" };
+    for p in points {
+        let tag = if p.held_out { held_tag } else { "" };
         writeln!(
             w,
             "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}",
@@ -243,6 +241,13 @@ fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
             100.0 * p.error
         )?;
     }
+    Ok(())
+}
+
+fn write_model_text(w: &mut dyn Write, fit: &ModelFit) -> std::io::Result<()> {
+    writeln!(w, "{}", fit.headline)?;
+    let all_held = fit.points.iter().all(|p| p.held_out);
+    write_points(w, &fit.points, if all_held { "" } else { "not fitted" })?;
     let (lo, hi) = SUMMARY_RANGE;
     let [fitted, other] = fit.summary(lo, hi);
     let all: Vec<FitPoint> = fit.points.iter().map(|p| FitPoint { held_out: false, ..p.clone() }).collect();
@@ -331,18 +336,7 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
         link.latency_us,
         link.bandwidth.len()
     )?;
-    writeln!(w, "{:>12} {:>12} {:>12} {:>8}", "bytes", "measured_us", "predicted_us", "error")?;
-    for p in &fit.points {
-        let tag = if p.held_out { "held out" } else { "" };
-        writeln!(
-            w,
-            "{:>12} {:>12.2} {:>12.2} {:>7.1}%  {tag}",
-            p.bytes,
-            p.measured_us,
-            p.predicted_us,
-            100.0 * p.error
-        )?;
-    }
+    write_points(w, &fit.points, "held out")?;
     let [fitted, held] = fit.summary(SUMMARY_RANGE.0, SUMMARY_RANGE.1);
     for (name, s) in [("fitted", fitted), ("held out", held)] {
         if let Some((median, worst)) = s {

@@ -25,6 +25,16 @@ pub enum CommSource {
     Trace,
 }
 
+impl CommSource {
+    /// The name outputs carry (`comm_source`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CommSource::Model => "model",
+            CommSource::Trace => "trace",
+        }
+    }
+}
+
 /// The composed strategy the DAG builder follows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Strategy {

@@ -341,6 +341,11 @@ pub struct Tables {
 /// on every step as v2.5.6's model does. Ring LL bus bandwidth 1/4 of the graph's (v2.5.6
 /// `busBw *= 1.0/4.0`), no LL cap. The graph search, which 2.3 does not have, uses 2.8.4's
 /// widths and speeds for the channel count.
+/// v2.8.4-1 src/graph/search.cc `speedArray`: one list for intra- and inter-node channels on every
+/// GPU generation (2.3.7, which has no graph search, borrows it; see V2_3_7).
+const SPEED_ARRAY_2_8_4: &[f64] =
+    &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12];
+
 static V2_3_7: Tables = Tables {
     version: NcclVersion::V2_3_7,
     base_lat: [[0.0; 3], [3.6, 3.6, 8.4], [0.0; 3], [0.0; 3], [0.0; 3], [0.0; 3]],
@@ -367,14 +372,10 @@ static V2_3_7: Tables = Tables {
     qpi_width: 6.0,
     amd_width: 6.0,
     intel_p2p_overhead: 12.0 / 9.0,
-    speeds_intra: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
-    speeds_inter: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
-    speeds_intra_sm90: &[
-        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
-    ],
-    speeds_inter_sm90: &[
-        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
-    ],
+    speeds_intra: SPEED_ARRAY_2_8_4,
+    speeds_inter: SPEED_ARRAY_2_8_4,
+    speeds_intra_sm90: SPEED_ARRAY_2_8_4,
+    speeds_inter_sm90: SPEED_ARRAY_2_8_4,
     dup_needs_50_on_ampere: false,
     ll128_rule_218: false,
     plateau_218: false,
@@ -428,14 +429,10 @@ static V2_8_4: Tables = Tables {
     qpi_width: 6.0,
     amd_width: 6.0,
     intel_p2p_overhead: 12.0 / 9.0,
-    speeds_intra: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
-    speeds_inter: &[42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12],
-    speeds_intra_sm90: &[
-        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
-    ],
-    speeds_inter_sm90: &[
-        42.0, 30.0, 24.0, 21.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12,
-    ],
+    speeds_intra: SPEED_ARRAY_2_8_4,
+    speeds_inter: SPEED_ARRAY_2_8_4,
+    speeds_intra_sm90: SPEED_ARRAY_2_8_4,
+    speeds_inter_sm90: SPEED_ARRAY_2_8_4,
     dup_needs_50_on_ampere: false,
     ll128_rule_218: false,
     plateau_218: false,
