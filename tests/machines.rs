@@ -1,7 +1,7 @@
 //! Machines: what must hold for topologies, routing, contention, collectives and calibration
 //! (issue 3). Each test builds a machine the way a user would (topology text or a shipped preset)
 //! and runs the real engine. Tests of the ideal collective model's closed forms and link fits say
-//! so and run that model; the NCCL model's own properties are in `tests/collectives_nccl.rs`.
+//! so and run that model; the NCCL model's own properties are unit-tested in `src/collective/nccl/`.
 
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
