@@ -252,7 +252,7 @@ pub fn run(args: Args) -> Result<u8> {
                 "task",
                 "label",
                 "phase",
-                "gpu",
+                "gpu_rank",
                 "iteration",
                 "layer",
                 "queue",
