@@ -489,8 +489,8 @@ fn tp_apart_from_network(machine: &Machine, tp: u32, per_node: u32) -> bool {
         }
     }
     (0..per_node).all(|a| {
-        let out = machine.shortest_path(dev(a), dev(per_node + a)).map(|r| r.links).unwrap_or_default();
-        let back = machine.shortest_path(dev(per_node + a), dev(a)).map(|r| r.links).unwrap_or_default();
+        let out = machine.railless_route(dev(a), dev(per_node + a)).map(|r| r.links).unwrap_or_default();
+        let back = machine.railless_route(dev(per_node + a), dev(a)).map(|r| r.links).unwrap_or_default();
         out.iter().chain(&back).all(|l| !inside.contains(l))
     })
 }
