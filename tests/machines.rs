@@ -1,7 +1,7 @@
 //! Machines: what must hold for topologies, routing, contention, collectives and calibration
 //! (issue 3). Each test builds a machine the way a user would (topology text or a shipped preset)
 //! and runs the real engine. Tests of the ideal collective model's closed forms and link fits say
-//! so and run that model; the NCCL model's own properties are in `tests/collectives_nccl.rs`.
+//! so and run that model; the NCCL model's own properties are unit-tested in `src/collective/nccl/`.
 
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
@@ -352,6 +352,24 @@ fn a_wide_server_loads_and_a_gpu_its_host_cannot_reach_is_named() {
     );
     let e = topology(&text).unwrap_err().to_string();
     assert!(e.contains("test.json") && e.contains("GPU n0.gpu63 cannot be reached from its host"), "{e}");
+}
+
+#[test]
+fn gb200_nvl72_is_one_nvlink_domain_of_72_gpus_with_a_nic_each() {
+    let m = load_topology("gb200-nvl72").unwrap().instantiate(144).unwrap();
+    assert_eq!(m.node_count(), 2);
+    assert_eq!(m.gpus.iter().filter(|g| g.node == 0).count(), 72);
+    assert_eq!(m.nics(0).len(), 72);
+    // Any two GPUs of a rack: two NVLink-switch hops at 900 GB/s x 0.9 per direction.
+    let (a, b) = (m.gpus[0].device, m.gpus[71].device);
+    let r = m.shortest_path(a, b).unwrap();
+    assert_eq!(r.links.len(), 2);
+    assert!(r.links.iter().all(|&l| m.links[l as usize].kind == LinkKind::Nvswitch));
+    assert!((r.rate_cap(&m, 1 << 30) - 810.0).abs() < 1e-9);
+    // Between racks, GPU 5 leaves through its own rail (NIC 5) at 400 Gb/s x 0.95.
+    let r = m.route_via_rail(m.gpus[5].device, m.gpus[72 + 5].device, 5).unwrap();
+    assert!(r.links.iter().any(|&l| m.links[l as usize].kind == LinkKind::Infiniband));
+    assert!((r.rate_cap(&m, 1 << 30) - 50.0 * 0.95).abs() < 1e-9);
 }
 
 /// The devices a route visits after its source, by name.
