@@ -1,5 +1,5 @@
 //! `dagsim plan`: every parallel plan of a transformer on a GPU count and global batch (tp, pp, dp,
-//! vp, micro-batch, sequence parallelism, recomputation, ZeRO 1/2/3, GPipe), those that do not fit in the
+//! vp, micro-batch, sequence parallelism, recomputation, ZeRO 1/2/3, GPipe, and ep for MoE models), those that do not fit in the
 //! GPU's memory dropped with their figures, the rest simulated in parallel
 //! ([`PlanSetup::predict`]) and ranked by step time. Builds no DAG of its own.
 
@@ -38,9 +38,11 @@ pub struct Candidate {
 }
 
 /// The plans of `base`'s model on `base.plan.gpus()` GPUs at `base.plan.global_batch`, in a fixed
-/// order (tp, pp, vp, micro-batch, sp, schedule, recompute, sharding): TP inside a node and dividing
-/// the heads, KV heads and FFN width; PP dividing the layers (vp 2 when the layers split that
-/// finely); micro-batches dividing a DP rank's share; each passing [`ParallelPlan::check`].
+/// order (tp, pp, vp, micro-batch, sp, schedule, recompute, sharding, ep): TP inside a node and
+/// dividing the heads, KV heads and FFN width; PP dividing the layers (vp 2 when the layers split
+/// that finely); micro-batches dividing a DP rank's share; for an MoE model, EP dividing the
+/// experts and a stage's TP x DP ranks in whole TP groups (sp on under TP, as Megatron requires);
+/// each passing [`ParallelPlan::check`]. Context parallelism is not searched.
 ///
 /// Pruned, because they cannot differ from a plan kept or are not what frameworks run:
 /// selective recomputation under flash attention (flash attention already recomputes the
@@ -66,6 +68,14 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
             if gbs % dp != 0 {
                 continue;
             }
+            // Expert parallelism of an MoE model: every ep dividing the experts and the stage's
+            // TP x DP ranks in whole TP groups (Megatron's rules, `ParallelPlan::check`).
+            let eps: Vec<u32> = match &m.moe {
+                Some(moe) => (1..=tp * dp)
+                    .filter(|&e| moe.experts % e == 0 && (tp * dp) % e == 0 && (e == 1 || e % tp == 0))
+                    .collect(),
+                None => vec![1],
+            };
             let vps: &[u32] = if pp > 1 && m.layers % (2 * pp) == 0 { &[1, 2] } else { &[1] };
             let shardings: &[Sharding] = match (dp > 1, pp > 1) {
                 (false, _) => &[Sharding::None],
@@ -79,11 +89,16 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
                     (false, false) => &[Schedule::OneFOneB],
                 };
                 for mb in MICRO_BATCHES.into_iter().filter(|mb| (gbs / dp) % mb == 0) {
-                    let sps: &[bool] = if tp > 1 { &[false, true] } else { &[false] };
+                    // Megatron requires sequence parallelism for MoE layers under TP.
+                    let sps: &[bool] = match (tp > 1, m.moe.is_some()) {
+                        (false, _) => &[false],
+                        (true, false) => &[false, true],
+                        (true, true) => &[true],
+                    };
                     for &sp in sps {
                         for &schedule in schedules {
                             for &recompute in recomputes {
-                                for &sharding in shardings {
+                                for (&sharding, &ep) in shardings.iter().flat_map(|s| eps.iter().map(move |e| (s, e))) {
                                     let plan = ParallelPlan {
                                         tp,
                                         pp,
@@ -95,6 +110,7 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
                                         sharding,
                                         recompute,
                                         schedule,
+                                        ep,
                                         ..base.plan.clone()
                                     };
                                     // The plan's own rules (interleaving needs micro-batches in

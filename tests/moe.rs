@@ -126,3 +126,30 @@ fn bad_moe_plans_name_the_flag_and_what_would_be_valid() {
     let e = err("dp=32,moe-pad=on");
     assert!(e.contains("moe-capacity"), "{e}");
 }
+
+#[test]
+fn plan_search_tries_every_valid_ep_of_an_moe_model() {
+    use dagsim::plan_search::{enumerate, search};
+    // 8 GPUs, 32 experts: ep 1, 2, 4, 8 wherever a stage's TP x DP ranks hold it in whole TP
+    // groups; under TP only with sequence parallelism (Megatron's rule for MoE).
+    let base = setup(small_moe(), "dp=8", 1, 8, "dgx-a100");
+    let plans = enumerate(&base, 8);
+    let with = |tp: u32, pp: u32| {
+        let mut eps: Vec<u32> = plans.iter().filter(|p| p.tp == tp && p.pp == pp).map(|p| p.ep).collect();
+        eps.sort();
+        eps.dedup();
+        eps
+    };
+    assert_eq!(with(1, 1), [1, 2, 4, 8]);
+    assert_eq!(with(2, 1), [1, 2, 4, 8]);
+    assert_eq!(with(2, 2), [1, 2, 4]);
+    assert_eq!(with(4, 2), [1, 4]);
+    assert!(plans.iter().all(|p| p.tp == 1 || p.sp), "MoE under TP needs sp=on");
+    for p in &plans {
+        assert!(p.check(8, 4).is_ok(), "{}: {:?}", p.name(), p.check(8, 4));
+    }
+    // Every plan that fits simulates (none is refused by the MoE cost's own checks).
+    for c in search(&base, &|| {}).unwrap() {
+        assert!(c.error.is_none(), "{}: {:?}", c.plan, c.error);
+    }
+}

@@ -222,10 +222,13 @@ impl ParallelPlan {
     }
 
     /// A compact description, e.g. `tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective`.
+    /// A [`ParallelPlan::folded`] plan is named as the user wrote it (its CP unfolded).
     pub fn name(&self) -> String {
-        let mut s = format!("tp={},pp={},dp={}", self.tp, self.pp, self.dp);
-        if self.cp > 1 {
-            s += &format!(",cp={}", self.cp);
+        let f = self.cp_folded.max(1);
+        let (dp, cp, global_batch) = (self.dp / f, self.cp * f, self.global_batch / f);
+        let mut s = format!("tp={},pp={},dp={dp}", self.tp, self.pp);
+        if cp > 1 {
+            s += &format!(",cp={cp}");
         }
         if self.vp > 1 {
             s += &format!(",vp={}", self.vp);
@@ -236,7 +239,7 @@ impl ParallelPlan {
         if self.ep > 1 {
             s += &format!(",ep={}", self.ep);
         }
-        s += &format!(",mb={},gbs={}", self.micro_batch, self.global_batch);
+        s += &format!(",mb={},gbs={global_batch}", self.micro_batch);
         match self.sharding {
             Sharding::None => {}
             Sharding::FsdpHybrid => s += ",fsdp=hybrid",
@@ -464,6 +467,12 @@ mod tests {
         (p.micro_batch, p.global_batch) = (1, 512);
         assert_eq!(p.name(), "tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective");
         assert_eq!(ParallelPlan::parse("fsdp=hybrid").unwrap().sharding, Sharding::FsdpHybrid);
+        // The builder's folded plan (CP inside DP) still names the user's plan, in messages too.
+        let mut cp = ParallelPlan::parse("tp=2,cp=4,dp=2").unwrap();
+        (cp.micro_batch, cp.global_batch) = (1, 8);
+        assert_eq!(cp.folded().dp, 8);
+        assert_eq!(cp.folded().name(), cp.name());
+        assert_eq!(cp.name(), "tp=2,pp=1,dp=2,cp=4,mb=1,gbs=8");
         for (bad, says) in [
             ("tp=0", "at least 1"),
             ("tp8", "key=value"),
