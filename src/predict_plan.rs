@@ -213,7 +213,9 @@ impl PlanSetup {
         // The collective model says whether its all-reduce is the same from every node (`auto` is the
         // ring under the ideal model, but may be NCCL's tree across nodes).
         let layout = Layout::from_nodes(machine.gpus[..gpus as usize].iter().map(|g| g.node));
-        if !symmetric || servers || !machine.collectives.node_symmetric(s.allreduce, layout) {
+        // A slow GPU breaks every symmetry: each rank is simulated.
+        let faulty = !machine.compute_factor.is_empty();
+        if !symmetric || servers || faulty || !machine.collectives.node_symmetric(s.allreduce, layout) {
             return (all, p.dp);
         }
         let first_of_tp: Vec<u32> = all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect();
