@@ -328,21 +328,22 @@ impl FabricRoutes {
 
 impl Machine {
     /// The route between devices of two different nodes over the fat-tree: inside the source
-    /// node to its NIC of rail `rail` (the source GPU's own NIC when `None`), across the fabric to
-    /// the destination node's NIC of that rail (the destination GPU's own when `None`), and inside
-    /// that node to `dst`. `None` if the machine has no fabric or the ends are not both in nodes.
-    pub(super) fn fabric_route(&self, src: DeviceId, dst: DeviceId, rail: Option<u32>) -> Option<super::Route> {
+    /// node to its NIC of the first of `rails` (the source GPU's own NIC when `None`), across the
+    /// fabric to the destination node's NIC of the second (the destination GPU's own when
+    /// `None`), and inside that node to `dst`. `None` if the machine has no fabric or the ends are
+    /// not both in nodes.
+    pub(super) fn fabric_route(&self, src: DeviceId, dst: DeviceId, rails: Option<(u32, u32)>) -> Option<super::Route> {
         let f = self.fabric.as_ref()?;
         let (na, nb) = (self.devices[src as usize].node?, self.devices[dst as usize].node?);
         let (nics_a, nics_b) = (self.nics(na), self.nics(nb));
         if nics_a.is_empty() || nics_b.is_empty() {
             return None;
         }
-        let pick = |nics: &[DeviceId], d: DeviceId| {
+        let pick = |nics: &[DeviceId], d: DeviceId, rail: Option<u32>| {
             let r = rail.or_else(|| f.rail_of_gpu.get(&d).copied()).unwrap_or(0);
             nics[r as usize % nics.len()]
         };
-        let (nic_a, nic_b) = (pick(nics_a, src), pick(nics_b, dst));
+        let (nic_a, nic_b) = (pick(nics_a, src, rails.map(|r| r.0)), pick(nics_b, dst, rails.map(|r| r.1)));
         let mut links = self.search_in_node(src, nic_a, na)?;
         links.extend(f.between(nic_a, nic_b)?);
         links.extend(self.search_in_node(nic_b, dst, nb)?);

@@ -88,7 +88,7 @@ impl Machine {
     ) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
         if self.fabric.is_some() && a.is_some() && b.is_some() && a != b {
-            return self.fabric_route(src, dst, Some(rail));
+            return self.fabric_route(src, dst, Some((out_rail, in_rail)));
         }
         let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) else { return self.shortest_path(src, dst) };
         let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(out_rail as usize), self.nics(b).get(in_rail as usize))
