@@ -215,8 +215,11 @@ impl PlanSetup {
         // ring under the ideal model, but may be NCCL's tree across nodes).
         let layout = Layout::from_nodes(machine.gpus[..gpus as usize].iter().map(|g| g.node));
         let model = &machine.collectives;
+        // A slow GPU breaks every symmetry: each rank is simulated.
+        let faulty = !machine.compute_factor.is_empty();
         if !symmetric
             || servers
+            || faulty
             || !(model.node_symmetric(s.allreduce, layout) || model.node_symmetric_by_choice(s.allreduce, layout))
         {
             return (all, p.dp);

@@ -6,6 +6,7 @@
 use dagsim::collective::CollectiveModel;
 use dagsim::error::Result;
 use dagsim::hw::builder::{build_parametric, Parametric};
+use dagsim::hw::faults::Faults;
 use dagsim::predict::Setup;
 use dagsim::scenario::Scenario;
 use dagsim::workload::gpu::GpuSpec;
@@ -87,6 +88,16 @@ pub struct SetupArgs {
     pub iterations: Option<u32>,
     #[command(flatten)]
     pub collectives: CollectiveArgs,
+    /// A slow GPU: rank RANK's compute takes FACTOR times as long (repeatable).
+    #[arg(long, value_name = "RANK=FACTOR")]
+    pub slow_gpu: Vec<String>,
+    /// A straggler node: every GPU of node NODE (0-based) computes FACTOR times slower (repeatable).
+    #[arg(long, value_name = "NODE=FACTOR")]
+    pub straggler_node: Vec<String>,
+    /// A degraded link: both directions between two devices (names as in timelines, e.g.
+    /// n0.nic0:switch) at FACTOR of their bandwidth (repeatable).
+    #[arg(long, value_name = "DEV:DEV=FACTOR")]
+    pub degrade_link: Vec<String>,
 }
 
 /// How collectives are modelled: the flags every simulating command shares.
@@ -126,6 +137,16 @@ impl CollectiveArgs {
 }
 
 impl SetupArgs {
+    /// The faults the flags inject (`--slow-gpu`, `--straggler-node`, `--degrade-link`).
+    fn faults(&self) -> Result<Faults> {
+        let slow = |flag: &str, v: &[String]| v.iter().map(|s| Faults::parse_slow(flag, s)).collect::<Result<Vec<_>>>();
+        Ok(Faults {
+            slow_gpus: slow("--slow-gpu", &self.slow_gpu)?,
+            slow_nodes: slow("--straggler-node", &self.straggler_node)?,
+            degraded_links: self.degrade_link.iter().map(|s| Faults::parse_link(s)).collect::<Result<_>>()?,
+        })
+    }
+
     /// The scenario after applying the flags (and `strategy`, when given).
     pub fn scenario(&self, strategy: Option<&str>) -> Result<Scenario> {
         let mut scenario = match &self.scenario {
@@ -211,6 +232,7 @@ impl SetupArgs {
             setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
         setup.topology.collectives = self.collectives.model_over(&scenario.machine)?;
+        setup.topology.faults = self.faults()?;
         Ok(setup)
     }
 

@@ -289,6 +289,9 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
         ),
         source: "dagsim parametric builder (src/hw/builder.rs): nominal rates with the documented efficiencies, see docs/machines.md".into(),
         cluster: None,
+        base: None,
+        fabric: None,
+        faults: Default::default(),
         graph: Some(GraphSpec {
             gpu: p.gpu.clone(),
             nodes: p.nodes,

@@ -6,6 +6,7 @@
 //! link at fault) and the expansion into a [`Machine`]; routing and sharing live elsewhere.
 
 use super::calibration::CurvePoint;
+use super::fabric::{FabricSpec, NicLinks};
 use super::topology::{LinkSpec, NetworkKind};
 use super::{BandwidthCurve, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
 use crate::error::{Error, Location, Result};
@@ -235,7 +236,9 @@ impl GraphSpec {
 
     /// Expands `nodes` copies of the server (device names prefixed `n<i>.`) plus the switch and
     /// storage. Assumes [`GraphSpec::check`] passed.
-    pub fn build(&self, topo: &str, gpu_model: &str, nodes: u32) -> Result<Machine> {
+    /// With `fabric`, the nodes' `network.attach` devices (NIC r = rail r) join a fat-tree instead
+    /// of the single switch.
+    pub fn build(&self, topo: &str, gpu_model: &str, nodes: u32, fabric: Option<&FabricSpec>) -> Result<Machine> {
         let mut devices: Vec<Device> = Vec::new();
         let mut links: Vec<Link> = Vec::new();
         let index: HashMap<&str, usize> = self.devices.iter().enumerate().map(|(i, d)| (d.name.as_str(), i)).collect();
@@ -243,8 +246,9 @@ impl GraphSpec {
             devices.push(Device { name, kind, node });
             (devices.len() - 1) as DeviceId
         };
+        let fabric = fabric.filter(|_| self.network.is_some());
         let network = match &self.network {
-            Some(net) => {
+            Some(net) if fabric.is_none() => {
                 let rate = net.link.rate(topo, "graph.network")? * net.efficiency();
                 let kind = match net.kind {
                     NetworkKind::Ethernet => LinkKind::Ethernet,
@@ -253,7 +257,7 @@ impl GraphSpec {
                 let sw = push_dev(&mut devices, "switch".into(), DeviceKind::NetworkSwitch, None);
                 Some((sw, kind, us_to_ns(net.link.latency_us), rate))
             }
-            None => None,
+            _ => None,
         };
         let disk_rate = self.storage.link.rate(topo, "graph.storage")?;
         let disk = (us_to_ns(self.storage.link.latency_us), BandwidthCurve::constant(disk_rate));
@@ -274,6 +278,7 @@ impl GraphSpec {
         let curves: Vec<BandwidthCurve> =
             self.links.iter().map(|l| link_curve(l, &|_| Location::file(topo))).collect::<Result<_>>()?;
         let mut gpus = Vec::new();
+        let (mut node_nics, mut rail_of_gpu) = (Vec::new(), rustc_hash::FxHashMap::default());
         for n in 0..nodes {
             let base = devices.len() as DeviceId;
             for d in &self.devices {
@@ -310,12 +315,36 @@ impl GraphSpec {
                     d
                 }
             };
-            for d in self.devices.iter().filter(|d| d.kind == DeviceKind::Gpu) {
+            for (i, d) in self.devices.iter().filter(|d| d.kind == DeviceKind::Gpu).enumerate() {
                 let host = id(d.host.as_deref().expect("checked: GPUs have a host"));
                 gpus.push(GpuInfo { device: id(&d.name), host, storage, node: n });
+                rail_of_gpu.insert(id(&d.name), i as u32);
+            }
+            if let (Some(_), Some(net)) = (fabric, &self.network) {
+                node_nics.push(net.attach.iter().map(|a| id(a)).collect::<Vec<DeviceId>>());
             }
         }
+        let routes = match (fabric, &self.network) {
+            (Some(f), Some(net)) => {
+                let nic = NicLinks {
+                    kind: match net.kind {
+                        NetworkKind::Ethernet => LinkKind::Ethernet,
+                        NetworkKind::Infiniband => LinkKind::Infiniband,
+                    },
+                    latency_ns: us_to_ns(net.link.latency_us),
+                    rate: net.link.rate(topo, "graph.network")? * net.efficiency(),
+                    latency_us: net.link.latency_us,
+                };
+                Some(f.build(topo, &mut devices, &mut links, &node_nics, &nic)?)
+            }
+            _ => None,
+        };
         let mut machine = Machine::new(topo.to_string(), gpu_model.to_string(), devices, links, gpus)?;
+        if let Some(mut r) = routes {
+            r.rail_of_gpu = rail_of_gpu;
+            machine.fabric = Some(r);
+            machine.nics = node_nics;
+        }
         machine.transports = self.transports.clone().unwrap_or_default();
         if let Some(net) = &self.network {
             let transport = match net.protocol {

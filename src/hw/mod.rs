@@ -6,6 +6,8 @@
 
 pub mod builder;
 pub mod calibration;
+pub mod fabric;
+pub mod faults;
 pub mod graph;
 mod route;
 pub mod topology;
@@ -204,6 +206,13 @@ pub struct Machine {
     /// nodes it may need instead of all of them (which made routing quadratic in the node count).
     #[serde(skip)]
     gateway_links: [Vec<(Option<u32>, LinkId)>; 2],
+    /// The fat-tree between the nodes, when the topology has one in place of a single switch.
+    #[serde(skip)]
+    fabric: Option<fabric::FabricRoutes>,
+    /// Per GPU rank, how many times longer its compute takes (a slow GPU or straggler node, see
+    /// [`faults`]); empty when every GPU runs at its nominal speed.
+    #[serde(skip)]
+    pub compute_factor: Vec<f64>,
 }
 
 impl Machine {
@@ -292,6 +301,8 @@ impl Machine {
             in_links,
             gateway,
             gateway_links,
+            fabric: None,
+            compute_factor: Vec::new(),
         };
         // Every GPU must reach the first one and be reached from it (one search each way).
         let (from_first, to_first) = (m.reachable(m.gpus[0].device, false), m.reachable(m.gpus[0].device, true));
@@ -344,6 +355,10 @@ impl Machine {
         seen.insert(start);
         left.remove(&start);
         let mut stack = vec![start];
+        // Without a single switch (a fat-tree), a node's own GPUs are searched for inside it.
+        let home = self.devices[start as usize].node;
+        let inside =
+            self.gateway.is_none() && home.is_some() && goals.iter().all(|&g| self.devices[g as usize].node == home);
         while let Some(d) = stack.pop() {
             if left.is_empty() {
                 break;
@@ -364,6 +379,9 @@ impl Machine {
             };
             for &l in links {
                 let to = self.links[l as usize].to;
+                if inside && self.devices[to as usize].node != home {
+                    continue;
+                }
                 if seen.insert(to) {
                     left.remove(&to);
                     stack.push(to);
@@ -470,6 +488,9 @@ impl Machine {
     /// itself, and one node's GPUs behave like every node's. `None` otherwise.
     pub fn uniform_nodes(&self, gpus: u32) -> Option<u32> {
         self.gateway?;
+        if !self.compute_factor.is_empty() {
+            return None;
+        }
         let used = &self.gpus[..(gpus as usize).min(self.gpus.len())];
         let nodes = used.last()?.node + 1;
         let per_node = used.iter().filter(|g| g.node == 0).count() as u32;

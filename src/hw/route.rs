@@ -29,7 +29,7 @@ const ROUTE_REFERENCE_BYTES: f64 = (1 << 20) as f64;
 impl Machine {
     /// Cost of crossing a link when choosing routes: its latency plus the time of a reference
     /// message at its peak rate, in whole nanoseconds (integers keep the choice deterministic).
-    fn route_cost(&self, l: LinkId) -> u64 {
+    pub(super) fn route_cost(&self, l: LinkId) -> u64 {
         let link = &self.links[l as usize];
         link.latency_ns.saturating_add((ROUTE_REFERENCE_BYTES / link.capacity()).ceil() as u64)
     }
@@ -47,6 +47,9 @@ impl Machine {
     /// machine quadratic in its GPU count).
     pub fn shortest_path(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
+        if self.fabric.is_some() && a.is_some() && b.is_some() && a != b {
+            return self.fabric_route(src, dst, None);
+        }
         if let Some(gw) = self.gateway() {
             let split = match (a, b) {
                 (Some(a), Some(b)) => a != b,
@@ -84,6 +87,9 @@ impl Machine {
         via: Option<DeviceId>,
     ) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
+        if self.fabric.is_some() && a.is_some() && b.is_some() && a != b {
+            return self.fabric_route(src, dst, Some((out_rail, in_rail)));
+        }
         let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) else { return self.shortest_path(src, dst) };
         let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(out_rail as usize), self.nics(b).get(in_rail as usize))
         else {

@@ -5,6 +5,7 @@
 //! or explicit (`graph`, see [`super::graph`]). It may name a calibration file to apply.
 //! [`Topology::instantiate`] expands it into a [`Machine`] big enough for a GPU count.
 
+use super::fabric::FabricSpec;
 use super::graph::GraphSpec;
 use super::{BandwidthCurve, Calibration, Device, DeviceId, DeviceKind, GpuInfo, Link, LinkKind, Machine};
 use crate::error::{Error, Location, Result};
@@ -54,6 +55,12 @@ pub struct Topology {
     /// Explicit form: one server's devices and links (see [`GraphSpec`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph: Option<GraphSpec>,
+    /// A preset whose machine this file reuses (instead of `cluster` or `graph`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// A fat-tree between the nodes in place of the single network switch (see [`FabricSpec`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<FabricSpec>,
     /// Calibration file applied after building (path relative to the topology file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<String>,
@@ -63,6 +70,9 @@ pub struct Topology {
     /// How collectives run on the machine (`--collective-model`, `--nccl-*`; the ideal model by default).
     #[serde(skip)]
     pub collectives: crate::collective::CollectiveModel,
+    /// Faults injected when the machine is built (`--slow-gpu`, `--straggler-node`, `--degrade-link`).
+    #[serde(skip)]
+    pub faults: super::faults::Faults,
 }
 
 /// NVLink ports of an H100 SXM, the most of any GPU (NVIDIA H100 architecture whitepaper, 2022).
@@ -183,7 +193,7 @@ pub fn load_topology(name_or_path: &str) -> Result<Topology> {
 
 /// Parses topology text; errors name the file and, for JSON, the line.
 pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
-    let topo: Topology = if toml {
+    let mut topo: Topology = if toml {
         ::toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| crate::error::line_of_offset(text, s.start));
             Error::parse(Location { path: path.into(), line, field: None }, e.message().to_string())
@@ -197,6 +207,9 @@ pub fn parse_topology(text: &str, path: &Path, toml: bool) -> Result<Topology> {
         Error::Topology { msg, .. } | Error::Invalid { msg, .. } => Error::parse(Location::file(path), msg),
         other => other,
     };
+    if let Some(base) = topo.base.clone() {
+        topo.take_base(&base, path)?;
+    }
     topo.check(path).map_err(in_file)?;
     let (nodes, per_node, grow) = topo.shape();
     crate::limits::check("gpus", nodes as u64 * per_node as u64)
@@ -223,8 +236,35 @@ impl Topology {
         }
     }
 
+    /// Copies the machine of preset `base` into this file (which must not describe one itself).
+    fn take_base(&mut self, base: &str, path: &Path) -> Result<()> {
+        let at = || Location::file(path).with_field("base".to_string());
+        if self.cluster.is_some() || self.graph.is_some() {
+            return Err(Error::parse(at(), "give `base` or a machine (`cluster` or `graph`), not both"));
+        }
+        let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == base) else {
+            let names: Vec<&str> = PRESETS.iter().map(|p| p.0).collect();
+            return Err(Error::parse(at(), format!("`{base}` is not a preset ({})", names.join(", "))));
+        };
+        let preset: Topology = serde_json::from_str(text).map_err(|e| Error::parse(at(), e.to_string()))?;
+        self.cluster = preset.cluster;
+        self.graph = preset.graph;
+        Ok(())
+    }
+
     fn check(&self, path: &Path) -> Result<()> {
         let t = &self.name;
+        if let Some(f) = &self.fabric {
+            let at = |m: &str| Error::parse(Location::file(path).with_field("fabric".to_string()), m.to_string());
+            match &self.graph {
+                Some(g) if g.network.is_some() && !g.storage.shared => {}
+                Some(g) if g.network.is_some() => {
+                    return Err(at("a fabric needs local storage (graph.storage.shared = false)"))
+                }
+                _ => return Err(at("a fabric replaces the network switch of a `graph` machine with a `network`")),
+            }
+            f.check(path)?;
+        }
         let c = match (&self.cluster, &self.graph) {
             (Some(c), None) => c,
             (None, Some(g)) => return g.check(path, t),
@@ -307,6 +347,7 @@ impl Topology {
             machine.apply_calibration(cal)?;
         }
         machine.collectives = self.collectives;
+        self.faults.apply(&mut machine)?;
         Ok(machine)
     }
 
@@ -315,7 +356,7 @@ impl Topology {
         let t = &self.name;
         match (&self.cluster, &self.graph) {
             (Some(c), _) => self.build_cluster(c, nodes),
-            (None, Some(g)) => g.build(t, &g.gpu, nodes),
+            (None, Some(g)) => g.build(t, &g.gpu, nodes, self.fabric.as_ref()),
             (None, None) => Err(Error::topology(t, "neither `cluster` nor `graph` is given")),
         }
     }

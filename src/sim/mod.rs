@@ -490,7 +490,10 @@ impl<'a> Engine<'a> {
     fn begin(&mut self, t: TaskId) -> Result<()> {
         self.start[t as usize] = self.now;
         match self.dag.task(t).work {
-            Work::Fixed { ns } => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
+            Work::Fixed { ns } => {
+                let ns = self.with_faults(t, ns);
+                self.push(self.now.saturating_add(ns), EventKind::TaskDone(t))
+            }
             Work::Transfer { src, dst, bytes } => {
                 let x = Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY };
                 self.start_flow(Owner::Task(t), x, 0)?
@@ -937,6 +940,19 @@ impl<'a> Engine<'a> {
         debug_assert!(outstanding > 0, "the current step has a transfer still under way");
         self.collectives[slot as usize].outstanding = outstanding;
         Ok(())
+    }
+
+    /// A compute task's time on its GPU, stretched by the GPU's fault factor (whole nanoseconds,
+    /// rounded, so runs stay reproducible).
+    fn with_faults(&self, t: TaskId, ns: Nanos) -> Nanos {
+        let task = self.dag.task(t);
+        match (task.gpu, task.phase.category()) {
+            (Some(g), crate::dag::Category::Compute) => match self.machine.compute_factor.get(g as usize) {
+                Some(&f) if f != 1.0 => (ns as f64 * f).round() as Nanos,
+                _ => ns,
+            },
+            _ => ns,
+        }
     }
 
     fn route(&mut self, src: DeviceId, dst: DeviceId, rail: u32) -> Result<u32> {

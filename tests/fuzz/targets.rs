@@ -173,6 +173,41 @@ fn topology(input: &[u8], toml: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Fat-tree topologies: the shipped example and small ones with every tier and ECMP mode, each
+/// asked for enough GPUs that routes cross pods.
+fn fabric_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = read(&["topologies/examples/h100-fat-tree.json"]);
+    for (leaf, spine, core, extra) in [
+        (r#"{"nodes":2}"#, r#"{"switches":2,"leaf_groups":1,"oversubscription":4}"#, r#","core":{"switches":3}"#, ""),
+        (r#"{"nodes":1,"oversubscription":2}"#, r#"{"switches":3,"latency_us":0.5}"#, "", r#","ecmp":"hash""#),
+        (
+            r#"{"nodes":1}"#,
+            r#"{"switches":2,"leaf_groups":2}"#,
+            r#","core":{"switches":2,"latency_us":2}"#,
+            r#","rails":false,"ecmp":"hash""#,
+        ),
+    ] {
+        seeds.push(
+            format!(r#"{{"name":"t","base":"dgx-h100","fabric":{{"leaf":{leaf},"spine":{spine}{core}{extra}}}}}"#)
+                .into_bytes(),
+        );
+    }
+    seeds
+}
+
+fn fabric(input: &[u8]) -> Result<(), String> {
+    let t = dagsim::hw::topology::parse_topology(&text(input), &path("json"), false).map_err(err)?;
+    for gpus in [16, 64] {
+        let Ok(m) = t.instantiate(gpus) else { return Ok(()) };
+        let last = m.gpus.len() - 1;
+        for (a, b) in [(0, last), (last, 1), (3, last / 2)] {
+            let _ = m.shortest_path(m.gpus[a].device, m.gpus[b].device);
+            let _ = m.route_via_rail(m.gpus[a].device, m.gpus[b].device, 2);
+        }
+    }
+    Ok(())
+}
+
 fn topology_toml_seeds() -> Vec<Vec<u8>> {
     glob("topologies", "json")
         .iter()
@@ -342,6 +377,7 @@ pub fn all() -> Vec<Target> {
         Target { name: "chakra", seeds: chakra_seeds, run: |i| profile(i, F::Chakra) },
         Target { name: "topology-json", seeds: || glob("topologies", "json"), run: |i| topology(i, false) },
         Target { name: "topology-toml", seeds: topology_toml_seeds, run: |i| topology(i, true) },
+        Target { name: "topology-fabric", seeds: fabric_seeds, run: fabric },
         Target {
             name: "scenario",
             seeds: || {
