@@ -111,6 +111,30 @@ fn dgx1_non_neighbours_route_two_nvlink_hops() {
 }
 
 #[test]
+fn under_nccl_each_gpu_leaves_its_node_through_its_own_nic() {
+    // dgx-h100: two GPUs and two NICs behind each PCIe switch. NCCL (ncclTopoGetLocalNet) gives
+    // GPU i NIC i; the cheapest-route search of the ideal model puts both GPUs on the first NIC.
+    let mut t = load_topology("dgx-h100").unwrap();
+    let nic_of = |m: &Machine, from: usize, to: usize| -> (String, String) {
+        let r = m.shortest_path(m.gpus[from].device, m.gpus[to].device).unwrap();
+        let names: Vec<String> = r.links.iter().map(|&l| m.device_name(m.links[l as usize].to).to_string()).collect();
+        let nics: Vec<&String> = names.iter().filter(|n| n.contains("nic")).collect();
+        assert_eq!(nics.len(), 2, "{names:?}");
+        (nics[0].clone(), nics[1].clone())
+    };
+    t.collectives = CollectiveModel::Ideal;
+    let m = t.instantiate(16).unwrap();
+    assert_eq!(nic_of(&m, 1, 9), ("n0.nic0".into(), "n1.nic0".into()));
+    t.collectives = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
+    let m = t.instantiate(16).unwrap();
+    for g in 0..8 {
+        let (up, down) = nic_of(&m, g, 8 + (g + 3) % 8);
+        assert_eq!(up, format!("n0.nic{g}"));
+        assert_eq!(down, format!("n1.nic{}", (g + 3) % 8));
+    }
+}
+
+#[test]
 fn pcie_peers_cross_the_root_complex_or_qpi() {
     // ScaleDNN Server-A: a GPU pair per socket; peers go GPU -> CPU -> GPU, or across QPI.
     let m = load_topology("scaledl-server-a").unwrap().instantiate(4).unwrap();

@@ -38,7 +38,8 @@ impl Machine {
     /// device reached first, then link order), or `None` if unreachable. So NVLink beats a PCIe
     /// detour of the same hop count, and a DGX-1's non-neighbours go two NVLink hops. Between
     /// nodes of a machine whose nodes meet only at one switch, the route is the cheapest way to
-    /// that switch followed by the cheapest way from it, each found by a search that stays inside
+    /// that switch followed by the cheapest way from it (under the NCCL model, through the NIC
+    /// NCCL gives each GPU: [`Machine::via_local_nic`]), each found by a search that stays inside
     /// one node (so routing cost does not grow with the cluster).
     ///
     /// A shared device outside every node (shared storage) whose links all lead to or from that
@@ -55,8 +56,14 @@ impl Machine {
                 (None, None) => false,
             };
             if split {
-                let mut up = self.search(src, gw, false)?;
-                let down = self.search(gw, dst, true)?;
+                let mut up = match self.via_local_nic(src, gw, false) {
+                    Some(r) => r,
+                    None => self.search(src, gw, false)?,
+                };
+                let down = match self.via_local_nic(dst, gw, true) {
+                    Some(r) => r,
+                    None => self.search(gw, dst, true)?,
+                };
                 up.links.extend(down.links);
                 up.latency_ns = up.latency_ns.saturating_add(down.latency_ns);
                 return Some(up);
@@ -84,6 +91,54 @@ impl Machine {
         let mut links = up.links;
         links.extend([out, inn]);
         links.extend(down.links);
+        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
+        Some(Route { links, latency_ns })
+    }
+
+    /// Under the NCCL collective model, the route between GPU `d` and the network switch `gw`
+    /// (from the switch to `d` with `reverse`) through the NIC NCCL gives it; `None` under the
+    /// ideal model (cheapest route), when `d` is no GPU or when its node has one NIC. NCCL (`ncclTopoGetLocalNet`, src/graph/topo.cc @ v2.21.5-1) takes the NICs nearest the
+    /// GPU and picks number `mirror(dev) % count` of them, `dev` being the GPU's index in its node
+    /// (its bits mirrored when `count` is a power of two): GPUs behind one PCIe switch with as many
+    /// NICs each use their own, where the cheapest-route search put them all on the first.
+    fn via_local_nic(&self, d: DeviceId, gw: DeviceId, reverse: bool) -> Option<Route> {
+        if !matches!(self.collectives, crate::collective::CollectiveModel::Nccl(_)) {
+            return None;
+        }
+        let slot = *self.gpu_slot.get(d as usize).filter(|&&s| s != u32::MAX)?;
+        let nics = self.nics(self.devices[d as usize].node?);
+        if nics.len() < 2 {
+            return None;
+        }
+        let mut nearest: Vec<(Route, LinkId)> = Vec::new();
+        let mut best = u64::MAX;
+        for &nic in nics {
+            let (inner, hop) = if reverse {
+                (self.search(nic, d, true), self.in_links(nic).iter().find(|&&l| self.links[l as usize].from == gw))
+            } else {
+                (self.search(d, nic, false), self.out_links(nic).iter().find(|&&l| self.links[l as usize].to == gw))
+            };
+            let (Some(inner), Some(&hop)) = (inner, hop) else { continue };
+            let cost = inner.links.iter().chain([&hop]).map(|&l| self.route_cost(l)).fold(0, u64::saturating_add);
+            if cost < best {
+                best = cost;
+                nearest.clear();
+            }
+            if cost == best {
+                nearest.push((inner, hop));
+            }
+        }
+        let count = nearest.len() as u32;
+        if count == 0 {
+            return None;
+        }
+        let pick = if count.is_power_of_two() { mirror_bits(slot, count) } else { slot };
+        let (inner, hop) = nearest.swap_remove((pick % count) as usize);
+        let links: Vec<LinkId> = if reverse {
+            std::iter::once(hop).chain(inner.links).collect()
+        } else {
+            inner.links.into_iter().chain([hop]).collect()
+        };
         let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
         Some(Route { links, latency_ns })
     }
@@ -183,5 +238,25 @@ impl Machine {
         }
         let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
         Route { links, latency_ns }
+    }
+}
+
+/// The low log2(`pow2`) bits of `value` in reverse order (NCCL's `mirrorBits`).
+fn mirror_bits(value: u32, pow2: u32) -> u32 {
+    let bits = pow2.trailing_zeros();
+    (0..bits).filter(|b| value & (1 << b) != 0).map(|b| 1 << (bits - 1 - b)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mirror_bits;
+
+    #[test]
+    fn mirror_bits_reverses_the_low_bits_as_nccl_does() {
+        assert_eq!((0..2).map(|v| mirror_bits(v, 2)).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!((0..4).map(|v| mirror_bits(v, 4)).collect::<Vec<_>>(), [0, 2, 1, 3]);
+        assert_eq!(mirror_bits(3, 8), 6);
+        assert_eq!(mirror_bits(5, 4), 2, "bits above the count are ignored");
+        assert_eq!(mirror_bits(7, 1), 0);
     }
 }
