@@ -68,6 +68,12 @@ pub enum Work {
     Plan(Box<crate::predict_plan::PlanSetup>),
     /// `dagsim plan` over every plan of a model (enumeration, memory, simulation of those that fit).
     PlanSearch(Box<crate::predict_plan::PlanSetup>),
+    /// One ring all-reduce over `gpus` GPUs of `k80-cluster` with a host-to-host copy between the
+    /// first two nodes that its steps slow all along: the engine runs it flow by flow (issue 18's
+    /// open case; its cost grows with the square of the GPUs).
+    RingBesideCopy {
+        gpus: u32,
+    },
 }
 
 /// A named benchmark case.
@@ -91,8 +97,15 @@ pub const CASES: &[&str] = &[
 /// Cases that scale the default AlexNet run (the shipped trace on the `k80-cluster` preset, whose
 /// shared NFS keeps it off the one-node path) to 256, 1,024, 4,096 and 16,384 GPUs: the issue-18
 /// scaling target. Not in the default list, so `dagsim bench` runs them only when asked (`--scaling`).
-pub const SCALING_CASES: &[&str] =
-    &["alexnet-k80-nfs-256gpu", "alexnet-k80-nfs-1024gpu", "alexnet-k80-nfs-4096gpu", "alexnet-k80-nfs-16384gpu"];
+pub const SCALING_CASES: &[&str] = &[
+    "alexnet-k80-nfs-256gpu",
+    "alexnet-k80-nfs-1024gpu",
+    "alexnet-k80-nfs-4096gpu",
+    "alexnet-k80-nfs-16384gpu",
+    "ring-beside-copy-256gpu",
+    "ring-beside-copy-1024gpu",
+    "ring-beside-copy-2048gpu",
+];
 
 /// Builds the named case with `iterations` simulated iterations (2 is the minimum: one warm-up).
 pub fn case(name: &str, iterations: u32) -> Result<Case> {
@@ -130,6 +143,13 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
             }),
             gpus: name
                 .trim_start_matches("alexnet-k80-nfs-")
+                .trim_end_matches("gpu")
+                .parse()
+                .expect("case names a count"),
+        },
+        "ring-beside-copy-256gpu" | "ring-beside-copy-1024gpu" | "ring-beside-copy-2048gpu" => Work::RingBesideCopy {
+            gpus: name
+                .trim_start_matches("ring-beside-copy-")
                 .trim_end_matches("gpu")
                 .parse()
                 .expect("case names a count"),
@@ -245,6 +265,29 @@ pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
             let simulated = found.iter().filter_map(|c| c.report.as_ref()).count() as u64;
             (0, 0, 0, simulated)
         }
+        Work::RingBesideCopy { gpus } => {
+            let (dag, machine) = ring_beside_copy(*gpus)?;
+            let run = crate::sim::simulate(&dag, &machine, Options::default())?;
+            (run.events, run.flows, dag.len() as u64, 1)
+        }
     };
     Ok(Measurement { wall_s: t0.elapsed().as_secs_f64(), events, flows, tasks, runs })
+}
+
+/// [`Work::RingBesideCopy`]'s DAG and machine: an 80 MB ring all-reduce and a 20 GB copy from the
+/// first node's host to the second's, both from the start.
+fn ring_beside_copy(gpus: u32) -> Result<(crate::dag::Dag, crate::hw::Machine)> {
+    use crate::collective::{Algorithm, CollectiveOp};
+    use crate::dag::{DagBuilder, DagMeta, Phase, Task, Work as W};
+    let machine = load_topology("k80-cluster")?.instantiate(gpus)?;
+    let task =
+        |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+    let mut b = DagBuilder::new();
+    let group = b.add_group((0..gpus).collect());
+    let (op, algorithm) = (CollectiveOp::AllReduce, Algorithm::Ring);
+    b.add_task(task(W::Collective { group, op, algorithm, bytes: 80_000_000 }));
+    let (from, to) = (machine.gpus[0].host, machine.gpus[(gpus as usize - 1).min(4)].host);
+    b.add_task(task(W::Transfer { src: from, dst: to, bytes: 20_000_000_000 }));
+    let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] })?;
+    Ok((dag, machine))
 }

@@ -7,7 +7,7 @@ use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
-use crate::report::{breakdown_seconds, steady_state, utilisation, Prediction};
+use crate::report::{breakdown_seconds, steady_state, utilisation, Prediction, Steady};
 use crate::sim::{simulate, Options, Run};
 use crate::strategy::Strategy;
 use crate::units::ns_to_s;
@@ -139,32 +139,17 @@ impl Setup {
         let iteration_time_s = ns_to_s(steady.iteration_ns);
         // Under MPS every client on a GPU trains its own mini-batch.
         let samples = self.workload.batch_per_gpu as f64 * gpus as f64 * self.strategy.clients_per_gpu() as f64;
-        Ok(Prediction {
-            dagsim_version: env!("CARGO_PKG_VERSION"),
+        let own = Own {
             workload: self.workload.name.clone(),
             batch_per_gpu: self.workload.batch_per_gpu,
-            gpus,
-            nodes: sim.machine.gpus[..gpus as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1),
-            topology: self.topology.name.clone(),
             gpu_model: sim.machine.gpu_model.clone(),
-            strategy: self.strategy.name(),
-            allreduce: self.strategy.allreduce.name().to_string(),
-            comm_source: self.strategy.comm_source.name().to_string(),
-            collective_model: sim.machine.collectives.name(),
-            collectives: sim.run.collectives.clone(),
-            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
-            grad_tensors: self.workload.tensor_count(),
-            grad_tensors_source: self.workload.tensor_source(),
-            iterations_simulated: self.iterations,
             iteration_time_s,
             throughput_samples_per_s: samples / iteration_time_s,
-            speedup: 0.0,
-            scaling_efficiency: 0.0,
-            breakdown: breakdown_seconds(&steady),
             utilisation: utilisation(&sim.machine, &sim.run, &steady, sim.dag.meta.gpus),
-            events: sim.run.events,
             llm: None,
-        })
+        };
+        let run = RunOf { machine: &sim.machine, run: &sim.run, steady: &steady, gpus, iterations: self.iterations };
+        Ok(prediction(&self.topology, &self.strategy, &self.workload, run, own))
     }
 
     /// Predictions for several GPU counts (run in parallel), with speedup over one GPU of the same
@@ -172,6 +157,64 @@ impl Setup {
     pub fn predict_scaling(&self, gpu_counts: &[u32]) -> Result<Vec<Prediction>> {
         self.check()?;
         scale_from_one_gpu(gpu_counts, |g| self.predict(g))
+    }
+}
+
+/// What a simulation gives every prediction: the machine, the run and its steady state, the GPU
+/// count and the iterations simulated.
+pub(crate) struct RunOf<'a> {
+    pub machine: &'a Machine,
+    pub run: &'a Run,
+    pub steady: &'a Steady,
+    pub gpus: u32,
+    pub iterations: u32,
+}
+
+/// The fields of a prediction that each pipeline (data parallel, parallel plan) fills its own way.
+pub(crate) struct Own {
+    pub workload: String,
+    pub batch_per_gpu: u32,
+    pub gpu_model: String,
+    pub iteration_time_s: f64,
+    pub throughput_samples_per_s: f64,
+    pub utilisation: std::collections::BTreeMap<String, f64>,
+    pub llm: Option<crate::report::plan::PlanReport>,
+}
+
+/// A prediction from the setup's topology, strategy and (simulated) workload, the run, and the
+/// pipeline's own figures; speedup fields are left at 0.
+pub(crate) fn prediction(
+    topology: &Topology,
+    strategy: &Strategy,
+    workload: &Workload,
+    r: RunOf,
+    own: Own,
+) -> Prediction {
+    Prediction {
+        dagsim_version: env!("CARGO_PKG_VERSION"),
+        workload: own.workload,
+        batch_per_gpu: own.batch_per_gpu,
+        gpus: r.gpus,
+        nodes: r.machine.gpus[..r.gpus as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1),
+        topology: topology.name.clone(),
+        gpu_model: own.gpu_model,
+        strategy: strategy.name(),
+        allreduce: strategy.allreduce.name().to_string(),
+        comm_source: strategy.comm_source.name().to_string(),
+        collective_model: r.machine.collectives.name(),
+        collectives: r.run.collectives.clone(),
+        runtime: strategy.runtime.as_ref().map_or("none", |rt| rt.kind_name()).to_string(),
+        grad_tensors: workload.tensor_count(),
+        grad_tensors_source: workload.tensor_source(),
+        iterations_simulated: r.iterations,
+        iteration_time_s: own.iteration_time_s,
+        throughput_samples_per_s: own.throughput_samples_per_s,
+        speedup: 0.0,
+        scaling_efficiency: 0.0,
+        breakdown: breakdown_seconds(r.steady),
+        utilisation: own.utilisation,
+        events: r.run.events,
+        llm: own.llm,
     }
 }
 

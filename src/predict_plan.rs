@@ -11,8 +11,9 @@ use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
 use crate::parallel::{ParallelPlan, Sharding};
+use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
-use crate::report::{breakdown_seconds, steady_state, utilisation_of, Prediction};
+use crate::report::{steady_state, utilisation_of, Prediction};
 use crate::scenario::Scenario;
 use crate::sim::{simulate, Options, Run};
 use crate::strategy::Strategy;
@@ -456,32 +457,17 @@ impl PlanSetup {
             gpus_simulated: sim.dag.meta.gpus,
         };
         let ranks: Vec<u32> = (0..sim.dag.meta.gpus).map(|g| sim.dag.rank_of(g)).collect();
-        Ok(Prediction {
-            dagsim_version: env!("CARGO_PKG_VERSION"),
+        let own = Own {
             workload: self.model.name.clone(),
             batch_per_gpu: p.micro_batch,
-            gpus,
-            nodes: sim.machine.gpus[..gpus as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1),
-            topology: self.topology.name.clone(),
             gpu_model: self.gpu.name.to_string(),
-            strategy: self.strategy.name(),
-            allreduce: self.strategy.allreduce.name().to_string(),
-            comm_source: self.strategy.comm_source.name().to_string(),
-            runtime: self.strategy.runtime.as_ref().map_or("none", |r| r.kind_name()).to_string(),
-            grad_tensors: sim.workload.tensor_count(),
-            grad_tensors_source: sim.workload.tensor_source(),
-            iterations_simulated: self.iterations,
             iteration_time_s: step_s,
             throughput_samples_per_s: p.global_batch as f64 / step_s,
-            speedup: 0.0,
-            scaling_efficiency: 0.0,
-            breakdown: breakdown_seconds(&steady),
             utilisation: utilisation_of(&sim.machine, &sim.run, &steady, ranks.into_iter()),
-            collective_model: sim.machine.collectives.name(),
-            collectives: sim.run.collectives.clone(),
-            events: sim.run.events,
             llm: Some(report),
-        })
+        };
+        let run = RunOf { machine: &sim.machine, run: &sim.run, steady: &steady, gpus, iterations: self.iterations };
+        Ok(prediction(&self.topology, &self.strategy, &sim.workload, run, own))
     }
 }
 
@@ -503,8 +489,8 @@ fn tp_apart_from_network(machine: &Machine, tp: u32, per_node: u32) -> bool {
         }
     }
     (0..per_node).all(|a| {
-        let out = machine.shortest_path(dev(a), dev(per_node + a)).map(|r| r.links).unwrap_or_default();
-        let back = machine.shortest_path(dev(per_node + a), dev(a)).map(|r| r.links).unwrap_or_default();
+        let out = machine.railless_route(dev(a), dev(per_node + a)).map(|r| r.links).unwrap_or_default();
+        let back = machine.railless_route(dev(per_node + a), dev(a)).map(|r| r.links).unwrap_or_default();
         out.iter().chain(&back).all(|l| !inside.contains(l))
     })
 }

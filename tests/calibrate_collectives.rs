@@ -3,7 +3,8 @@
 //! measurements (made by the engine with known values) check that the fits recover what made them;
 //! the ABCI nccl-tests tables check the numbers docs/machines.md reports. These are the ideal
 //! collective model's fits (`--collective-model ideal`), so every machine here runs that model;
-//! the NCCL model's calibration is tested in `tests/calibrate_nccl.rs`.
+//! the NCCL model is tested by the unit tests of `src/collective/nccl/` and by
+//! `tests/validate_baseline.rs` (the same rows under both models).
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! Machines: what must hold for topologies, routing, contention, collectives and calibration
 //! (issue 3). Each test builds a machine the way a user would (topology text or a shipped preset)
 //! and runs the real engine. Tests of the ideal collective model's closed forms and link fits say
-//! so and run that model; the NCCL model's own properties are in `tests/collectives_nccl.rs`.
+//! so and run that model; the NCCL model's own properties are unit-tested in `src/collective/nccl/`.
 
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
@@ -107,30 +107,6 @@ fn dgx1_non_neighbours_route_two_nvlink_hops() {
                 );
             }
         }
-    }
-}
-
-#[test]
-fn under_nccl_each_gpu_leaves_its_node_through_its_own_nic() {
-    // dgx-h100: two GPUs and two NICs behind each PCIe switch. NCCL (ncclTopoGetLocalNet) gives
-    // GPU i NIC i; the cheapest-route search of the ideal model puts both GPUs on the first NIC.
-    let mut t = load_topology("dgx-h100").unwrap();
-    let nic_of = |m: &Machine, from: usize, to: usize| -> (String, String) {
-        let r = m.shortest_path(m.gpus[from].device, m.gpus[to].device).unwrap();
-        let names: Vec<String> = r.links.iter().map(|&l| m.device_name(m.links[l as usize].to).to_string()).collect();
-        let nics: Vec<&String> = names.iter().filter(|n| n.contains("nic")).collect();
-        assert_eq!(nics.len(), 2, "{names:?}");
-        (nics[0].clone(), nics[1].clone())
-    };
-    t.collectives = CollectiveModel::Ideal;
-    let m = t.instantiate(16).unwrap();
-    assert_eq!(nic_of(&m, 1, 9), ("n0.nic0".into(), "n1.nic0".into()));
-    t.collectives = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
-    let m = t.instantiate(16).unwrap();
-    for g in 0..8 {
-        let (up, down) = nic_of(&m, g, 8 + (g + 3) % 8);
-        assert_eq!(up, format!("n0.nic{g}"));
-        assert_eq!(down, format!("n1.nic{}", (g + 3) % 8));
     }
 }
 
@@ -376,4 +352,64 @@ fn a_wide_server_loads_and_a_gpu_its_host_cannot_reach_is_named() {
     );
     let e = topology(&text).unwrap_err().to_string();
     assert!(e.contains("test.json") && e.contains("GPU n0.gpu63 cannot be reached from its host"), "{e}");
+}
+
+#[test]
+fn gb200_nvl72_is_one_nvlink_domain_of_72_gpus_with_a_nic_each() {
+    let m = load_topology("gb200-nvl72").unwrap().instantiate(144).unwrap();
+    assert_eq!(m.node_count(), 2);
+    assert_eq!(m.gpus.iter().filter(|g| g.node == 0).count(), 72);
+    assert_eq!(m.nics(0).len(), 72);
+    // Any two GPUs of a rack: two NVLink-switch hops at 900 GB/s x 0.9 per direction.
+    let (a, b) = (m.gpus[0].device, m.gpus[71].device);
+    let r = m.shortest_path(a, b).unwrap();
+    assert_eq!(r.links.len(), 2);
+    assert!(r.links.iter().all(|&l| m.links[l as usize].kind == LinkKind::Nvswitch));
+    assert!((r.rate_cap(&m, 1 << 30) - 810.0).abs() < 1e-9);
+    // Between racks, GPU 5 leaves through its own rail (NIC 5) at 400 Gb/s x 0.95.
+    let r = m.route_via_rail(m.gpus[5].device, m.gpus[72 + 5].device, 5).unwrap();
+    assert!(r.links.iter().any(|&l| m.links[l as usize].kind == LinkKind::Infiniband));
+    assert!((r.rate_cap(&m, 1 << 30) - 50.0 * 0.95).abs() < 1e-9);
+}
+
+/// The devices a route visits after its source, by name.
+fn hops(m: &Machine, route: &dagsim::hw::Route) -> Vec<String> {
+    route.links.iter().map(|&l| m.device_name(m.links[l as usize].to).to_string()).collect()
+}
+
+#[test]
+fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
+    // DGX H100: two GPUs and two NICs per PCIe switch. NCCL gives each GPU its own NIC, and the
+    // sender forwards over NVLink to its node's GPU with the receiver's index (PXN), whose NIC
+    // carries the data to the receiver's own NIC. The cheapest path alone sent gpu0 and gpu1 of a
+    // switch through one NIC.
+    let m = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    for i in 0..8 {
+        for j in 0..8 {
+            let route = m.p2p_route(m.gpus[i].device, m.gpus[8 + j].device).unwrap();
+            let h = hops(&m, &route);
+            let nics: Vec<&String> = h.iter().filter(|d| d.contains(".nic")).collect();
+            assert_eq!(nics, [&format!("n0.nic{j}"), &format!("n1.nic{j}")], "gpu{i} -> n1.gpu{j}: {h:?}");
+            assert_eq!(h.contains(&format!("n0.gpu{j}")), i != j, "PXN through gpu{j}: {h:?}");
+            assert_eq!(h.last().unwrap(), &format!("n1.gpu{j}"));
+        }
+    }
+    // Under the NCCL collective model the engine routes that way, so an all-to-all over both nodes
+    // is bound by the NICs alone: each GPU's NIC carries half of its rank's bytes at 400 Gb/s x
+    // 0.95. The ideal model keeps the cheapest route, where a switch's two GPUs share one NIC.
+    let bytes = 128u64 << 20;
+    let nic_bound = (bytes / 2) as f64 / 47.5;
+    let mut nccl = m.clone();
+    nccl.collectives = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
+    let ns = simulate_collective(&nccl, CollectiveOp::AllToAll, Algorithm::Auto, 16, bytes).unwrap();
+    let ideal = simulate_collective(&m, CollectiveOp::AllToAll, Algorithm::Auto, 16, bytes).unwrap();
+    eprintln!("all-to-all of 128 MiB on 2 DGX H100: {ns} ns (nccl), {ideal} ns (ideal), NIC-bound {nic_bound:.0} ns");
+    assert!((ns as f64) < nic_bound * 1.05 && ns as f64 > nic_bound, "{ns} ns vs NIC-bound {nic_bound:.0} ns");
+    assert!(ideal as f64 > 1.5 * nic_bound, "{ideal} ns");
+    // DGX-1 V100: one NIC per two GPUs; both GPUs of a switch share it (NCCL's local NIC).
+    let m = load_topology("dgx1-v100").unwrap().instantiate(16).unwrap();
+    for i in 0..2 {
+        let h = hops(&m, &m.p2p_route(m.gpus[i].device, m.gpus[8 + i].device).unwrap());
+        assert!(h.contains(&"n0.nic0".to_string()) && h.contains(&"n1.nic0".to_string()), "{h:?}");
+    }
 }

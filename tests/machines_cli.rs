@@ -12,7 +12,8 @@ fn repo(path: &str) -> PathBuf {
 
 #[test]
 fn calibrate_writes_a_file_that_predict_accepts() {
-    // The ideal model's link fit (the NCCL model's calibration: tests/calibrate_nccl.rs).
+    // The ideal model's link fit (the NCCL model is tested in src/collective/nccl/ and
+    // tests/validate_baseline.rs).
     let dir = tempfile::tempdir().unwrap();
     let cal = dir.path().join("abci-v.cal.json");
     dagsim()

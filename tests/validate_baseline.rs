@@ -66,3 +66,42 @@ fn unknown_baselines_and_models_are_refused_by_flag() {
     fails_with(&["validate", set, "--nccl-version", "2.99.9"], &["--nccl-version", "2.99.9", "2.8.4"]);
     fails_with(&["validate", set, "--collective-model", "magic"], &["--collective-model", "magic"]);
 }
+
+/// A baseline that cannot be had for a row says why, in every format, instead of leaving a blank:
+/// alpha-beta needs the setup's one-GPU prediction, and 2 parameter servers do not fit on one GPU's
+/// node; the ring row beside it keeps its baseline.
+#[test]
+fn a_missing_baseline_says_why() {
+    let dir = tempfile::Builder::new().tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let set = dir.path().join("ps.csv");
+    let trace = format!("{}/traces/alexnet_k80.csv", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(
+        &set,
+        format!(
+            "id,trace,topology,gpus,strategy,metric,unit,measured,source\n\
+             ps16,{trace},v100-pcie-10gbe,16,runtime=ps+servers=2,throughput,images/s,1000,test value\n\
+             ring16,{trace},v100-pcie-10gbe,16,io+wfbp,throughput,images/s,1000,test value\n"
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| -> String {
+        let out = dagsim().arg("validate").arg(&set).args(["--baseline", "alpha-beta"]).args(args).output().unwrap();
+        assert!(out.status.code() == Some(0) || out.status.code() == Some(1), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let why = "one-GPU prediction, which failed";
+    let text = run(&[]);
+    assert!(text.contains("No alpha-beta baseline for 1 row(s):"), "{text}");
+    assert!(text.contains("ps16 (line 2):") && text.contains(why) && text.contains("servers"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&run(&["--format", "json"])).unwrap();
+    let (ps, ring) = (&json["rows"][0], &json["rows"][1]);
+    assert!(ps["baseline"].is_null() && ps["baseline_missing"].as_str().unwrap().contains(why), "{ps}");
+    assert!(ring["baseline"].as_f64().is_some() && ring["baseline_missing"].is_null(), "{ring}");
+    let csv = run(&["--format", "csv"]);
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|&c| c == "baseline_missing").expect("a baseline_missing column");
+    let ring_line = csv.lines().find(|l| l.contains("ring16")).unwrap();
+    assert_eq!(ring_line.split(',').nth(col), Some(""), "{ring_line}");
+    assert!(csv.lines().any(|l| l.contains("ps16") && l.contains(why)), "{csv}");
+}

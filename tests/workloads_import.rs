@@ -75,6 +75,49 @@ fn kineto_handwritten_example_averages_steps() {
     assert_eq!(p.layers[1].kind, LayerKind::Activation);
 }
 
+/// A real trace (HolisticTraceAnalysis' DDP test trace, 2 GPUs, rank 0, trimmed by
+/// traces/profiles/kineto/trim.py): its ranges are phases, not layers, with ranges nested in others,
+/// NCCL's collective ranges on host and device, and device spans for some ranges only. The reader
+/// must count each moment once (innermost host ranges, no collectives), so the phases it returns
+/// add up to no more than a step; the expected values are computed here from the JSON itself.
+#[test]
+fn kineto_real_ddp_trace_counts_each_moment_once() {
+    let path = profile("kineto/hta_ddp_2gpu_rank0.json");
+    let p = read_profile(&path, ProfileFormat::Kineto).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let host = |name: &str| -> Vec<f64> {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "user_annotation" && e["name"].as_str().unwrap().starts_with(name))
+            .map(|e| e["dur"].as_f64().unwrap())
+            .collect()
+    };
+    let steps = host("ProfilerStep#");
+    assert_eq!(p.iterations, 3);
+    assert_eq!(steps.len(), 3);
+    let names: Vec<_> = p.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Optimizer.zero_grad#SGD.zero_grad",
+            "DistributedDataParallel.forward",
+            "## backward ##",
+            "Optimizer.step#SGD.step"
+        ]
+    );
+    for l in &p.layers {
+        let mean = host(&l.name).iter().sum::<f64>() / 3.0;
+        assert!((l.forward_us - mean).abs() < 1e-6 * mean, "{}: {} vs {mean}", l.name, l.forward_us);
+    }
+    // Host-side backward, not its 0.6 ms device span.
+    assert!(p.layers[2].forward_us > 90_000.0, "{}", p.layers[2].forward_us);
+    let step = steps.iter().sum::<f64>() / 3.0;
+    let phases: f64 = p.layers.iter().map(|l| l.forward_us + l.backward_us).sum();
+    assert!(phases <= step && phases > 0.9 * step, "phases {phases} us in a step of {step} us");
+}
+
 #[test]
 fn importer_errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();

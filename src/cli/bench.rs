@@ -19,7 +19,8 @@ transfer-step fidelity; a sweep of 1,000 ResNet-50 scenarios (16-1,024 GPUs, 10 
 identical nodes, ring or hierarchical all-reduce, local storage) simulate one node's GPUs
 standing for all, with the same results; --no-symmetry simulates every GPU. --scaling runs the
 default AlexNet setup (16 K80s' trace, k80-cluster with shared NFS, so every GPU is simulated) on
-256, 1,024, 4,096 and 16,384 GPUs instead.";
+256, 1,024, 4,096 and 16,384 GPUs instead, and a ring all-reduce beside a copy it slows
+(ring-beside-copy, 256 to 2,048 GPUs: the case that still runs flow by flow).";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
@@ -39,8 +40,8 @@ pub struct Args {
     /// Simulate every GPU even where one node could stand for all (the reference path).
     #[arg(long)]
     no_symmetry: bool,
-    /// Run the AlexNet scaling cases (256 to 16,384 GPUs, every GPU simulated) instead of the
-    /// standard ones.
+    /// Run the scaling cases (AlexNet on 256 to 16,384 GPUs, every GPU simulated; a ring beside a
+    /// copy it slows) instead of the standard ones.
     #[arg(long)]
     scaling: bool,
     /// Run exactly this case in this process and print one result line (used internally).

@@ -72,7 +72,38 @@ impl LongRunNotice {
     /// How long a run goes before it is called long.
     const AFTER: std::time::Duration = std::time::Duration::from_secs(3);
 
+    /// A bar of its own, "long run: simulating WHAT", once the run has gone on for a few seconds.
     pub fn start(what: String) -> Self {
+        Self::watch(Self::AFTER, move || {
+            let bar = indicatif::ProgressBar::new(100);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}% of tasks  {elapsed}")
+                    .expect("the template is valid"),
+            );
+            bar.set_message(format!("long run: simulating {what}"));
+            let end = bar.clone();
+            (Box::new(move |percent| bar.set_position(percent)), Box::new(move || end.finish_and_clear()))
+        })
+    }
+
+    /// The share of tasks simulated, as the message of `bar` (a sweep's bar of points, whose
+    /// template shows `{msg}`): a point that runs long shows that it moves.
+    pub fn beside(bar: &indicatif::ProgressBar) -> Self {
+        let bar = bar.clone();
+        Self::watch(Self::AFTER, move || {
+            let end = bar.clone();
+            let show = move |percent| bar.set_message(format!("{percent}% of the tasks of points started"));
+            (Box::new(show), Box::new(move || end.set_message("")))
+        })
+    }
+
+    /// After `after`, makes the display (`setup` gives what shows a percentage and what ends the
+    /// display) and updates it four times a second until dropped. Nothing unless stderr is a
+    /// terminal and not --quiet.
+    fn watch<F>(after: std::time::Duration, setup: F) -> Self
+    where
+        F: FnOnce() -> (Box<dyn Fn(u64)>, Box<dyn FnOnce()>) + Send + 'static,
+    {
         use std::io::IsTerminal;
         let stop = std::sync::Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
         if verbosity() < 0 || !std::io::stderr().is_terminal() {
@@ -86,24 +117,19 @@ impl LongRunNotice {
                 let stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 *wake.wait_timeout_while(stopped, d, |s| !*s).unwrap_or_else(|e| e.into_inner()).0
             };
-            if wait(Self::AFTER) {
+            if wait(after) {
                 return;
             }
-            let bar = indicatif::ProgressBar::new(100);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}% of tasks  {elapsed}")
-                    .expect("the template is valid"),
-            );
-            bar.set_message(format!("long run: simulating {what}"));
+            let (show, end) = setup();
             loop {
                 let (done, total) = dagsim::sim::progress();
                 let (done, total) = (done.saturating_sub(base_done), total.saturating_sub(base_total));
-                bar.set_position((done * 100).checked_div(total).unwrap_or(0));
+                show((done * 100).checked_div(total).unwrap_or(0));
                 if wait(std::time::Duration::from_millis(250)) {
                     break;
                 }
             }
-            bar.finish_and_clear();
+            end();
         });
         LongRunNotice { stop, thread: Some(thread) }
     }

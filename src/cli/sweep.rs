@@ -209,7 +209,7 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
     let bar = if super::verbosity() >= 0 && std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points  {elapsed} (eta {eta})")
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points  {elapsed} (eta {eta})  {msg}")
                 .expect("the template is valid"),
         );
         bar.set_position(done.len() as u64);
@@ -224,7 +224,10 @@ fn run_sweep(args: RunArgs) -> Result<u8> {
             bar.suspend(|| eprintln!("point {} done", rec.point));
         }
     };
-    let fresh = run_points(&sweep, &pending, journal.as_ref(), &on_done)?;
+    let fresh = {
+        let _notice = super::LongRunNotice::beside(&bar);
+        run_points(&sweep, &pending, journal.as_ref(), &on_done)?
+    };
     bar.finish_and_clear();
     let resumed = done.len();
     let mut all = done;

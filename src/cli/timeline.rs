@@ -201,7 +201,10 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     let options = Options { record_flows, ..Options::default() };
-    let run = dagsim::sim::simulate(&dag, &machine, options)?;
+    let run = {
+        let _notice = super::LongRunNotice::start(format!("{} on {} GPUs", setup.workload.name, args.gpus));
+        dagsim::sim::simulate(&dag, &machine, options)?
+    };
     let sim = dagsim::predict::Simulated { machine, dag, run };
     let about = [
         ("workload", setup.workload.name.clone()),
@@ -249,7 +252,7 @@ pub fn run(args: Args) -> Result<u8> {
                 "task",
                 "label",
                 "phase",
-                "gpu",
+                "gpu_rank",
                 "iteration",
                 "layer",
                 "queue",

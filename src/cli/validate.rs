@@ -75,7 +75,10 @@ pub fn run(args: Args) -> Result<u8> {
         c.collective_model.is_some() || c.nccl_version.is_some() || c.nccl_algo.is_some() || c.nccl_proto.is_some();
     let collectives = if any { Some(c.model()?) } else { None };
     let gate = Gate { tolerance: args.tolerance, max_error: args.max_error };
-    let report = validate_files_with(&paths, gate, baseline, collectives)?;
+    let report = {
+        let _notice = super::LongRunNotice::start(format!("the rows of {} measurement set(s)", paths.len()));
+        validate_files_with(&paths, gate, baseline, collectives)?
+    };
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &report),
         Format::Json => write_json(w, &report),

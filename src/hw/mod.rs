@@ -191,10 +191,6 @@ pub struct Machine {
     /// Per node, the devices that attach it to the network switch (its NICs), in device order.
     #[serde(skip)]
     nics: Vec<Vec<DeviceId>>,
-    /// Per device: a GPU's index among its node's GPUs (NCCL's CUDA device index, which picks its
-    /// NIC among equally close ones); `u32::MAX` for other devices.
-    #[serde(skip)]
-    gpu_slot: Vec<u32>,
     #[serde(skip)]
     out_links: Vec<Vec<LinkId>>,
     #[serde(skip)]
@@ -281,15 +277,6 @@ impl Machine {
         if gpus.is_empty() {
             return Err(err("the machine has no GPUs".into()));
         }
-        let mut gpu_slot = vec![u32::MAX; devices.len()];
-        let mut per_node: HashMap<Option<u32>, u32> = HashMap::default();
-        for g in &gpus {
-            if let Some(slot) = gpu_slot.get_mut(g.device as usize) {
-                let next = per_node.entry(devices[g.device as usize].node).or_default();
-                *slot = *next;
-                *next += 1;
-            }
-        }
         let m = Machine {
             name: name.clone(),
             gpu_model,
@@ -301,7 +288,6 @@ impl Machine {
             transports: Transports::default(),
             network: None,
             nics,
-            gpu_slot,
             out_links,
             in_links,
             gateway,

@@ -2,7 +2,7 @@
 //! 1 MiB message at each link's peak rate; ties broken deterministically, so a route is the same
 //! on every run and machine.
 
-use super::{DeviceId, LinkId, Machine};
+use super::{DeviceId, LinkId, LinkKind, Machine};
 use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -38,8 +38,7 @@ impl Machine {
     /// device reached first, then link order), or `None` if unreachable. So NVLink beats a PCIe
     /// detour of the same hop count, and a DGX-1's non-neighbours go two NVLink hops. Between
     /// nodes of a machine whose nodes meet only at one switch, the route is the cheapest way to
-    /// that switch followed by the cheapest way from it (under the NCCL model, through the NIC
-    /// NCCL gives each GPU: [`Machine::via_local_nic`]), each found by a search that stays inside
+    /// that switch followed by the cheapest way from it, each found by a search that stays inside
     /// one node (so routing cost does not grow with the cluster).
     ///
     /// A shared device outside every node (shared storage) whose links all lead to or from that
@@ -56,14 +55,8 @@ impl Machine {
                 (None, None) => false,
             };
             if split {
-                let mut up = match self.via_local_nic(src, gw, false) {
-                    Some(r) => r,
-                    None => self.search(src, gw, false)?,
-                };
-                let down = match self.via_local_nic(dst, gw, true) {
-                    Some(r) => r,
-                    None => self.search(gw, dst, true)?,
-                };
+                let mut up = self.search(src, gw, false)?;
+                let down = self.search(gw, dst, true)?;
                 up.links.extend(down.links);
                 up.latency_ns = up.latency_ns.saturating_add(down.latency_ns);
                 return Some(up);
@@ -76,15 +69,37 @@ impl Machine {
     /// multi-NIC fabric), or the cheapest route when the machine has no such NIC or both ends sit
     /// in one node.
     pub fn route_via_rail(&self, src: DeviceId, dst: DeviceId, rail: u32) -> Option<Route> {
+        self.route_via_nics(src, dst, rail, rail, None)
+    }
+
+    /// The route between GPUs of two nodes leaving through NIC `out_rail` of the source's node and
+    /// entering through NIC `in_rail` of the destination's, going first to the device `via` when
+    /// given (the cheapest route when either NIC is missing or both ends sit in one node).
+    fn route_via_nics(
+        &self,
+        src: DeviceId,
+        dst: DeviceId,
+        out_rail: u32,
+        in_rail: u32,
+        via: Option<DeviceId>,
+    ) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
         let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) else { return self.shortest_path(src, dst) };
-        let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(rail as usize), self.nics(b).get(rail as usize)) else {
+        let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(out_rail as usize), self.nics(b).get(in_rail as usize))
+        else {
             return self.shortest_path(src, dst);
         };
         if a == b {
             return self.shortest_path(src, dst);
         }
-        let up = self.search(src, nic_a, false)?;
+        let up = match via {
+            Some(p) => {
+                let mut up = self.search(src, p, false)?;
+                up.links.extend(self.search(p, nic_a, false)?.links);
+                up
+            }
+            None => self.search(src, nic_a, false)?,
+        };
         let out = *self.out_links(nic_a).iter().find(|&&l| self.links[l as usize].to == gw)?;
         let inn = *self.in_links(nic_b).iter().find(|&&l| self.links[l as usize].from == gw)?;
         let down = self.search(nic_b, dst, true)?;
@@ -95,52 +110,79 @@ impl Machine {
         Some(Route { links, latency_ns })
     }
 
-    /// Under the NCCL collective model, the route between GPU `d` and the network switch `gw`
-    /// (from the switch to `d` with `reverse`) through the NIC NCCL gives it; `None` under the
-    /// ideal model (cheapest route), when `d` is no GPU or when its node has one NIC. NCCL (`ncclTopoGetLocalNet`, src/graph/topo.cc @ v2.21.5-1) takes the NICs nearest the
-    /// GPU and picks number `mirror(dev) % count` of them, `dev` being the GPU's index in its node
-    /// (its bits mirrored when `count` is a power of two): GPUs behind one PCIe switch with as many
-    /// NICs each use their own, where the cheapest-route search put them all on the first.
-    fn via_local_nic(&self, d: DeviceId, gw: DeviceId, reverse: bool) -> Option<Route> {
-        if !matches!(self.collectives, crate::collective::CollectiveModel::Nccl(_)) {
-            return None;
+    /// The route of a point-to-point transfer between two GPUs the way NCCL's network transport
+    /// sends it (NCCL 2.21.5, `ncclTopoGetNetDev` in src/graph/search.cc, for a peer): the
+    /// receiver takes its own local NIC; the sender, by default (`NCCL_P2P_PXN_LEVEL=2`), the
+    /// local NIC of its node's GPU with the receiver's local index, reached over NVLink through
+    /// that GPU (PXN), when such an NVLink path exists and otherwise its own local NIC. Inside a
+    /// node, between devices that are not GPUs, or on a machine without NICs per node: the
+    /// cheapest route.
+    pub fn p2p_route(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
+        let (Some(a), Some(b)) = (self.gpu_slot(src), self.gpu_slot(dst)) else { return self.shortest_path(src, dst) };
+        if a.0 == b.0 || self.nics(a.0).is_empty() || self.nics(b.0).is_empty() {
+            return self.shortest_path(src, dst);
         }
-        let slot = *self.gpu_slot.get(d as usize).filter(|&&s| s != u32::MAX)?;
-        let nics = self.nics(self.devices[d as usize].node?);
-        if nics.len() < 2 {
-            return None;
-        }
-        let mut nearest: Vec<(Route, LinkId)> = Vec::new();
-        let mut best = u64::MAX;
-        for &nic in nics {
-            let (inner, hop) = if reverse {
-                (self.search(nic, d, true), self.in_links(nic).iter().find(|&&l| self.links[l as usize].from == gw))
-            } else {
-                (self.search(d, nic, false), self.out_links(nic).iter().find(|&&l| self.links[l as usize].to == gw))
-            };
-            let (Some(inner), Some(&hop)) = (inner, hop) else { continue };
-            let cost = inner.links.iter().chain([&hop]).map(|&l| self.route_cost(l)).fold(0, u64::saturating_add);
-            if cost < best {
-                best = cost;
-                nearest.clear();
-            }
-            if cost == best {
-                nearest.push((inner, hop));
-            }
-        }
-        let count = nearest.len() as u32;
-        if count == 0 {
-            return None;
-        }
-        let pick = if count.is_power_of_two() { mirror_bits(slot, count) } else { slot };
-        let (inner, hop) = nearest.swap_remove((pick % count) as usize);
-        let links: Vec<LinkId> = if reverse {
-            std::iter::once(hop).chain(inner.links).collect()
-        } else {
-            inner.links.into_iter().chain([hop]).collect()
+        let in_rail = self.local_nic(b.0, b.1)?;
+        // PXN: the GPU of the source's node with the receiver's index forwards the data to its
+        // own NIC (`ncclTopoGetLocalGpu`), when the source reaches it over NVLink.
+        let proxy = self.node_gpus(a.0).get(b.1 as usize).map(|g| g.device).filter(|&p| {
+            p != src
+                && self.search(src, p, false).is_some_and(|r| {
+                    r.links
+                        .iter()
+                        .all(|&l| matches!(self.links[l as usize].kind, LinkKind::Nvlink | LinkKind::Nvswitch))
+                })
+        });
+        let out_rail = match proxy {
+            Some(_) => self.local_nic(a.0, b.1)?,
+            None => self.local_nic(a.0, a.1)?,
         };
-        let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);
-        Some(Route { links, latency_ns })
+        self.route_via_nics(src, dst, out_rail, in_rail, proxy)
+    }
+
+    /// The route of a transfer that names no rail: under the NCCL collective model, the way NCCL's
+    /// net transport sends it ([`Machine::p2p_route`]); under the ideal model, the cheapest route.
+    pub fn railless_route(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
+        match self.collectives {
+            crate::collective::CollectiveModel::Nccl(_) => self.p2p_route(src, dst),
+            crate::collective::CollectiveModel::Ideal => self.shortest_path(src, dst),
+        }
+    }
+
+    /// The GPUs of `node`, in rank order (the machine lists GPUs node by node).
+    fn node_gpus(&self, node: u32) -> &[super::GpuInfo] {
+        let from = self.gpus.partition_point(|g| g.node < node);
+        let to = self.gpus.partition_point(|g| g.node <= node);
+        &self.gpus[from..to]
+    }
+
+    /// A GPU device's node and its index among that node's GPUs (NCCL's `gpu.dev`).
+    pub fn gpu_slot(&self, d: DeviceId) -> Option<(u32, u32)> {
+        let node = self.devices[d as usize].node?;
+        let i = self.node_gpus(node).iter().position(|g| g.device == d)?;
+        Some((node, i as u32))
+    }
+
+    /// NCCL's local NIC of the GPU with local index `local` of `node`, as an index into the
+    /// node's NICs (`ncclTopoGetLocalNet`, src/graph/topo.cc, NCCL 2.21.5, channel 0): of the
+    /// NICs nearest the GPU (NCCL: widest then shortest path type; here: cheapest route), the
+    /// one at the GPU's index, bit-mirrored when their count is a power of two (`mirrorBits`, src/graph/topo.h), modulo the
+    /// count. So two GPUs sharing a PCIe switch with two NICs each take their own NIC.
+    pub fn local_nic(&self, node: u32, local: u32) -> Option<u32> {
+        let gpu = self.node_gpus(node).get(local as usize)?.device;
+        let costs: Vec<u64> = self
+            .nics(node)
+            .iter()
+            .map(|&n| {
+                self.search(gpu, n, false)
+                    .map_or(u64::MAX, |r| r.links.iter().map(|&l| self.route_cost(l)).fold(0, u64::saturating_add))
+            })
+            .collect();
+        let best = *costs.iter().min()?;
+        let near: Vec<u32> = (0..costs.len() as u32).filter(|&n| costs[n as usize] == best).collect();
+        let count = near.len() as u32;
+        let pick = if count.is_power_of_two() { mirror_bits(local, count) } else { local };
+        Some(near[(pick % count) as usize])
     }
 
     /// Whether every link out of `d` (into `d`, with `incoming`) joins it to `gw`.
@@ -241,22 +283,12 @@ impl Machine {
     }
 }
 
-/// The low log2(`pow2`) bits of `value` in reverse order (NCCL's `mirrorBits`).
-fn mirror_bits(value: u32, pow2: u32) -> u32 {
+/// `val`'s low log2(`pow2`) bits in reverse order (NCCL's `mirrorBits`, src/graph/topo.h): spreads
+/// consecutive GPUs over NICs that several of them share.
+fn mirror_bits(val: u32, pow2: u32) -> u32 {
     let bits = pow2.trailing_zeros();
-    (0..bits).filter(|b| value & (1 << b) != 0).map(|b| 1 << (bits - 1 - b)).sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mirror_bits;
-
-    #[test]
-    fn mirror_bits_reverses_the_low_bits_as_nccl_does() {
-        assert_eq!((0..2).map(|v| mirror_bits(v, 2)).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!((0..4).map(|v| mirror_bits(v, 4)).collect::<Vec<_>>(), [0, 2, 1, 3]);
-        assert_eq!(mirror_bits(3, 8), 6);
-        assert_eq!(mirror_bits(5, 4), 2, "bits above the count are ignored");
-        assert_eq!(mirror_bits(7, 1), 0);
+    if bits == 0 {
+        return 0;
     }
+    (val & (pow2 - 1)).reverse_bits() >> (32 - bits)
 }

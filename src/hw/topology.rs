@@ -22,6 +22,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("dgx-a100", include_str!("../../topologies/dgx-a100.json")),
     ("dgx-a100-80gb", include_str!("../../topologies/dgx-a100-80gb.json")),
     ("dgx-h100", include_str!("../../topologies/dgx-h100.json")),
+    ("gb200-nvl72", include_str!("../../topologies/gb200-nvl72.json")),
     ("scaledl-server-a", include_str!("../../topologies/scaledl-server-a.json")),
     ("scaledl-server-b", include_str!("../../topologies/scaledl-server-b.json")),
     ("dettmers-4gpu", include_str!("../../topologies/dettmers-4gpu.json")),

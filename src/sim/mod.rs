@@ -944,7 +944,7 @@ impl<'a> Engine<'a> {
             return Ok(r);
         }
         let route = if rail == NO_RAIL {
-            self.machine.shortest_path(src, dst)
+            self.machine.railless_route(src, dst)
         } else {
             self.machine.route_via_rail(src, dst, rail)
         };

@@ -74,6 +74,9 @@ pub struct RowResult {
     /// one; always present so that CSV rows keep their columns).
     pub baseline: Option<f64>,
     pub baseline_error: Option<f64>,
+    /// Why the baseline asked for has no value on this row (empty when it has one, or none was
+    /// asked for).
+    pub baseline_missing: Option<String>,
     /// The prediction lies within measured +- spread.
     pub within_spread: Option<bool>,
     pub status: Status,
@@ -210,6 +213,7 @@ fn compare(set: &str, row: &Row, p: run::Predicted, gate: Gate) -> RowResult {
         error,
         baseline: p.baseline,
         baseline_error,
+        baseline_missing: p.baseline_missing,
         within_spread,
         status,
         group: row.group.clone(),

@@ -79,6 +79,14 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             status(x.status),
         )?;
     }
+    let missing: Vec<_> = r.rows.iter().filter_map(|x| x.baseline_missing.as_ref().map(|why| (x, why))).collect();
+    if let (Some(b), false) = (r.baseline, missing.is_empty()) {
+        writeln!(w)?;
+        writeln!(w, "No {} baseline for {} row(s):", b.name(), missing.len())?;
+        for (x, why) in missing {
+            writeln!(w, "  {}/{} (line {}): {why}", x.set, x.id, x.line)?;
+        }
+    }
     writeln!(w)?;
     let (base_head, base_rule) = match r.baseline {
         Some(b) => (format!(" {} baseline mean abs error |", b.name()), "---:|"),

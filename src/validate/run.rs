@@ -42,6 +42,8 @@ pub struct Predicted {
     pub value: f64,
     /// The same metric under the baseline model, when one was asked for and applies.
     pub baseline: Option<f64>,
+    /// Why a baseline that was asked for is missing (`baseline` is then None).
+    pub baseline_missing: Option<String>,
     /// The simulated configuration of the row itself (its GPU count).
     pub simulated: Simulated,
 }
@@ -143,17 +145,20 @@ impl Model {
         })))
     }
 
-    /// The baseline's throughput on `gpus` GPUs, given the one-GPU prediction of the same setup;
-    /// `None` where the baseline cannot express the setup (the hybrid model-parallel scheme).
-    fn baseline(&self, baseline: Baseline, gpus: u32, one_gpu: &Simulated) -> Result<Option<f64>> {
-        match (self, baseline) {
-            (Model::Pipeline(setup), Baseline::AlphaBeta) => {
-                alpha_beta_throughput(setup, gpus, one_gpu.iteration_time_s).map(Some)
-            }
-            (Model::Hybrid(_) | Model::Plan(_), Baseline::AlphaBeta) => Ok(None),
-            // Re-simulated in `predict_rows`, not derived from the one-GPU run.
-            (_, Baseline::IdealRing) => Ok(None),
-        }
+    /// The alpha-beta baseline's throughput on `gpus` GPUs, given the one-GPU prediction of the
+    /// same setup (or why there is none); an error where the baseline cannot express the setup.
+    fn alpha_beta(&self, gpus: u32, one_gpu: Option<&Result<Simulated>>) -> std::result::Result<f64, String> {
+        let setup = match self {
+            Model::Pipeline(setup) => setup,
+            Model::Hybrid(_) => return Err("alpha-beta has no form for the hybrid model-parallel scheme".into()),
+            Model::Plan(_) => return Err("alpha-beta has no form for a parallel plan".into()),
+        };
+        let one = match one_gpu {
+            Some(Ok(one)) => one,
+            Some(Err(e)) => return Err(format!("it needs the setup's one-GPU prediction, which failed: {e}")),
+            None => return Err("it needs the setup's one-GPU prediction, which was not run".into()),
+        };
+        alpha_beta_throughput(setup, gpus, one.iteration_time_s).map_err(|e| e.to_string())
     }
 
     fn simulate(&self, gpus: u32) -> Result<Simulated> {
@@ -222,28 +227,30 @@ pub fn predict_rows_with(
     let jobs: Vec<(String, u32)> = jobs.into_iter().collect();
     let results: Vec<Result<Simulated>> = jobs.par_iter().map(|(key, gpus)| setups[key].simulate(*gpus)).collect();
     let done: BTreeMap<(String, u32), Result<Simulated>> = jobs.iter().cloned().zip(results).collect();
-    // The baseline of every job, from the same setup's one-GPU prediction.
-    let base: BTreeMap<(String, u32), Option<f64>> = match baseline {
+    // The baseline's throughput for every job, or why it has none.
+    type Base = std::result::Result<f64, String>;
+    let base: BTreeMap<(String, u32), Base> = match baseline {
         None => BTreeMap::new(),
         Some(Baseline::IdealRing) => {
             // Every job again, with the idealised collectives.
             let ideal: BTreeMap<&String, Model> =
                 setups.iter().map(|(k, m)| (k, m.with_collectives(CollectiveModel::Ideal))).collect();
-            let values: Vec<Option<f64>> = jobs
-                .par_iter()
-                .map(|(key, gpus)| ideal[key].simulate(*gpus).ok().map(|s| s.throughput_samples_per_s))
-                .collect();
+            let values: Vec<Base> =
+                jobs.par_iter()
+                    .map(|(key, gpus)| {
+                        ideal[key].simulate(*gpus).map(|s| s.throughput_samples_per_s).map_err(|e| {
+                            format!("its simulation on {gpus} GPU(s) under the ideal collectives failed: {e}")
+                        })
+                    })
+                    .collect();
             jobs.iter().cloned().zip(values).collect()
         }
-        Some(b) => jobs
+        // From the same setup's one-GPU prediction.
+        Some(Baseline::AlphaBeta) => jobs
             .iter()
             .map(|(key, gpus)| {
-                let one = done.get(&(key.clone(), 1)).and_then(|r| r.as_ref().ok());
-                let value = match one {
-                    Some(one) => setups[key].baseline(b, *gpus, one).ok().flatten(),
-                    None => None,
-                };
-                ((key.clone(), *gpus), value)
+                let one = done.get(&(key.clone(), 1));
+                ((key.clone(), *gpus), setups[key].alpha_beta(*gpus, one))
             })
             .collect(),
     };
@@ -276,18 +283,28 @@ pub fn predict_rows_with(
                     own.throughput_samples_per_s / get(job_of[base.as_str()])?.throughput_samples_per_s
                 }
             };
-            let base_of = |job: &(String, u32)| base.get(job).copied().flatten();
-            let baseline = match (row.metric, &row.relative_to) {
-                (Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu, _) => None,
+            let base_of = |job: &(String, u32)| -> Base {
+                base.get(job).cloned().unwrap_or_else(|| Err(format!("no run on {} GPU(s)", job.1)))
+            };
+            let ratio = |n: Base, one: Base| -> Base { Ok(n? / one?) };
+            let baseline: Option<Base> = baseline.map(|b| match (row.metric, &row.relative_to) {
+                (Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu, _) => {
+                    Err(format!("{} predicts samples/s, not {}", b.name(), row.metric.unit()))
+                }
                 (Metric::Throughput, _) => base_of(job),
                 (Metric::IterationTime, _) => base_of(job).map(|thr| {
                     let samples = own.throughput_samples_per_s * own.iteration_time_s;
                     samples / thr
                 }),
-                (Metric::Speedup, None) => base_of(job).zip(base_of(&(job.0.clone(), 1))).map(|(n, one)| n / one),
-                (Metric::Speedup, Some(b)) => base_of(job).zip(base_of(job_of[b.as_str()])).map(|(n, one)| n / one),
+                (Metric::Speedup, None) => ratio(base_of(job), base_of(&(job.0.clone(), 1))),
+                (Metric::Speedup, Some(b)) => ratio(base_of(job), base_of(job_of[b.as_str()])),
+            });
+            let (baseline, baseline_missing) = match baseline {
+                None => (None, None),
+                Some(Ok(v)) => (Some(v), None),
+                Some(Err(why)) => (None, Some(why)),
             };
-            predicted.push(Predicted { value, baseline, simulated: own.clone() });
+            predicted.push(Predicted { value, baseline, baseline_missing, simulated: own.clone() });
         }
         out.push(predicted);
     }

@@ -331,7 +331,12 @@ pub fn all() -> Vec<Target> {
         },
         Target {
             name: "kineto",
-            seeds: || read(&["traces/profiles/kineto/tiny_cnn_handwritten.json"]),
+            seeds: || {
+                read(&[
+                    "traces/profiles/kineto/tiny_cnn_handwritten.json",
+                    "traces/profiles/kineto/hta_ddp_2gpu_rank0.json",
+                ])
+            },
             run: |i| profile(i, F::Kineto),
         },
         Target { name: "chakra", seeds: chakra_seeds, run: |i| profile(i, F::Chakra) },

@@ -75,7 +75,7 @@ pub struct Comm {
     intra: Vec<Vec<HopInfo>>,
     /// `inter[nic][i][j]`: from local rank i of one node to local rank j of the next, by that NIC.
     inter: Vec<Vec<Vec<HopInfo>>>,
-    /// Closest NIC of each local rank (for point-to-point traffic).
+    /// NCCL's local NIC of each local rank (`Machine::local_nic`).
     near_nic: Vec<u32>,
     pub net: Option<NetTransport>,
     transports: crate::hw::Transports,
@@ -164,8 +164,9 @@ impl Comm {
                     .collect()
             })
             .collect();
+        // NCCL's local NIC of each GPU (by its index in the machine's node, as NCCL's `gpu.dev`).
         let near_nic: Vec<u32> = (0..g)
-            .map(|i| (0..topo.nics.len()).min_by_key(|&n| (topo.nic_path_type(i, n), n)).unwrap_or(0) as u32)
+            .map(|i| machine.gpu_slot(topo.gpus[i]).and_then(|(node, k)| machine.local_nic(node, k)).unwrap_or(0))
             .collect();
         let mut inter_hops = Vec::new();
         if inter {
@@ -679,8 +680,9 @@ impl Comm {
             let inter = src / g != dst / g;
             let nic = inter.then(|| self.near_nic[(src % g) as usize]);
             let info = self.hop_info(src % g, dst % g, inter, nic);
-            let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
-            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, rail);
+            // No rail: under this model the engine routes point-to-point traffic between nodes the
+            // way NCCL's net transport does (`Machine::p2p_route`: the receiver's NIC, by PXN).
+            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, NO_RAIL);
             transfers.push(super::Transfer {
                 src,
                 dst,
