@@ -50,6 +50,17 @@ pub(super) struct Plan {
     pub priority: bool,
     /// Gradients go to parameter servers ([`add_server_exchange`]).
     pub servers: Option<Servers>,
+    /// CUDA-aware MPI: each all-reduce is staged through host memory and summed on the CPUs.
+    pub host_stage: Option<HostStage>,
+}
+
+/// What staging an all-reduce through host memory costs each rank, per byte of the buffer: the
+/// copy to the host (and the same back) at the rank's share of its PCIe path when every GPU of
+/// its node copies at once, and the CPU's sum of what it receives (per byte of the buffer).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct HostStage {
+    pub copy_ns_per_byte: f64,
+    pub sum_ns_per_byte: f64,
 }
 
 /// Parameter servers: how many (one per node from the first, each on its node's first host),
@@ -79,6 +90,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         sched_ns: 0,
         priority: s.priority_partition.is_some(),
         servers: None,
+        host_stage: None,
     };
     let Some(rt) = &s.runtime else {
         p.buckets = legacy_buckets(w, s);
@@ -100,6 +112,14 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
     p.call_ns = rt.call_ns();
     p.buckets = match rt {
         Runtime::CaffeMpi => legacy_buckets(w, s),
+        Runtime::OpenMpi(o) => {
+            p.host_stage = Some(HostStage {
+                copy_ns_per_byte: 1.0 / host_copy_rate(machine, ranks),
+                // Each rank sums the (n-1)/n of the buffer it receives (halving-doubling and ring).
+                sum_ns_per_byte: 1e9 / o.sum_bytes_per_s * (ranks.max(1) - 1) as f64 / ranks.max(1) as f64,
+            });
+            legacy_buckets(w, s)
+        }
         Runtime::Nccl(_) => per_tensor(w),
         Runtime::Horovod(h) => {
             let (buckets, cycles) = horovod(w, s, h, machine, ranks);
@@ -328,6 +348,26 @@ fn copy_ns_per_byte(m: &Machine) -> f64 {
     }
 }
 
+/// Bytes/ns each GPU of rank 0's node gets copying to its host while all of them copy at once:
+/// on every link of its path, the link's rate over the number of those GPUs whose paths cross it.
+/// OpenMPI copies into `malloc`ed (pageable) memory, which the links' pinned rates overstate.
+fn host_copy_rate(m: &Machine, ranks: u32) -> f64 {
+    let node = m.gpus[0].node;
+    let paths: Vec<Vec<crate::hw::LinkId>> = m.gpus[..ranks.max(1) as usize]
+        .iter()
+        .filter(|g| g.node == node)
+        .filter_map(|g| m.shortest_path(g.device, g.host))
+        .map(|r| r.links)
+        .collect();
+    let Some(own) = paths.first() else { return f64::INFINITY };
+    own.iter()
+        .map(|l| {
+            let sharing = paths.iter().filter(|p| p.contains(l)).count().max(1);
+            m.links[*l as usize].bandwidth.peak() / sharing as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// Fraction of peak memory bandwidth a device-to-device copy reaches (the roofline's streaming
 /// efficiency, `synth::MEMORY_EFFICIENCY`).
 const COPY_EFFICIENCY: f64 = 0.75;
@@ -544,10 +584,25 @@ pub(super) fn add_gradient_exchange(
             before.iter().for_each(|&p| b.add_edge(p, copy));
             before = vec![copy];
         }
+        // CUDA-aware MPI: the buffer goes to host memory first (a blocking copy).
+        let wire = wire_bytes(s, bucket.fp32_bytes);
+        if let Some(h) = plan.host_stage {
+            let ns = (wire as f64 * h.copy_ns_per_byte).round() as Nanos;
+            let d2h = b.add_task(aggregation(Work::Fixed { ns }, queues.comm, Phase::GradientAggregation, Some(l)));
+            before.iter().for_each(|&p| b.add_edge(p, d2h));
+            before = vec![d2h];
+        }
         let mut c = b.add_task(aggregation(work, queues.comm, Phase::GradientAggregation, Some(l)));
         before.iter().chain(&*prev_picks).for_each(|&p| b.add_edge(p, c));
         if let Some(p) = prev_comm.filter(|_| !s.wfbp) {
             b.add_edge(p, c);
+        }
+        // ... the ranks sum on their CPUs during the all-reduce, and the result is copied back.
+        if let Some(h) = plan.host_stage {
+            let ns = (wire as f64 * (h.sum_ns_per_byte + h.copy_ns_per_byte)).round() as Nanos;
+            let h2d = b.add_task(aggregation(Work::Fixed { ns }, queues.comm, Phase::GradientAggregation, Some(l)));
+            b.add_edge(c, h2d);
+            c = h2d;
         }
         if copy_ns > 0 {
             let out =
@@ -849,6 +904,22 @@ mod tests {
             trace_iterations: 1,
             fp16: false,
         }
+    }
+
+    /// GradientFlow's nodes: 4 GPUs under each PCIe switch, 12 GB/s links (GPU to switch, switch
+    /// to CPU). All 8 copy at once: the switch's uplink is shared by 4, so 3 GB/s each. 16 ranks:
+    /// each sums 15/16 of the buffer at OpenMPI's one-core 4 GB/s.
+    #[test]
+    fn openmpi_stages_through_the_host_at_a_share_of_the_pcie_uplink() {
+        let m = crate::hw::load_topology("gradientflow-cluster").unwrap().instantiate(16).unwrap();
+        assert_eq!(host_copy_rate(&m, 16), 3.0);
+        let s = Strategy::parse("io+allreduce=halving-doubling+runtime=openmpi").unwrap();
+        let w = workload(vec![layer(1, &[1000]), layer(1, &[2000])]);
+        let p = plan(&w, &s, &m, 16).unwrap();
+        let h = p.host_stage.expect("openmpi stages through the host");
+        assert_eq!(h.copy_ns_per_byte, 1.0 / 3.0);
+        assert_eq!(h.sum_ns_per_byte, 0.25 * 15.0 / 16.0);
+        assert_eq!(p.buckets, legacy_buckets(&w, &s));
     }
 
     #[test]

@@ -131,6 +131,10 @@ pub const NAMED: &[(&str, &str)] = &[
     ),
     ("runtime=ps", "TensorFlow/MXNet parameter servers: push to the tensor's server, sum and update there, pull"),
     ("runtime=nccl", "one NCCL all-reduce per gradient tensor as backward produces it"),
+    (
+        "io+allreduce=halving-doubling+runtime=openmpi",
+        "CUDA-aware OpenMPI: each layer's all-reduce copied to host memory, summed on the CPUs, copied back",
+    ),
     ("master", "master-GPU data parallelism: HtoD to the master, PtoP scatter, broadcast, reduce (ScaleDNN II-B)"),
     ("master+split", "CPU-side batch splitting: each GPU's mini-batch straight from host memory (ScaleDNN IV-A)"),
     ("master+split+preload", "plus pre-loading the next batch on a copy stream (ScaleDNN IV-B)"),
@@ -343,7 +347,7 @@ impl Strategy {
 
     /// Sets the runtime from `runtime=NAME` and its settings, and checks what it combines with.
     /// A runtime implies I/O overlap and overlapped gradients (every framework's loader prefetches
-    /// and every runtime communicates during the backward pass). With Horovod, `fusion=` is its
+    /// and every runtime but a blocking MPI call communicates during the backward pass). With Horovod, `fusion=` is its
     /// fusion threshold.
     fn apply_runtime(&mut self, name: Option<String>, mut settings: Vec<(String, String)>, spec: &str) -> Result<()> {
         let bad = |msg: String| Error::invalid("strategy", format!("`{spec}`: {msg}"));
@@ -388,7 +392,11 @@ impl Strategy {
             return Err(bad(format!("runtime={name} sends gradients to parameter servers, not through `allreduce=`")));
         }
         self.io_overlap = true;
-        self.wfbp = true;
+        // MPI_Allreduce blocks its caller (and coll/cuda's copies are synchronous): it overlaps
+        // backward only where the strategy says `wfbp` (a communication thread).
+        if !matches!(rt, Runtime::OpenMpi(_)) {
+            self.wfbp = true;
+        }
         self.runtime = Some(rt);
         Ok(())
     }
@@ -598,5 +606,14 @@ mod tests {
         assert!(Strategy::parse("allreduce=carrier-pigeon").is_err());
         assert!(Strategy::parse("comm=guess").is_err());
         assert!(Strategy::parse("io++wfbp").is_err());
+    }
+
+    /// A blocking MPI call overlaps backward only when asked; every other runtime implies it.
+    #[test]
+    fn openmpi_overlaps_only_with_wfbp() {
+        let s = Strategy::parse("io+allreduce=halving-doubling+runtime=openmpi").unwrap();
+        assert!(!s.wfbp && s.io_overlap);
+        assert!(Strategy::parse("wfbp+runtime=openmpi").unwrap().wfbp);
+        assert!(Strategy::parse("runtime=ddp").unwrap().wfbp);
     }
 }

@@ -35,6 +35,10 @@ pub enum Runtime {
     /// splits large ones across all servers); workers push gradients, the server sums and
     /// updates on its CPU, workers pull the parameters back.
     Ps(Ps),
+    /// CUDA-aware OpenMPI's all-reduce on GPU buffers (`ompi/mca/coll/cuda`): the whole buffer
+    /// is copied to host memory, all-reduced between the processes there with the sums on their
+    /// CPUs, and copied back. Grouped one all-reduce per layer, as Caffe-MPI.
+    OpenMpi(OpenMpi),
 }
 
 /// The framework-side cost of one communication call (dispatch from the framework's thread and
@@ -106,6 +110,12 @@ pub struct Ps {
     pub call_ns: Nanos,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OpenMpi {
+    /// Bytes per second one process sums on its CPU (received data added into its buffer).
+    pub sum_bytes_per_s: f64,
+}
+
 /// Framework-side cost of one communication call: one CUDA kernel launch, the same 5 us
 /// assumption as a codec kernel's (`compress::LAUNCH_NS`).
 pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
@@ -156,8 +166,13 @@ pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
 /// the switch waits on that mechanism rather than on a known_miss mark.
 pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 
+/// One MPI process summing a received buffer into its own on one core: the per-thread rate of
+/// [`SERVER_SUM_BYTES_PER_S`] (a core streams about 12 GB/s; a sum moves 3 bytes per byte summed),
+/// since OpenMPI's reduction operators (`ompi/mca/op/base`) are a single-threaded loop.
+pub const MPI_SUM_BYTES_PER_S: f64 = SERVER_SUM_BYTES_PER_S / 4.0;
+
 /// The runtime names users write.
-pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps"];
+pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps", "openmpi"];
 
 /// Settings each runtime takes (besides the strategy's own).
 fn keys(name: &str) -> &'static [&'static str] {
@@ -169,6 +184,7 @@ fn keys(name: &str) -> &'static [&'static str] {
         "byteps" => &["partition", "credit", "servers", "sum_gbps", "call_us"],
         "bytescheduler" => &["partition", "credit", "sched_us", "call_us"],
         "ps" => &["servers", "local", "split", "sum_gbps", "call_us"],
+        "openmpi" => &["sum_gbps"],
         _ => &[],
     }
 }
@@ -334,6 +350,7 @@ impl Runtime {
                 sum_bytes_per_s: sum(TF_PS_BYTES_PER_S)?,
                 call_ns,
             }),
+            "openmpi" => Runtime::OpenMpi(OpenMpi { sum_bytes_per_s: sum(MPI_SUM_BYTES_PER_S)? }),
             _ => unreachable!("checked against NAMES"),
         })
     }
@@ -347,6 +364,7 @@ impl Runtime {
             Runtime::BytePs(_) => "byteps",
             Runtime::ByteScheduler(_) => "bytescheduler",
             Runtime::Ps(_) => "ps",
+            Runtime::OpenMpi(_) => "openmpi",
         }
     }
 
@@ -399,6 +417,9 @@ impl Runtime {
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
                 push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
             }
+            (Runtime::OpenMpi(x), Runtime::OpenMpi(d)) => {
+                push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
+            }
             _ => unreachable!("the default has the same kind"),
         }
         parts.join("+")
@@ -412,7 +433,7 @@ impl Runtime {
     /// The framework-side cost of one communication call.
     pub fn call_ns(&self) -> Nanos {
         match self {
-            Runtime::CaffeMpi => 0,
+            Runtime::CaffeMpi | Runtime::OpenMpi(_) => 0,
             Runtime::Nccl(c) => c.call_ns,
             Runtime::Horovod(h) => h.call_ns,
             Runtime::Ddp(d) => d.call_ns,
@@ -474,6 +495,8 @@ mod tests {
         assert_eq!((b.partition, b.credit, b.servers), (4_096_000, 0, None));
         let Runtime::ByteScheduler(s) = parse("bytescheduler", &[]).unwrap() else { panic!() };
         assert_eq!((s.partition, s.credit), (1_000_000, 4_000_000));
+        let Runtime::OpenMpi(o) = parse("openmpi", &[]).unwrap() else { panic!() };
+        assert_eq!(o.sum_bytes_per_s, 4e9);
     }
 
     #[test]
@@ -485,6 +508,7 @@ mod tests {
             ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),
             ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8")]),
             ("nccl", vec![("call_us", "0")]),
+            ("openmpi", vec![("sum_gbps", "2")]),
         ] {
             let r = parse(name, &kv).unwrap();
             let spec = r.spec();
