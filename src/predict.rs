@@ -83,19 +83,25 @@ impl Setup {
         crate::limits::check("gpus", gpus as u64)?;
         let machine = self.topology.instantiate(gpus)?;
         let represented = if symmetric { self.representatives(&machine, gpus).unwrap_or(gpus) } else { gpus };
-        // Refuse a DAG too big to hold before building it: a few tasks per layer, GPU and iteration.
-        let layers = self.workload.layers.len() as u64;
-        let tasks = (represented as u64).saturating_mul(self.iterations as u64).saturating_mul(3 * layers + 8);
-        crate::limits::check("tasks", tasks)?;
-        let dag = build_dag(&BuildInput {
-            workload: &self.workload,
-            machine: &machine,
-            gpus,
-            strategy: &self.strategy,
-            iterations: self.iterations,
-            represented,
-            plan: None,
-        })?;
+        let build = |represented: u32| {
+            // Refuse a DAG too big to hold before building it: a few tasks per layer, GPU and iteration.
+            let layers = self.workload.layers.len() as u64;
+            let tasks = (represented as u64).saturating_mul(self.iterations as u64).saturating_mul(3 * layers + 8);
+            crate::limits::check("tasks", tasks)?;
+            build_dag(&BuildInput {
+                workload: &self.workload,
+                machine: &machine,
+                gpus,
+                strategy: &self.strategy,
+                iterations: self.iterations,
+                represented,
+                plan: None,
+            })
+        };
+        let mut dag = build(represented)?;
+        if represented < gpus && !calls_node_symmetric(&machine, &dag) {
+            dag = build(gpus)?;
+        }
         Ok((machine, dag))
     }
 
@@ -111,7 +117,10 @@ impl Setup {
         let used = &machine.gpus[..(gpus as usize).min(machine.gpus.len())];
         let layout = Layout::from_nodes(used.iter().map(|g| g.node));
         let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
-        if s.master || s.mps.is_some() || !machine.collectives.node_symmetric(s.allreduce, layout) || servers {
+        let model = &machine.collectives;
+        let collectives_ok =
+            model.node_symmetric(s.allreduce, layout) || model.node_symmetric_by_choice(s.allreduce, layout);
+        if s.master || s.mps.is_some() || !collectives_ok || servers {
             return None;
         }
         machine.uniform_nodes(gpus)
@@ -236,4 +245,18 @@ pub fn scale_from_one_gpu(
     }
     preds.truncate(gpu_counts.len()); // drops the appended baseline, if any
     Ok(preds)
+}
+
+/// True if every collective call of `dag` runs a schedule that is the same from every node under
+/// the machine's collective model (see [`crate::collective::CollectiveModel::calls_node_symmetric`]):
+/// the condition under which a reduced DAG, built when the model's choice decides, stands for all.
+pub fn calls_node_symmetric(machine: &Machine, dag: &Dag) -> bool {
+    let mut seen = rustc_hash::FxHashSet::default();
+    let calls = dag.tasks().iter().filter_map(|t| match t.work {
+        crate::dag::Work::Collective { group, op, algorithm, bytes } if seen.insert((group, op, algorithm, bytes)) => {
+            Some((dag.group(group), op, algorithm, bytes))
+        }
+        _ => None,
+    });
+    machine.collectives.calls_node_symmetric(machine, calls)
 }

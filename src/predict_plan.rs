@@ -3,7 +3,7 @@
 //! layout of stages, chunks and represented ranks, the one DAG builder ([`crate::dag::plan`]),
 //! the engine, and the report ([`crate::report::plan`]). Holds no state of its own.
 
-use crate::collective::Layout;
+use crate::collective::{CollectiveModel, Layout};
 use crate::dag::build::{build_dag, BuildInput};
 use crate::dag::plan::PlanLayout;
 use crate::dag::Dag;
@@ -214,10 +214,20 @@ impl PlanSetup {
         // The collective model says whether its all-reduce is the same from every node (`auto` is the
         // ring under the ideal model, but may be NCCL's tree across nodes).
         let layout = Layout::from_nodes(machine.gpus[..gpus as usize].iter().map(|g| g.node));
-        if !symmetric || servers || !machine.collectives.node_symmetric(s.allreduce, layout) {
+        let model = &machine.collectives;
+        if !symmetric
+            || servers
+            || !(model.node_symmetric(s.allreduce, layout) || model.node_symmetric_by_choice(s.allreduce, layout))
+        {
             return (all, p.dp);
         }
-        let first_of_tp: Vec<u32> = all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect();
+        // NCCL's channels may carry a group's traffic through NICs and NVSwitch ports next to the
+        // other TP ranks' GPUs, where those ranks' own groups run: under NCCL every TP rank is
+        // kept (whole nodes), and only the rotation of nodes reduces.
+        let first_of_tp: Vec<u32> = match model {
+            CollectiveModel::Nccl(_) => all,
+            CollectiveModel::Ideal => all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect(),
+        };
         if machine.uniform_nodes(gpus).is_none() {
             return (first_of_tp, p.dp);
         }
@@ -357,16 +367,25 @@ impl PlanSetup {
             head.grad_bytes += extra;
             head.grad_tensors.insert(0, extra);
         }
-        let layout = self.layout(&machine, &workload, symmetric);
-        let dag = build_dag(&BuildInput {
-            workload: &workload,
-            machine: &machine,
-            gpus,
-            strategy: &self.strategy,
-            iterations: self.iterations,
-            represented: layout.represented.len() as u32,
-            plan: Some(&layout),
-        })?;
+        let build = |layout: &PlanLayout| {
+            build_dag(&BuildInput {
+                workload: &workload,
+                machine: &machine,
+                gpus,
+                strategy: &self.strategy,
+                iterations: self.iterations,
+                represented: layout.represented.len() as u32,
+                plan: Some(layout),
+            })
+        };
+        let mut layout = self.layout(&machine, &workload, symmetric);
+        let mut dag = build(&layout)?;
+        // Reduced on the condition that the tuner picks node-symmetric schedules: checked on the
+        // calls themselves, else every rank is simulated.
+        if layout.represented.len() < gpus as usize && !crate::predict::calls_node_symmetric(&machine, &dag) {
+            layout = self.layout(&machine, &workload, false);
+            dag = build(&layout)?;
+        }
         let run = simulate(&dag, &machine, options)?;
         Ok(SimulatedPlan { machine, dag, run, layout, cost, memory, workload })
     }

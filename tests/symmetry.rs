@@ -107,3 +107,28 @@ fn the_compared_runs_include_contention() {
     }
     assert!(materialized > 0, "no collective met contention");
 }
+
+/// NCCL's tuner picks the ring or a tree per size: a reduced run is kept only when every call
+/// picks the ring, so the reduced and full runs agree either way, and both ways occur here.
+#[test]
+fn nccl_auto_reduces_only_when_the_tuner_picks_rings() {
+    use dagsim::collective::CollectiveModel;
+    let (mut reduced, mut kept) = (0, 0);
+    for strategy in ["io+wfbp", "io+wfbp+fusion=64M"] {
+        for gpus in [8, 32] {
+            let mut s = setup("v100-cluster", strategy);
+            s.topology.collectives = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
+            let full = s.predict_with(gpus, false).unwrap();
+            let fast = s.predict_with(gpus, true).unwrap();
+            let what = format!("{strategy} x{gpus}");
+            assert_eq!(fast.iteration_time_s, full.iteration_time_s, "{what}");
+            assert_eq!(fast.breakdown, full.breakdown, "{what}");
+            if fast.events < full.events {
+                reduced += 1;
+            } else {
+                kept += 1;
+            }
+        }
+    }
+    assert!(reduced > 0 && kept > 0, "reduced {reduced}, kept whole {kept}");
+}

@@ -232,6 +232,7 @@ impl SetupArgs {
         if let Some(c) = &self.calibration {
             topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
+        topology.collectives = self.collectives.model_over(&scenario.machine)?;
         Ok(topology)
     }
 

@@ -193,6 +193,51 @@ impl CollectiveModel {
     }
 }
 
+impl CollectiveModel {
+    /// True where node symmetry hinges on the tuner's choice per call: NCCL's own choice of
+    /// all-reduce algorithm across nodes may be the ring (every node alike) or a tree (nodes
+    /// unequal), by size. [`CollectiveModel::calls_node_symmetric`] then decides from the calls.
+    pub fn node_symmetric_by_choice(&self, algorithm: Algorithm, layout: Layout) -> bool {
+        matches!(self, CollectiveModel::Nccl(c) if c.force.algo.is_none())
+            && algorithm == Algorithm::Auto
+            && layout.nodes() > 1
+    }
+
+    /// True if each call, `(ranks, op, algorithm, bytes)` as the engine will lower it, runs a
+    /// schedule that is the same from every node: then the run is the one the same calls make
+    /// with the ring forced, for which [`CollectiveModel::node_symmetric`] holds. Only NCCL's
+    /// all-reduce depends on the tuner here (its tree); the other operations lower alike whatever
+    /// it picks. Communicators are built once per distinct group.
+    pub fn calls_node_symmetric<'a>(
+        &self,
+        machine: &Machine,
+        calls: impl IntoIterator<Item = (&'a [u32], CollectiveOp, Algorithm, u64)>,
+    ) -> bool {
+        let mut comms: HashMap<&'a [u32], Comm> = HashMap::default();
+        for (ranks, op, algorithm, bytes) in calls {
+            let layout = Layout::from_nodes(ranks.iter().map(|&r| machine.gpus[r as usize].node));
+            if self.node_symmetric(algorithm, layout) {
+                continue;
+            }
+            if !self.node_symmetric_by_choice(algorithm, layout) {
+                return false;
+            }
+            if op != CollectiveOp::AllReduce || bytes == 0 {
+                continue;
+            }
+            let config = self.config_for(algorithm);
+            let comm = comms.entry(ranks).or_insert_with(|| Comm::new(machine, ranks, config));
+            // As `Lowerer::lower` scales the bytes before the tuner sees them.
+            let scaled = (bytes as f64 / machine.efficiency(op, algorithm, *self)).round() as u64;
+            match comm.choose(op, scaled.max(1)) {
+                Ok(choice) if choice.algo == NcclAlgo::Ring => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
 fn parse_algo(a: &str) -> Result<NcclAlgo> {
     NcclAlgo::parse(a).ok_or_else(|| {
         let known: Vec<&str> = NcclAlgo::ALL.iter().map(|a| a.name()).collect();

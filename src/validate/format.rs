@@ -101,6 +101,9 @@ pub struct RowSetup {
     /// The NCCL release the measured run used, where its source says so: the NCCL collective
     /// model simulates the row with that version's tuner and constants (the ideal model ignores it).
     pub nccl: Option<crate::collective::nccl::version::NcclVersion>,
+    /// `nccl` is `none`: the run's collectives were not NCCL's (Gloo, MPI), so the row keeps the
+    /// ideal model whatever model the other rows run.
+    pub not_nccl: bool,
 }
 
 /// One measurement.
@@ -297,13 +300,15 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             micro_batch: count("micro_batch")?,
             global_batch: count("global_batch")?,
             seq_len: count("seq_len")?,
+            not_nccl: cell("nccl") == Some("none"),
             nccl: cell("nccl")
+                .filter(|&v| v != "none")
                 .map(|v| {
                     crate::collective::nccl::version::NcclVersion::parse(v).ok_or_else(|| {
                         Error::parse(
                             at("nccl"),
                             format!(
-                                "NCCL version `{v}` is not known (known: {})",
+                                "NCCL version `{v}` is not known (known: {}; `none` for a run without NCCL)",
                                 crate::collective::nccl::version::NcclVersion::names()
                             ),
                         )
@@ -456,6 +461,9 @@ mod tests {
         let rows = parse_measurements(text, Path::new("set.csv"), Path::new("")).unwrap();
         assert_eq!(rows[0].setup.nccl, Some(crate::collective::nccl::version::NcclVersion::V2_3_7));
         assert_eq!(rows[1].setup.nccl, None);
+        let gloo = "id,trace,metric,measured,source,nccl\na,t.csv,throughput,3,paper,none\n";
+        let rows = parse_measurements(gloo, Path::new("set.csv"), Path::new("")).unwrap();
+        assert!(rows[0].setup.not_nccl && rows[0].setup.nccl.is_none());
         let bad = "id,trace,metric,measured,source,nccl\na,t.csv,throughput,3,paper,2.2.13\n";
         let e = parse_measurements(bad, Path::new("set.csv"), Path::new("")).unwrap_err().to_string();
         assert!(e.contains("set.csv:2 (field `nccl`)") && e.contains("2.2.13") && e.contains("2.3.7"), "{e}");

@@ -70,6 +70,9 @@ impl Model {
                 cfg.version = v;
             }
         }
+        if row.not_nccl {
+            m.set_collectives(CollectiveModel::Ideal);
+        }
         Ok(m)
     }
 
