@@ -37,6 +37,7 @@ fn reduced_simulation_gives_the_full_step_time() {
     let plans = [
         ("tp=8,pp=2,dp=2", 1, 8),
         ("tp=4,pp=2,dp=4,sp=on", 1, 16),
+        ("tp=4,pp=2,dp=4,sp=on,tp-overlap=on,zero=1", 1, 16),
         ("tp=2,pp=4,dp=4,vp=2", 1, 32),
         ("tp=2,pp=2,dp=8,zero=1,recompute=selective", 2, 32),
         ("tp=4,pp=1,dp=8,zero=3", 1, 16),
@@ -151,6 +152,29 @@ fn breakdown_sums_to_the_step_and_names_what_each_dimension_costs() {
     let dp = report(&setup(small_gpt(), "dp=32", 1, 32, "dgx-a100"), true);
     assert_eq!((dp.breakdown.tp_comm, dp.breakdown.pp_comm, dp.breakdown.bubble), (0.0, 0.0, 0.0));
     assert!(dp.mfu > 0.0 && dp.mfu < 1.0 && dp.hfu >= dp.mfu);
+}
+
+/// Megatron's --tp-comm-overlap: the TP collectives run beside their block's compute, so exposed
+/// TP time falls to the forward reduce-scatters' last split (a quarter) and whatever the compute
+/// cannot cover; compute and the DP/PP structure are untouched. It needs sequence parallelism.
+#[test]
+fn tp_comm_overlap_hides_tp_collectives_behind_compute() {
+    let spec = "tp=8,pp=2,dp=2,sp=on,zero=1";
+    let plain = report(&setup(small_gpt(), spec, 1, 16, "dgx-a100"), true);
+    let over = report(&setup(small_gpt(), &format!("{spec},tp-overlap=on"), 1, 16, "dgx-a100"), true);
+    assert!(plain.breakdown.tp_comm > 0.0);
+    assert!(
+        over.breakdown.tp_comm < 0.5 * plain.breakdown.tp_comm,
+        "exposed TP {} vs {} without overlap",
+        over.breakdown.tp_comm,
+        plain.breakdown.tp_comm
+    );
+    assert!(over.breakdown.tp_comm > 0.0, "the last reduce-scatter split stays exposed");
+    assert!(over.step_time_s < plain.step_time_s);
+    assert_eq!(over.breakdown.compute, plain.breakdown.compute);
+    assert!((over.breakdown.total() - over.step_time_s).abs() < 1e-9 * over.step_time_s);
+    let e = dagsim::parallel::ParallelPlan::parse("tp=8,tp-overlap=on").unwrap().check(8, 16).unwrap_err();
+    assert!(e.to_string().contains("needs sp=on"), "{e}");
 }
 
 #[test]

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{Coords, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
 use crate::units::Nanos;
-use crate::workload::{CommGroup, TpCollective, Workload};
+use crate::workload::{CommGroup, TpCollective, TpComm, Workload};
 use std::collections::HashMap;
 
 /// The DAG builder's view of a parallel plan over one workload.
@@ -157,6 +157,19 @@ impl LayerGroups {
     /// Group `index` of the simulated block and its images in the blocks left out.
     fn images(&self, index: u32) -> impl Iterator<Item = u32> + '_ {
         (0..self.blocks).map(move |j| index + j * self.per_block)
+    }
+}
+
+/// Transformer Engine's default splits of a pipelined GEMM + reduce-scatter overlap
+/// (`num_splits` 4 for the "pipeline" method: TE v1.8 transformer_engine/pytorch/module/base.py).
+const TE_PIPELINE_SPLITS: u64 = 4;
+
+/// A block's TP collectives in a pass.
+fn ops_of(comm: &TpComm, pass: Pass) -> &[TpCollective] {
+    if pass == Pass::Forward {
+        &comm.forward
+    } else {
+        &comm.backward
     }
 }
 
@@ -542,6 +555,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     } else {
                         Vec::new()
                     };
+                    let before = last.clone();
                     let mut made = Vec::with_capacity(members.len());
                     for (k, &g) in members.iter().enumerate() {
                         let gi = g as usize;
@@ -638,9 +652,57 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         }
                     }
                     let tensor_comm = layer.tp.as_ref().filter(|c| c.group == CommGroup::Tensor);
-                    if let (Some(comm), true) = (tensor_comm, tp > 1) {
-                        let ops = if step.pass == Pass::Forward { &comm.forward } else { &comm.backward };
-                        for &op in ops {
+                    if let (Some(comm), true, true) = (tensor_comm, tp > 1, plan.tp_overlap) {
+                        // Megatron's --tp-comm-overlap through Transformer Engine's userbuffers
+                        // (TE v1.8 pytorch/module/base.py `initialize_ub`): the forward all-gather
+                        // is a ring exchange under the GEMM's chunks; the forward reduce-scatter
+                        // is pipelined with the GEMM in 4 splits (num_splits 4), the last split
+                        // after it; the backward ones run in bulk beside the dgrad/wgrad GEMMs.
+                        // So each runs alongside the block's compute, from its start, and the
+                        // next block waits for both. Not modelled: the SMs the comm kernels take.
+                        let mut hidden = Vec::new();
+                        let mut tail_bytes = 0;
+                        for &op in ops_of(comm, step.pass) {
+                            let split = step.pass == Pass::Forward && op == TpCollective::ReduceScatter;
+                            let tail = if split { comm.bytes / TE_PIPELINE_SPLITS } else { 0 };
+                            tail_bytes += tail;
+                            let c = b.add_task(task(
+                                Work::Collective {
+                                    group: *tp_group,
+                                    op: collective_op(op),
+                                    algorithm: s.allreduce,
+                                    bytes: comm.bytes - tail,
+                                },
+                                Some(*tp_queue),
+                                Phase::TensorParallel,
+                                None,
+                                it,
+                                Some(l),
+                            ));
+                            before.iter().flatten().for_each(|&p| b.add_edge(p, c));
+                            hidden.push(c);
+                        }
+                        let work = if tail_bytes > 0 {
+                            Work::Collective {
+                                group: *tp_group,
+                                op: CollectiveOp::ReduceScatter,
+                                algorithm: s.allreduce,
+                                bytes: tail_bytes,
+                            }
+                        } else {
+                            Work::Fixed { ns: 0 }
+                        };
+                        let queue = (tail_bytes > 0).then_some(*tp_queue);
+                        let join = b.add_task(task(work, queue, Phase::TensorParallel, None, it, Some(l)));
+                        hidden.iter().for_each(|&c| b.add_edge(c, join));
+                        for p in last.iter_mut() {
+                            if let Some(x) = *p {
+                                b.add_edge(x, join);
+                            }
+                            *p = Some(join);
+                        }
+                    } else if let (Some(comm), true) = (tensor_comm, tp > 1) {
+                        for &op in ops_of(comm, step.pass) {
                             let op = collective_op(op);
                             let c = b.add_task(task(
                                 Work::Collective { group: *tp_group, op, algorithm: s.allreduce, bytes: comm.bytes },

@@ -71,6 +71,10 @@ pub struct ParallelPlan {
     pub vp: u32,
     /// Sequence parallelism over the TP group.
     pub sp: bool,
+    /// Megatron's `--tp-comm-overlap` (Transformer Engine userbuffers, needs `sp`): each TP
+    /// collective runs under its block's GEMMs, only a reduce-scatter's last split after them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tp_overlap: bool,
     pub micro_batch: u32,
     pub global_batch: u32,
     pub sharding: Sharding,
@@ -105,6 +109,7 @@ impl Default for ParallelPlan {
             dp: 1,
             vp: 1,
             sp: false,
+            tp_overlap: false,
             micro_batch: 1,
             global_batch: 1,
             sharding: Sharding::None,
@@ -172,6 +177,7 @@ impl ParallelPlan {
                 "dp" => p.dp = degree(&value)?,
                 "vp" => p.vp = degree(&value)?,
                 "sp" => p.sp = on_off(&value)?,
+                "tp-overlap" | "tp_overlap" => p.tp_overlap = on_off(&value)?,
                 "flash" => p.flash = Some(on_off(&value)?),
                 "tp-across-nodes" | "tp_across_nodes" => p.tp_across_nodes = on_off(&value)?,
                 "zero" => {
@@ -209,7 +215,7 @@ impl ParallelPlan {
                 }
                 other => {
                     return Err(err(format!(
-                        "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, ep, etp, zero, fsdp, shard-group, \
+                        "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance"
                     )))
                 }
@@ -235,6 +241,9 @@ impl ParallelPlan {
         }
         if self.sp {
             s += ",sp=on";
+        }
+        if self.tp_overlap {
+            s += ",tp-overlap=on";
         }
         if self.ep > 1 {
             s += &format!(",ep={}", self.ep);
@@ -379,6 +388,13 @@ impl ParallelPlan {
             return bad(
                 "--parallel",
                 "sp=on needs tp of at least 2 (sequence parallelism splits over the TP group)".into(),
+            );
+        }
+        // Megatron-LM core_r0.8.0 megatron/training/arguments.py l.199-200 asserts the same.
+        if self.tp_overlap && !self.sp {
+            return bad(
+                "--parallel",
+                "tp-overlap=on needs sp=on (Megatron's --tp-comm-overlap requires sequence parallelism)".into(),
             );
         }
         if self.etp != 1 {
