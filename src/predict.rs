@@ -234,10 +234,19 @@ pub fn scale_from_one_gpu(
     predict: impl Fn(u32) -> Result<Prediction> + Sync,
 ) -> Result<Vec<Prediction>> {
     let mut counts: Vec<u32> = gpu_counts.to_vec();
-    if !counts.contains(&1) {
+    let baseline_added = !counts.contains(&1);
+    if baseline_added {
         counts.push(1);
     }
-    let results: Vec<Result<Prediction>> = counts.par_iter().map(|&g| predict(g)).collect();
+    let mut results: Vec<Result<Prediction>> = counts.par_iter().map(|&g| predict(g)).collect();
+    // A failure of the one-GPU run the user did not ask for must say that it is the speedup's
+    // baseline, or the message (e.g. "2 servers do not fit ... 1 GPUs") reads as nonsense.
+    if baseline_added {
+        if let Some(Err(e)) = results.last_mut() {
+            let msg = format!("the one-GPU run that speedup is measured against failed: {e}");
+            *e = Error::invalid("speedup baseline", msg);
+        }
+    }
     let mut preds = results.into_iter().collect::<Result<Vec<_>>>()?;
     let base = preds[counts.iter().position(|&g| g == 1).expect("1 was added")].throughput_samples_per_s;
     for p in &mut preds {

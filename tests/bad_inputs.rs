@@ -486,6 +486,10 @@ fn cli_cases(out: &mut Vec<Case>) {
         (vec!["--strategy", "sparse=2", "--gpus", "2"], "sparse"),
         (vec!["--topology", "nope", "--gpus", "2"], "nope"),
         (vec!["--gpus", "x"], "invalid"),
+        (
+            vec!["--topology", "v100-pcie-10gbe", "--strategy", "runtime=ps+servers=2", "--gpus", "32"],
+            "the one-GPU run that speedup is measured against failed",
+        ),
         (vec!["--batch", "-1"], "error"),
         (vec!["--sample-bytes", "-5"], "error"),
     ] {
