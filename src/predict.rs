@@ -117,10 +117,7 @@ impl Setup {
         let used = &machine.gpus[..(gpus as usize).min(machine.gpus.len())];
         let layout = Layout::from_nodes(used.iter().map(|g| g.node));
         let servers = s.runtime.as_ref().is_some_and(|r| r.uses_servers());
-        let model = &machine.collectives;
-        let collectives_ok =
-            model.node_symmetric(s.allreduce, layout) || model.node_symmetric_by_choice(s.allreduce, layout);
-        if s.master || s.mps.is_some() || !collectives_ok || servers {
+        if s.master || s.mps.is_some() || !machine.collectives.may_reduce(s.allreduce, layout) || servers {
             return None;
         }
         machine.uniform_nodes(gpus)

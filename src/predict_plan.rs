@@ -217,11 +217,7 @@ impl PlanSetup {
         let model = &machine.collectives;
         // A slow GPU breaks every symmetry: each rank is simulated.
         let faulty = !machine.compute_factor.is_empty();
-        if !symmetric
-            || servers
-            || faulty
-            || !(model.node_symmetric(s.allreduce, layout) || model.node_symmetric_by_choice(s.allreduce, layout))
-        {
+        if !symmetric || servers || faulty || !model.may_reduce(s.allreduce, layout) {
             return (all, p.dp);
         }
         // NCCL's channels may carry a group's traffic through NICs and NVSwitch ports next to the

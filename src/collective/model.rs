@@ -203,6 +203,13 @@ impl CollectiveModel {
             && layout.nodes() > 1
     }
 
+    /// True if a reduced DAG may stand for every node: the schedule is node-symmetric outright,
+    /// or hinges on the tuner's choice per call (then [`CollectiveModel::calls_node_symmetric`]
+    /// decides on the built DAG).
+    pub fn may_reduce(&self, algorithm: Algorithm, layout: Layout) -> bool {
+        self.node_symmetric(algorithm, layout) || self.node_symmetric_by_choice(algorithm, layout)
+    }
+
     /// True if each call, `(ranks, op, algorithm, bytes)` as the engine will lower it, runs a
     /// schedule that is the same from every node: then the run is the one the same calls make
     /// with the ring forced, for which [`CollectiveModel::node_symmetric`] holds. Only NCCL's

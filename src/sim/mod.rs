@@ -945,6 +945,9 @@ impl<'a> Engine<'a> {
     /// A compute task's time on its GPU, stretched by the GPU's fault factor (whole nanoseconds,
     /// rounded, so runs stay reproducible).
     fn with_faults(&self, t: TaskId, ns: Nanos) -> Nanos {
+        if self.machine.compute_factor.is_empty() {
+            return ns; // no faults: the common case, on every fixed task
+        }
         let task = self.dag.task(t);
         match (task.gpu, task.phase.category()) {
             (Some(g), crate::dag::Category::Compute) => match self.machine.compute_factor.get(g as usize) {
