@@ -69,8 +69,8 @@ pub enum Work {
     /// `dagsim plan` over every plan of a model (enumeration, memory, simulation of those that fit).
     PlanSearch(Box<crate::predict_plan::PlanSetup>),
     /// One ring all-reduce over `gpus` GPUs of `k80-cluster` with a host-to-host copy between the
-    /// first two nodes that its steps slow all along: the engine runs it flow by flow (issue 18's
-    /// open case; its cost grows with the square of the GPUs).
+    /// first two nodes that its steps slow all along: the engine partly reserves it (the transfers
+    /// sharing links with the copy run as flows, the rest of each step is timed once per class).
     RingBesideCopy {
         gpus: u32,
     },
@@ -105,6 +105,8 @@ pub const SCALING_CASES: &[&str] = &[
     "ring-beside-copy-256gpu",
     "ring-beside-copy-1024gpu",
     "ring-beside-copy-2048gpu",
+    "ring-beside-copy-8192gpu",
+    "ring-beside-copy-16384gpu",
 ];
 
 /// Builds the named case with `iterations` simulated iterations (2 is the minimum: one warm-up).
@@ -147,7 +149,11 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
                 .parse()
                 .expect("case names a count"),
         },
-        "ring-beside-copy-256gpu" | "ring-beside-copy-1024gpu" | "ring-beside-copy-2048gpu" => Work::RingBesideCopy {
+        "ring-beside-copy-256gpu"
+        | "ring-beside-copy-1024gpu"
+        | "ring-beside-copy-2048gpu"
+        | "ring-beside-copy-8192gpu"
+        | "ring-beside-copy-16384gpu" => Work::RingBesideCopy {
             gpus: name
                 .trim_start_matches("ring-beside-copy-")
                 .trim_end_matches("gpu")

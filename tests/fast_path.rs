@@ -242,3 +242,176 @@ fn collectives_next_to_outside_flows_match_the_reference() {
     }
     assert!(reserved > 100 && materialized > 20, "{reserved} reserved, {materialized} materialized");
 }
+
+/// A collective whose steps slow a copy beside it is partly reserved: the transfers sharing links
+/// with the copy run as flows, the rest of each step is reserved. Over 16 K80s (4 nodes) with
+/// ring, hierarchical, tree and halving-doubling all-reduces: a long copy between two nodes'
+/// hosts (the `bench --case ring-beside-copy` setup), plus copies that land before, inside (at
+/// and around step boundaries, during latencies) and after the steps, some on links the reserved
+/// part holds (between other nodes, or into a GPU), which turn it back into flows mid-step.
+#[test]
+fn partly_reserved_collectives_match_the_reference() {
+    use dagsim::collective::{Algorithm, CollectiveOp};
+    use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+    use dagsim::sim::simulate;
+
+    let gpus = 16u32;
+    let m = load_topology("k80-cluster").unwrap().instantiate(gpus).unwrap();
+    let task =
+        |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+    // copies: (delay, src, dst, bytes), each starting after its delay.
+    let dag = |algorithm, copies: &[(u64, u32, u32, u64)]| {
+        let mut b = DagBuilder::new();
+        let group = b.add_group((0..gpus).collect());
+        b.add_task(task(Work::Collective { group, op: CollectiveOp::AllReduce, algorithm, bytes: 40_000_000 }));
+        for &(delay, src, dst, bytes) in copies {
+            let wait = b.add_task(task(Work::Fixed { ns: delay }));
+            let copy = b.add_task(task(Work::Transfer { src, dst, bytes }));
+            b.add_edge(wait, copy);
+        }
+        b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap()
+    };
+    let host = |g: usize| m.gpus[g].host;
+    let (mut partial, mut materialized, mut runs) = (0, 0, 0);
+    for algorithm in [Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Tree, Algorithm::HalvingDoubling] {
+        let reference = simulate(&dag(algorithm, &[]), &m, Options::default()).unwrap().makespan;
+        for k in 0..24u64 {
+            let at = |j: u64| reference * ((k * 5 + j * 7) % 26) / 24 + (k * 3 + j) % 4;
+            let long = (0, host(0), host(4), 20_000_000_000);
+            let cases: [Vec<(u64, u32, u32, u64)>; 4] = [
+                // The long copy from the start, and a short one between nodes 2 and 3.
+                vec![long, (at(1), host(8), host(12), 3_000_000)],
+                // A copy into a GPU of node 1 (its PCIe links), beside the long copy.
+                vec![long, (at(2), host(5), m.gpus[6].device, 8_000_000)],
+                // Copies that start and end inside the collective.
+                vec![(at(0), host(0), host(4), 2_000_000 + k * 300_000), (at(3), host(12), host(0), 1_000_000)],
+                // Many at once, on the contended and on the reserved links.
+                vec![long, (at(4), host(4), host(8), 5_000_000), (at(4), host(9), m.gpus[9].device, 4_000_000)],
+            ];
+            for copies in &cases {
+                let dag = dag(algorithm, copies);
+                let fast = simulate(&dag, &m, Options::default()).unwrap();
+                let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+                let what = format!("{algorithm:?}, case {k}, copies {copies:?}");
+                assert_eq!(fast.start, slow.start, "{what}");
+                assert_eq!(fast.end, slow.end, "{what}");
+                assert_eq!(fast.link_bytes, slow.link_bytes, "{what}");
+                assert_eq!(fast.flows, slow.flows, "{what}");
+                assert_eq!(slow.partial_collectives, 0);
+                partial += fast.partial_collectives;
+                materialized += fast.materialized_collectives;
+                runs += 1;
+            }
+        }
+    }
+    assert!(
+        partial > runs / 2 && materialized > runs / 4,
+        "{partial} partial, {materialized} materialized, {runs} runs"
+    );
+}
+
+/// The bench's ring beside a long copy runs partly reserved, with a few events per step instead of
+/// one per transfer, and matches the reference.
+#[test]
+fn a_ring_beside_a_long_copy_costs_events_per_step_not_per_transfer() {
+    use dagsim::collective::{Algorithm, CollectiveOp};
+    use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+    use dagsim::sim::simulate;
+
+    let gpus = 64u32;
+    let m = load_topology("k80-cluster").unwrap().instantiate(gpus).unwrap();
+    let task =
+        |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+    let mut b = DagBuilder::new();
+    let group = b.add_group((0..gpus).collect());
+    let ar = Work::Collective { group, op: CollectiveOp::AllReduce, algorithm: Algorithm::Ring, bytes: 80_000_000 };
+    b.add_task(task(ar));
+    b.add_task(task(Work::Transfer { src: m.gpus[0].host, dst: m.gpus[4].host, bytes: 20_000_000_000 }));
+    let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap();
+    let fast = simulate(&dag, &m, Options::default()).unwrap();
+    let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    assert_eq!(
+        (&fast.start, &fast.end, &fast.link_bytes, fast.flows),
+        (&slow.start, &slow.end, &slow.link_bytes, slow.flows)
+    );
+    assert_eq!(fast.partial_collectives, 1);
+    let steps = 2 * (gpus as u64 - 1);
+    assert!(fast.events < 6 * steps, "{} events for {steps} steps", fast.events);
+    assert!(slow.events > 2 * steps * gpus as u64 - 1);
+}
+
+#[derive(Debug, Clone)]
+enum Job {
+    /// An all-reduce by algorithm index over ranks `first..first + len` (clipped), after a delay.
+    Collective { alg: u8, first: u8, len: u8, bytes: u64, delay: u64 },
+    /// A copy between two devices (GPU, host or storage of a GPU index), after a delay.
+    Copy { src: u8, dst: u8, bytes: u64, delay: u64 },
+}
+
+fn job() -> impl proptest::strategy::Strategy<Value = Job> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..4, 0u8..16, 2u8..17, 1u64..40_000_000, 0u64..4_000_000)
+            .prop_map(|(alg, first, len, bytes, delay)| Job::Collective { alg, first, len, bytes, delay }),
+        (0u8..48, 0u8..48, 0u64..300_000_000, 0u64..8_000_000).prop_map(|(src, dst, bytes, delay)| Job::Copy {
+            src,
+            dst,
+            bytes,
+            delay
+        }),
+    ]
+}
+
+proptest::proptest! {
+    /// Random collectives (ring, hierarchical, tree, halving-doubling over random rank ranges) and
+    /// copies between GPUs, hosts and storage of 16 K80s, each after a random delay: the fast paths
+    /// (whole, next-to-outside and partial reservations) give the step-by-step reference's run.
+    /// `PROPTEST_CASES=N` runs more cases.
+    #[test]
+    fn random_collectives_and_copies_match_the_reference(jobs in proptest::collection::vec(job(), 1..12)) {
+        use dagsim::collective::{Algorithm, CollectiveOp};
+        use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
+        use dagsim::sim::simulate;
+        use proptest::prelude::*;
+
+        thread_local! {
+            static MACHINE: dagsim::hw::Machine = load_topology("k80-cluster").unwrap().instantiate(16).unwrap();
+        }
+        MACHINE.with(|m| {
+            let task = |work| Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 };
+            let device = |i: u8| {
+                let g = &m.gpus[i as usize % 16];
+                [g.device, g.host, g.storage][i as usize / 16]
+            };
+            let mut b = DagBuilder::new();
+            for j in &jobs {
+                let (work, delay) = match *j {
+                    Job::Collective { alg, first, len, bytes, delay } => {
+                        let first = (first as u32).min(14);
+                        let group = b.add_group((first..(first + len as u32).min(16)).collect());
+                        let algorithm = [Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Tree, Algorithm::HalvingDoubling][alg as usize];
+                        (Work::Collective { group, op: CollectiveOp::AllReduce, algorithm, bytes }, delay)
+                    }
+                    Job::Copy { src, dst, bytes, delay } => {
+                        let (mut a, mut z) = (device(src), device(dst));
+                        if m.shortest_path(a, z).is_none() {
+                            (a, z) = (m.gpus[src as usize % 16].host, m.gpus[dst as usize % 16].device);
+                        }
+                        (Work::Transfer { src: a, dst: z, bytes }, delay)
+                    }
+                };
+                let wait = b.add_task(task(Work::Fixed { ns: delay }));
+                let t = b.add_task(task(work));
+                b.add_edge(wait, t);
+            }
+            let dag = b.build(DagMeta { gpus: 16, iterations: 0, iteration_end: vec![] }).unwrap();
+            let fast = simulate(&dag, m, Options::default()).unwrap();
+            let slow = simulate(&dag, m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            prop_assert_eq!(&fast.start, &slow.start);
+            prop_assert_eq!(&fast.end, &slow.end);
+            prop_assert_eq!(&fast.link_bytes, &slow.link_bytes);
+            prop_assert_eq!(fast.flows, slow.flows);
+            Ok(())
+        })?;
+    }
+}

@@ -20,7 +20,8 @@ identical nodes, ring or hierarchical all-reduce, local storage) simulate one no
 standing for all, with the same results; --no-symmetry simulates every GPU. --scaling runs the
 default AlexNet setup (16 K80s' trace, k80-cluster with shared NFS, so every GPU is simulated) on
 256, 1,024, 4,096 and 16,384 GPUs instead, and a ring all-reduce beside a copy it slows
-(ring-beside-copy, 256 to 2,048 GPUs: the case that still runs flow by flow).";
+(ring-beside-copy, 256 to 16,384 GPUs: partly reserved, the transfers sharing the copy's links
+as flows).";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]

@@ -95,6 +95,7 @@ mod tests {
             routes: Vec::new(),
             reserved_collectives: 0,
             materialized_collectives: 0,
+            partial_collectives: 0,
             collectives: Vec::new(),
             collective_labels: Vec::new(),
         }

@@ -16,7 +16,11 @@
 //! so both paths give identical results (tested). A collective whose links carry other flows that
 //! its steps would not slow (batch reads held back by a shared file server, say) is reserved next
 //! to them: each step is timed in a private run of the whole component with those flows, and any
-//! change in that component turns it back into flows before the engine re-solves it.
+//! change in that component turns it back into flows before the engine re-solves it. A collective
+//! whose steps would slow such flows is *partly* reserved: only the transfers in components of
+//! shared links that other traffic is on run as flows; the other components are timed per step
+//! class and end with one event per step, so a collective next to one contended copy costs
+//! O(steps) events, not O(steps x transfers).
 //!
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
@@ -81,6 +85,9 @@ pub struct Run {
     /// Collectives that ran on reserved links from start to end, and those turned back into flows.
     pub reserved_collectives: u64,
     pub materialized_collectives: u64,
+    /// Collectives run on partly reserved links: the transfers that share links with other
+    /// traffic as flows, the rest reserved (counted in `materialized_collectives` when disturbed).
+    pub partial_collectives: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
     /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
@@ -97,6 +104,8 @@ enum EventKind {
     FlowDone(FlowId, u32),
     /// A collective on reserved links ends (valid only if the generation still matches).
     CollectiveDone(u32, u32),
+    /// The reserved part of a partly reserved collective's step ends (same validity rule).
+    PartialDone(u32, u32),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +150,36 @@ impl Reservation {
     }
 }
 
+/// A collective on partly reserved links, from some step to its end: per step, the transfers in
+/// components of shared links that other traffic is on run as flows; the other components hold
+/// their links reserved and are timed together, by class, as one pseudo-flow of the step.
+#[derive(Debug, Clone, Default)]
+struct Partial {
+    /// Links held for the reserved part (of every class), while `held`.
+    links: Vec<u32>,
+    held: bool,
+    classes: Vec<PartialClass>,
+    /// Start of the current step, and whether its reserved part is still under way.
+    step_start: Nanos,
+    free_pending: bool,
+}
+
+/// One step class of a [`Partial`].
+#[derive(Debug, Clone, Default)]
+struct PartialClass {
+    /// A step of the class (u32::MAX: the class does not occur in the remaining steps).
+    rep: u32,
+    /// When the last reserved transfer arrives, after the step's start.
+    free_time: Nanos,
+    /// Transfers run as flows: their indices in the step, with their routes.
+    real: Vec<u32>,
+    real_xfers: Vec<(Xfer, u32)>,
+    /// Reserved transfers per step, and the steps whose reserved part ran to its end (their
+    /// bytes are added to the links when the partial reservation ends).
+    free_count: u64,
+    runs: u64,
+}
+
 /// What an attempt to reserve a collective's links gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reserve {
@@ -164,6 +203,7 @@ struct CollectiveRun {
     /// When reserving failed or was interrupted, try again at this step (backing off).
     retry_step: u32,
     backoff: u32,
+    partial: Option<Partial>,
 }
 
 /// One transfer of a collective step on devices: ends, bytes, rail, latency, rate cap.
@@ -273,6 +313,7 @@ struct Engine<'a> {
     collective_labels: Vec<(TaskId, String)>,
     reserved_count: u64,
     materialized_count: u64,
+    partial_count: u64,
     reservation_pool: Vec<Reservation>,
     timer: StepTimer,
     /// Capacity of each machine link (bytes/ns).
@@ -328,6 +369,7 @@ impl<'a> Engine<'a> {
             collective_labels: Vec::new(),
             reserved_count: 0,
             materialized_count: 0,
+            partial_count: 0,
             reservation_pool: Vec::new(),
             timer: StepTimer::new(nlinks),
             link_capacity: machine.links.iter().map(|l| l.capacity()).collect(),
@@ -412,6 +454,7 @@ impl<'a> Engine<'a> {
             routes: self.routes,
             reserved_collectives: self.reserved_count,
             materialized_collectives: self.materialized_count,
+            partial_collectives: self.partial_count,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
         }
@@ -434,6 +477,21 @@ impl<'a> Engine<'a> {
                 let run = &self.collectives[c as usize];
                 if run.generation == generation && run.reservation.is_some() {
                     self.end_reservation(c)?;
+                }
+                Ok(())
+            }
+            EventKind::PartialDone(c, generation) => {
+                let run = &mut self.collectives[c as usize];
+                let class = run.plan.step_class(run.step) as usize;
+                if run.generation != generation {
+                    return Ok(());
+                }
+                let Some(p) = run.partial.as_mut().filter(|p| p.free_pending) else { return Ok(()) };
+                p.free_pending = false;
+                p.classes[class].runs += 1;
+                run.outstanding -= 1;
+                if run.outstanding == 0 {
+                    self.step_done(c)?;
                 }
                 Ok(())
             }
@@ -521,6 +579,7 @@ impl<'a> Engine<'a> {
                             reservation: None,
                             retry_step: 0,
                             backoff: 1,
+                            partial: None,
                         });
                         (self.collectives.len() - 1) as u32
                     }
@@ -561,6 +620,13 @@ impl<'a> Engine<'a> {
     }
 
     fn start_step(&mut self, slot: u32) -> Result<()> {
+        if let Some(p) = &self.collectives[slot as usize].partial {
+            if p.held {
+                return self.start_partial_step(slot);
+            }
+            // Disturbed in an earlier step (and backed off then): back to the usual path.
+            self.end_partial(slot)?;
+        }
         let step = self.collectives[slot as usize].step;
         if !(self.options.record_flows || self.options.stepwise_collectives)
             && step >= self.collectives[slot as usize].retry_step
@@ -572,7 +638,12 @@ impl<'a> Engine<'a> {
                     self.deferred.push(slot);
                     return Ok(());
                 }
-                Reserve::Held => self.back_off(slot),
+                Reserve::Held => {
+                    if self.try_partial(slot)? {
+                        return Ok(());
+                    }
+                    self.back_off(slot)
+                }
             }
         }
         self.start_step_flows(slot)
@@ -607,7 +678,7 @@ impl<'a> Engine<'a> {
         let mut deferred = std::mem::take(&mut self.deferred);
         deferred.sort_unstable();
         for &slot in &deferred {
-            if self.try_reserve(slot, true)? != Reserve::Done {
+            if self.try_reserve(slot, true)? != Reserve::Done && !self.try_partial(slot)? {
                 self.back_off(slot);
                 self.start_step_flows(slot)?;
             }
@@ -859,6 +930,9 @@ impl<'a> Engine<'a> {
     /// before the current one are done; in the current one, each transfer is done, waiting out its
     /// latency, or moving alone since its start at its solo rate.
     fn materialize(&mut self, slot: u32) -> Result<()> {
+        if self.collectives[slot as usize].partial.is_some() {
+            return self.materialize_partial(slot);
+        }
         self.materialized_count += 1;
         let now = self.now;
         let plan = self.collectives[slot as usize].plan.clone();
@@ -901,8 +975,29 @@ impl<'a> Engine<'a> {
             let outside = &class_outside[plan.step_class(step) as usize];
             self.timer.states_at(&members, outside, &self.link_capacity, now - step_start)
         };
+        let outstanding = self.spawn_states(slot, step, step_start, &scratch, &route_ids, &states, &dirty);
+        self.step_scratch = scratch;
+        debug_assert!(outstanding > 0, "the current step has a transfer still under way");
+        self.collectives[slot as usize].outstanding = outstanding;
+        Ok(())
+    }
+
+    /// Turns a step's transfers, in the states [`StepTimer::states_at`] gave, into what a
+    /// step-by-step run holds: done ones are accounted, the others become pending or moving flows.
+    /// Returns how many are still under way.
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_states(
+        &mut self,
+        slot: u32,
+        step: u32,
+        step_start: Nanos,
+        transfers: &[Xfer],
+        route_ids: &[u32],
+        states: &[MemberState],
+        dirty: &[u32],
+    ) -> u32 {
         let mut outstanding = 0;
-        for ((x, &route), state) in scratch.iter().zip(&route_ids).zip(states) {
+        for ((x, &route), &state) in transfers.iter().zip(route_ids).zip(states) {
             let (src, dst, bytes) = (x.src, x.dst, x.bytes);
             let began = match state {
                 MemberState::Done => {
@@ -933,12 +1028,178 @@ impl<'a> Engine<'a> {
                 _ => self.push(began, EventKind::FlowActivate(pslot)),
             }
         }
-        for l in dirty {
+        for &l in dirty {
             self.net.mark_dirty(l);
         }
-        self.step_scratch = scratch;
-        debug_assert!(outstanding > 0, "the current step has a transfer still under way");
-        self.collectives[slot as usize].outstanding = outstanding;
+        outstanding
+    }
+
+    /// Runs collective `slot` on partly reserved links from its current step on (see
+    /// [`Partial`]): the transfers in components of links that carry other flows, or that another
+    /// collective holds, run as flows; the rest are timed per class. Returns false (nothing
+    /// changed) if no transfer could be reserved.
+    fn try_partial(&mut self, slot: u32) -> Result<bool> {
+        const PROVISIONAL: u32 = u32::MAX;
+        let plan = self.collectives[slot as usize].plan.clone();
+        let first = self.collectives[slot as usize].step;
+        let mut partial = Partial::default();
+        let mut any_free = false;
+        for (rep, _) in Self::steps_per_class(&plan, first, plan.step_count()) {
+            if rep == u32::MAX {
+                partial.classes.push(PartialClass { rep, ..Default::default() });
+                continue;
+            }
+            self.load_step(slot, rep);
+            let scratch = std::mem::take(&mut self.step_scratch);
+            let mut route_ids = Vec::with_capacity(scratch.len());
+            for x in &scratch {
+                route_ids.push(self.route(x.src, x.dst, x.rail)?);
+            }
+            let (real, free_time) = {
+                let members = Self::members(self.machine, &self.routes, &scratch, &route_ids);
+                let (net, reserved_by) = (&self.net, &self.reserved_by);
+                let touched = |l: u32| {
+                    let held = reserved_by[l as usize];
+                    net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL)
+                };
+                self.timer.split(&members, touched, &self.link_capacity)
+            };
+            let mut next_real = real.iter().peekable();
+            for (i, &r) in route_ids.iter().enumerate() {
+                if next_real.next_if_eq(&&(i as u32)).is_some() {
+                    continue;
+                }
+                for &l in &self.routes[r as usize].links {
+                    if self.reserved_by[l as usize] == 0 {
+                        self.reserved_by[l as usize] = PROVISIONAL;
+                        partial.links.push(l);
+                    }
+                }
+            }
+            let free_count = (scratch.len() - real.len()) as u64;
+            any_free |= free_count > 0;
+            let real_xfers = real.iter().map(|&i| (scratch[i as usize], route_ids[i as usize])).collect();
+            partial.classes.push(PartialClass { rep, free_time, real, real_xfers, free_count, runs: 0 });
+            self.step_scratch = scratch;
+        }
+        let mark = if any_free { slot + 1 } else { 0 };
+        for &l in &partial.links {
+            self.reserved_by[l as usize] = mark;
+        }
+        if !any_free {
+            return Ok(false);
+        }
+        partial.held = true;
+        self.collectives[slot as usize].partial = Some(partial);
+        self.partial_count += 1;
+        self.start_partial_step(slot)?;
+        Ok(true)
+    }
+
+    /// Starts the current step of a partly reserved collective: its flows, and one event at the
+    /// end of its reserved part.
+    fn start_partial_step(&mut self, slot: u32) -> Result<()> {
+        let now = self.now;
+        let run = &mut self.collectives[slot as usize];
+        let (step, generation) = (run.step, run.generation);
+        let class = run.plan.step_class(step) as usize;
+        let p = run.partial.as_mut().expect("partly reserved");
+        let pc = &p.classes[class];
+        let (free_time, real) = (pc.free_time, pc.real_xfers.len());
+        // A step with no transfer at all still ends through its (empty) reserved part.
+        let free = pc.free_count > 0 || real == 0;
+        p.step_start = now;
+        p.free_pending = free;
+        run.outstanding = real as u32 + free as u32;
+        if free {
+            self.push(now.saturating_add(free_time), EventKind::PartialDone(slot, generation));
+        }
+        for i in 0..real {
+            let p = self.collectives[slot as usize].partial.as_ref().expect("partly reserved");
+            let (x, route) = p.classes[class].real_xfers[i];
+            self.start_flow_on(Owner::Collective(slot), x, step, route);
+        }
+        Ok(())
+    }
+
+    /// Traffic arrives on a link a partly reserved collective holds: the reserved part of its
+    /// current step becomes the flows a step-by-step run would hold now, and the links are freed.
+    /// The partial reservation ends when this step does (the collective backs off).
+    fn materialize_partial(&mut self, slot: u32) -> Result<()> {
+        self.materialized_count += 1;
+        let now = self.now;
+        let run = &mut self.collectives[slot as usize];
+        let step = run.step;
+        let class = run.plan.step_class(step) as usize;
+        let p = run.partial.as_mut().expect("partly reserved");
+        let links = std::mem::take(&mut p.links);
+        p.held = false;
+        let step_start = p.step_start;
+        let pc = &p.classes[class];
+        // At the reserved part's very end its event is due at this instant and accounts for it.
+        let under_way = p.free_pending && now < step_start.saturating_add(pc.free_time);
+        let real = if under_way { pc.real.clone() } else { Vec::new() };
+        if under_way {
+            p.free_pending = false;
+            run.generation = run.generation.wrapping_add(1);
+        }
+        for &l in &links {
+            self.reserved_by[l as usize] = 0;
+        }
+        self.back_off(slot);
+        if !under_way {
+            return Ok(());
+        }
+        self.load_step(slot, step);
+        let all = std::mem::take(&mut self.step_scratch);
+        let mut next_real = real.iter().peekable();
+        let mut free = Vec::with_capacity(all.len() - real.len());
+        for (i, x) in all.iter().enumerate() {
+            if next_real.next_if_eq(&&(i as u32)).is_none() {
+                free.push(*x);
+            }
+        }
+        self.step_scratch = all;
+        let mut route_ids = Vec::with_capacity(free.len());
+        for x in &free {
+            route_ids.push(self.route(x.src, x.dst, x.rail)?);
+        }
+        let (states, dirty) = {
+            let members = Self::members(self.machine, &self.routes, &free, &route_ids);
+            self.timer.states_at(&members, &[], &self.link_capacity, now - step_start)
+        };
+        let spawned = self.spawn_states(slot, step, step_start, &free, &route_ids, &states, &dirty);
+        debug_assert!(spawned > 0, "the reserved part has a transfer still under way");
+        let run = &mut self.collectives[slot as usize];
+        run.outstanding = run.outstanding - 1 + spawned;
+        Ok(())
+    }
+
+    /// Ends a partial reservation (if any): frees its links and adds the bytes and transfers of
+    /// the reserved parts that ran to their end.
+    fn end_partial(&mut self, slot: u32) -> Result<()> {
+        let Some(p) = self.collectives[slot as usize].partial.take() else { return Ok(()) };
+        if p.held {
+            for &l in &p.links {
+                self.reserved_by[l as usize] = 0;
+            }
+        }
+        for pc in p.classes.iter().filter(|pc| pc.runs > 0) {
+            self.load_step(slot, pc.rep);
+            let scratch = std::mem::take(&mut self.step_scratch);
+            let mut next_real = pc.real.iter().peekable();
+            for (i, x) in scratch.iter().enumerate() {
+                if next_real.next_if_eq(&&(i as u32)).is_some() {
+                    continue;
+                }
+                let route = self.route(x.src, x.dst, x.rail)?;
+                for &l in &self.routes[route as usize].links {
+                    self.link_bytes[l as usize] += (x.bytes * pc.runs) as f64;
+                }
+            }
+            self.flows_created += pc.free_count * pc.runs;
+            self.step_scratch = scratch;
+        }
         Ok(())
     }
 
@@ -1002,12 +1263,17 @@ impl<'a> Engine<'a> {
 
     fn start_flow(&mut self, owner: Owner, x: Xfer, step: u32) -> Result<()> {
         let route = self.route(x.src, x.dst, x.rail)?;
+        self.start_flow_on(owner, x, step, route);
+        Ok(())
+    }
+
+    /// [`Engine::start_flow`] on a route already found.
+    fn start_flow_on(&mut self, owner: Owner, x: Xfer, step: u32, route: u32) {
         let latency = x.latency(&self.routes[route as usize]);
         let (src, dst, bytes, cap) = (x.src, x.dst, x.bytes, x.cap);
         let at = self.now.saturating_add(latency);
         let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at, cap });
         self.push(at, EventKind::FlowActivate(slot));
-        Ok(())
     }
 
     /// Processor-shared compute: a flow of `work_ns` over the resource's capacity-one "link".
@@ -1039,10 +1305,12 @@ impl<'a> Engine<'a> {
             return self.flow_finished(slot);
         }
         // Traffic arriving on a reserved link: the collective holding it goes back to flows first.
+        // (A partly reserved collective's own flows may cross links it holds for another class.)
         for i in 0..nlinks {
             let l = self.routes[p.route as usize].links[i] as usize;
-            if self.reserved_by[l] != 0 {
-                self.materialize(self.reserved_by[l] - 1)?;
+            let holder = self.reserved_by[l];
+            if holder != 0 && !matches!(p.owner, Owner::Collective(c) if c + 1 == holder) {
+                self.materialize(holder - 1)?;
             }
         }
         let route = &self.routes[p.route as usize];
@@ -1086,16 +1354,22 @@ impl<'a> Engine<'a> {
                 if run.outstanding > 0 {
                     return Ok(());
                 }
-                run.step += 1;
-                if run.step < run.plan.step_count() {
-                    self.start_step(c)
-                } else {
-                    let t = run.task;
-                    self.free_collectives.push(c);
-                    self.finish(t)
-                }
+                self.step_done(c)
             }
         }
+    }
+
+    /// Every transfer of a collective's current step has arrived: the next step, or the end.
+    fn step_done(&mut self, c: u32) -> Result<()> {
+        let run = &mut self.collectives[c as usize];
+        run.step += 1;
+        if run.step < run.plan.step_count() {
+            return self.start_step(c);
+        }
+        self.end_partial(c)?;
+        let t = self.collectives[c as usize].task;
+        self.free_collectives.push(c);
+        self.finish(t)
     }
 
     fn finish(&mut self, t: TaskId) -> Result<()> {
@@ -1124,7 +1398,7 @@ impl<'a> Engine<'a> {
             EventKind::TaskDone(t) => Some(t),
             EventKind::FlowActivate(slot) => Some(self.owner_task(self.pending[slot as usize].owner)),
             EventKind::FlowDone(f, _) => Some(self.owner_task(self.pending[self.flow_slot[f as usize] as usize].owner)),
-            EventKind::CollectiveDone(c, _) => Some(self.collectives[c as usize].task),
+            EventKind::CollectiveDone(c, _) | EventKind::PartialDone(c, _) => Some(self.collectives[c as usize].task),
         };
         let what = match task {
             Some(t) => format!("task {t} ({})", self.dag.task(t).label()),

@@ -121,6 +121,28 @@ impl StepTimer {
         Some(longest)
     }
 
+    /// Splits a step for a partial reservation: members of components with a link that
+    /// `touched` marks (other traffic is on it) must run as flows, returned in member order; the
+    /// other components are timed alone, and the latest finish among them is returned.
+    pub fn split(&mut self, members: &[Member], touched: impl Fn(u32) -> bool, capacity: &[f64]) -> (Vec<u32>, Nanos) {
+        let mut real = Vec::new();
+        let mut longest = 0;
+        for comp in self.components(members) {
+            if comp.iter().any(|&i| members[i as usize].links.iter().any(|&l| touched(l))) {
+                real.extend_from_slice(&comp);
+                continue;
+            }
+            let finish = if comp.len() == 1 {
+                vec![solo(&members[comp[0] as usize], capacity)]
+            } else {
+                self.timed(members, &comp, &[], capacity).expect("no outside flow to disturb")
+            };
+            longest = longest.max(finish.into_iter().max().unwrap_or(0));
+        }
+        real.sort_unstable();
+        (real, longest)
+    }
+
     /// Finish times of a component's members, memoised.
     fn timed(&mut self, members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> Option<Vec<Nanos>> {
         let (sig, local) = signature(members, comp, outside, capacity);
