@@ -793,6 +793,28 @@ impl TransformerCost {
         }
     }
 
+    /// Per layer of [`Self::to_workload`] (same order), the gradient tensors in bytes of the routed
+    /// experts' weights among the layer's own; empty for every layer without them. A plan with
+    /// ep > 1 reduces these over the expert-data-parallel group (see `dag::plan`).
+    pub fn expert_grad_tensors(&self) -> Vec<Vec<u64>> {
+        let mut v = vec![Vec::new()]; // embedding
+        for i in 0..self.layers {
+            v.push(Vec::new()); // attention
+            if self.context.is_some() {
+                v.push(Vec::new());
+            }
+            match &self.moe {
+                Some(m) if i >= m.dense_layers => {
+                    let experts = m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * GRAD_BYTES).collect();
+                    v.extend([Vec::new(), experts, Vec::new()]); // router, experts, combine
+                }
+                _ => v.push(Vec::new()),
+            }
+        }
+        v.push(Vec::new()); // head
+        v
+    }
+
     /// Model FLOPs per token (forward and backward, whole model).
     pub fn model_flops_per_token(&self) -> f64 {
         self.model_flops / (self.options_micro_batch as f64 * self.seq_len as f64)
@@ -899,6 +921,35 @@ mod tests {
         assert!(e.contains("ep=3") && e.contains("8 experts"), "{e}");
         let e = cost_moe(&cfg, h100, &opts(2), &MoeOptions { ep: 2, ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("sp=on"), "{e}");
+    }
+
+    #[test]
+    fn expert_gradients_are_the_routed_experts_weights_of_each_moe_layer() {
+        // DeepSeek-MoE 16B: 1 dense layer, 64 routed experts and shared ones; CP adds a block.
+        let cfg = TransformerConfig::named("deepseek-moe-16b").unwrap();
+        let m = cfg.moe.clone().unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        for (ep, cp) in [(8, 1), (4, 2)] {
+            let o = CostOptions { seq_len: 4096, sequence_parallel: true, ..opts(2) };
+            let c = cost_moe(&cfg, h100, &o, &MoeOptions { ep, cp, ..Default::default() }).unwrap();
+            let w = c.to_workload();
+            let experts = c.expert_grad_tensors();
+            assert_eq!(experts.len(), w.layers.len());
+            let local_expert_bytes = (m.experts / ep) as u64 * m.expert_matrix_params(&cfg) * GRAD_BYTES;
+            for (layer, e) in w.layers.iter().zip(&experts) {
+                if layer.name.ends_with(".experts") {
+                    // Whole experts (etp = 1), every tensor one of the layer's; the shared
+                    // experts' weights stay with the dense gradients.
+                    assert_eq!(e.iter().sum::<u64>(), local_expert_bytes, "{}", layer.name);
+                    assert!(e.iter().all(|t| layer.grad_tensors.contains(t)));
+                    assert!(layer.grad_bytes > local_expert_bytes);
+                } else {
+                    assert!(e.is_empty(), "{}", layer.name);
+                }
+            }
+            let moe_layers = w.layers.iter().filter(|l| l.name.ends_with(".experts")).count();
+            assert_eq!(moe_layers as u32, cfg.layers - m.dense_layers);
+        }
     }
 
     #[test]
