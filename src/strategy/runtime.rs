@@ -156,14 +156,16 @@ pub const MXNET_BIGARRAY_BYTES: u64 = 1_000_000 * 4;
 pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
 
 /// A TensorFlow parameter-server task's throughput over gRPC (each push and each pull costs
-/// `bytes / rate` on the server's CPU). NOT YET PROPERLY SOURCED: 0.55 GB/s was attributed to
-/// "ps=1 0.5-0.6 GB/s" in tensorflow/tensorflow issue #6116, which the thread does not contain.
-/// What it does show (Y. Bulatov, 2016-12-09, TF 0.12, Xeon E5-2630 v3): a worker adding 10 MB
-/// tensors into a variable on another process reached 0.9 GB/s over gRPC (20.2 GB/s in-process),
-/// and sharding over 8 ps processes on a 32-core Xeon reached 2.6 GB/s. With 0.9 GB/s
-/// validation/tf2017.csv's awsc_syn_resnet50_b32_32 row goes from +15% to +31% (its gate's 25%
-/// limit) because the model lacks a cost of TensorFlow on 8-K80 instances (validation/README.md);
-/// the switch waits on that mechanism rather than on a known_miss mark.
+/// `bytes / rate` on the server's CPU): TensorFlow's `RecvTensor` RPC, the one a ps task serves
+/// for every push and pull, moving a 128 MB tensor between two TensorFlow processes of one host
+/// with the gRPC that TensorFlow shipped until its August 2017 upgrade (so also in the May 2017
+/// build of validation/tf2017.csv): 569 MB/s measured and 520 MB/s quoted from issue #6116 for
+/// the same size (Y. Bulatov, `benchmark_grpc_recv.py --data_mb=128`, tensorflow/tensorflow issue
+/// #6256, 2016-12-11); 0.55 GB/s is the middle of the two. The same gRPC measured elsewhere spans
+/// 0.1-0.9 GB/s: 0.9 GB/s adding 10 MB tensors into a variable on another process (#6116,
+/// 2016-12-09, Xeon E5-2630 v3), 100-200 MB/s between machines (byronyi, #6116, 2017-08-09) and
+/// 196 MB/s on one host (PR #11261, 2017-07-04). Which one a given host reaches is not known
+/// beforehand; validation/README.md (tf2017) says what 0.9 GB/s would change and what it waits on.
 pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 
 /// One MPI process summing a received buffer into its own on one core: the per-thread rate of
