@@ -108,6 +108,11 @@ pub struct Ps {
     /// send), on its CPU.
     pub sum_bytes_per_s: f64,
     pub call_ns: Nanos,
+    /// Push each tensor as backward produces it (MXNet's dependency engine); false: a GPU's
+    /// pushes wait for its whole backward pass, as TensorFlow 1.x's copy-out waits for
+    /// everything queued on the GPU's compute stream (`ThenWaitFor(send_stream)` in
+    /// `core/common_runtime/gpu/gpu_util.cc`).
+    pub overlap: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -185,7 +190,7 @@ fn keys(name: &str) -> &'static [&'static str] {
         "ddp" => &["bucket_mb", "first_bucket_mb", "call_us"],
         "byteps" => &["partition", "credit", "servers", "sum_gbps", "call_us"],
         "bytescheduler" => &["partition", "credit", "sched_us", "call_us"],
-        "ps" => &["servers", "local", "split", "sum_gbps", "call_us"],
+        "ps" => &["servers", "local", "split", "sum_gbps", "call_us", "overlap"],
         "openmpi" => &["sum_gbps"],
         _ => &[],
     }
@@ -205,6 +210,7 @@ pub const SETTINGS: &[&str] = &[
     "call_us",
     "local",
     "split",
+    "overlap",
 ];
 
 impl Runtime {
@@ -351,6 +357,7 @@ impl Runtime {
                 },
                 sum_bytes_per_s: sum(TF_PS_BYTES_PER_S)?,
                 call_ns,
+                overlap: flag("overlap", true)?,
             }),
             "openmpi" => Runtime::OpenMpi(OpenMpi { sum_bytes_per_s: sum(MPI_SUM_BYTES_PER_S)? }),
             _ => unreachable!("checked against NAMES"),
@@ -418,6 +425,7 @@ impl Runtime {
                 push(x.split_above != d.split_above, "split", split);
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
                 push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+                push(x.overlap != d.overlap, "overlap", if x.overlap { "on".into() } else { "off".into() });
             }
             (Runtime::OpenMpi(x), Runtime::OpenMpi(d)) => {
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
@@ -508,7 +516,7 @@ mod tests {
             ("ddp", vec![("bucket_mb", "50"), ("first_bucket_mb", "0.5")]),
             ("byteps", vec![("partition", "2M"), ("servers", "2"), ("credit", "4")]),
             ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),
-            ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8")]),
+            ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8"), ("overlap", "off")]),
             ("nccl", vec![("call_us", "0")]),
             ("openmpi", vec![("sum_gbps", "2")]),
         ] {
