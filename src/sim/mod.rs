@@ -731,7 +731,11 @@ impl<'a> Engine<'a> {
             let (links, _) = self.net.component(&seeds);
             for &l in links {
                 let held = self.reserved_by.get(l as usize).copied().unwrap_or(0);
-                if held != 0 {
+                // Only whole reservations are timed next to outside flows; a partly reserved
+                // collective's held links carry none (traffic arriving there materialises it in
+                // `activate`), so a re-solve leaves its reserved part alone. Counting it as hit
+                // would return true forever at this instant (nothing is materialised).
+                if held != 0 && self.collectives[held as usize - 1].reservation.is_some() {
                     hit.push(held - 1);
                 }
             }
