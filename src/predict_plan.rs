@@ -155,13 +155,22 @@ impl PlanSetup {
         Ok(c)
     }
 
-    /// Memory per GPU of every stage.
+    /// Memory per GPU of every stage (under context parallelism, of the folded plan: seq / cp
+    /// tokens of each sequence per GPU, the optimizer sharded over DP x CP as Megatron does).
     pub fn memory(&self, gpus_per_node: u32) -> PlanMemory {
+        let cp = self.plan.cp.max(1);
+        let folded;
+        let plan = if cp > 1 {
+            folded = self.plan.folded();
+            &folded
+        } else {
+            &self.plan
+        };
         plan_memory(&MemoryInput {
             model: &self.model,
-            plan: &self.plan,
+            plan,
             precision: self.precision,
-            seq_len: self.seq_len,
+            seq_len: self.seq_len / cp,
             flash: self.flash(),
             gpus_per_node,
             capacity: self.gpu.mem_bytes(),
