@@ -313,6 +313,44 @@ fn tensorflow_ps_pushes_from_every_gpu_and_mxnet_splits_big_arrays() {
     assert_eq!(server_tasks, 3 * (4 + 1 + 4));
 }
 
+/// Start of every iteration-1 push (a transfer from a GPU) and the end of that GPU's backward.
+fn pushes_and_backward_end(dag: &Dag, run: &Run) -> Vec<(u64, u64)> {
+    let tasks = dag.tasks();
+    let backward_end = |g: u32| {
+        (0..tasks.len())
+            .filter(|&i| tasks[i].iteration == 1 && tasks[i].phase == Phase::Backward && tasks[i].gpu == Some(g))
+            .map(|i| run.end[i])
+            .max()
+            .unwrap()
+    };
+    (0..tasks.len())
+        .filter(|&i| tasks[i].iteration == 1 && tasks[i].phase == Phase::GradientAggregation)
+        .filter(|&i| matches!(tasks[i].work, Work::Transfer { .. }))
+        .filter_map(|i| tasks[i].gpu.map(|g| (run.start[i], backward_end(g))))
+        .collect()
+}
+
+#[test]
+fn tensorflow_ps_without_overlap_pushes_after_the_whole_backward() {
+    // Tiny's layer-1 gradients are ready at 5000 ns of the iteration, layer 0's at 7000 (end of
+    // backward; a free call and a fast server): with overlap (the default) some pushes start before backward ends; with
+    // overlap=off none does, and the iteration is longer.
+    let topo = || topology(1, 2, 0.0);
+    let (dag, run) = sim_on(&tiny(), "runtime=ps+local=off+servers=1+call_us=0+sum_gbps=1000", topo(), 2);
+    let on = pushes_and_backward_end(&dag, &run);
+    assert!(on.len() >= 8, "2 GPUs x 4 tensors pushed from GPU memory: {on:?}");
+    assert!(on.iter().any(|&(start, end)| start < end), "{on:?}");
+    let (dag, run) = sim_on(&tiny(), "runtime=ps+local=off+servers=1+call_us=0+sum_gbps=1000+overlap=off", topo(), 2);
+    let off = pushes_and_backward_end(&dag, &run);
+    assert_eq!(off.len(), on.len());
+    assert!(off.iter().all(|&(start, end)| start >= end), "{off:?}");
+    let name = Strategy::parse("runtime=ps+local=off+servers=1+overlap=off").unwrap().name();
+    assert_eq!(name, "io+wfbp+runtime=ps+servers=1+local=off+overlap=off");
+    let with = iteration_ns(&tiny(), "runtime=ps+local=off+servers=1+call_us=0+sum_gbps=1000");
+    let without = iteration_ns(&tiny(), "runtime=ps+local=off+servers=1+call_us=0+sum_gbps=1000+overlap=off");
+    assert!(without > with, "{without} vs {with}");
+}
+
 #[test]
 fn runtimes_print_in_the_strategy_and_bad_settings_are_errors() {
     let s = Strategy::parse("runtime=horovod").unwrap();

@@ -77,6 +77,8 @@ pub(super) struct Servers {
     /// The server also applies the optimizer to the parameters it holds (TF/MXNet, not BytePS).
     pub server_update: bool,
     pub sum_bytes_per_s: f64,
+    /// Pushes start as backward produces each gradient; false: after the GPU's whole backward.
+    pub overlap: bool,
 }
 
 /// Groups the workload's gradients as the strategy's runtime does. `ranks` all-reduce (or push),
@@ -141,6 +143,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
                 local_reduce: true,
                 server_update: false,
                 sum_bytes_per_s: b.sum_bytes_per_s,
+                overlap: true,
             });
             byteps(w, b, count)
         }
@@ -152,6 +155,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
                 local_reduce: x.local,
                 server_update: true,
                 sum_bytes_per_s: x.sum_bytes_per_s,
+                overlap: x.overlap,
             });
             parameter_servers(w, x, count)
         }
@@ -720,7 +724,9 @@ pub(super) fn add_server_exchange(
         let mut returns: Vec<(usize, Vec<u32>)> = Vec::new();
         for (x, ranks) in setup.nodes.iter().enumerate() {
             let root = ranks[0];
-            let ready: Vec<TaskId> = ranks.iter().map(|&r| bwd[r as usize][l]).collect();
+            // A gradient is ready when backward produced it, or when backward ended (no overlap).
+            let at = if servers.overlap { l } else { 0 };
+            let ready: Vec<TaskId> = ranks.iter().map(|&r| bwd[r as usize][at]).collect();
             let comm = Some(setup.node_comm[x]);
             let grp = setup.node_group[x];
             if servers.byteps || servers.local_reduce {
@@ -785,7 +791,7 @@ pub(super) fn add_server_exchange(
                     let launch = add(
                         b,
                         task(Work::Fixed { ns: call }, Some(setup.client[r as usize]), Phase::Coordination, Some(r), l),
-                        &[bwd[r as usize][l]],
+                        &[bwd[r as usize][at]],
                     );
                     let push = Work::Transfer { src: g.device, dst: host, bytes };
                     let push = add(b, task(push, None, Phase::GradientAggregation, Some(r), l), &[launch]);

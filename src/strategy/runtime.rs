@@ -108,6 +108,11 @@ pub struct Ps {
     /// send), on its CPU.
     pub sum_bytes_per_s: f64,
     pub call_ns: Nanos,
+    /// Push each tensor as backward produces it (MXNet's dependency engine); false: a GPU's
+    /// pushes wait for its whole backward pass, as TensorFlow 1.x's copy-out waits for
+    /// everything queued on the GPU's compute stream (`ThenWaitFor(send_stream)` in
+    /// `core/common_runtime/gpu/gpu_util.cc`).
+    pub overlap: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -156,14 +161,16 @@ pub const MXNET_BIGARRAY_BYTES: u64 = 1_000_000 * 4;
 pub const SERVER_SUM_BYTES_PER_S: f64 = 16e9;
 
 /// A TensorFlow parameter-server task's throughput over gRPC (each push and each pull costs
-/// `bytes / rate` on the server's CPU). NOT YET PROPERLY SOURCED: 0.55 GB/s was attributed to
-/// "ps=1 0.5-0.6 GB/s" in tensorflow/tensorflow issue #6116, which the thread does not contain.
-/// What it does show (Y. Bulatov, 2016-12-09, TF 0.12, Xeon E5-2630 v3): a worker adding 10 MB
-/// tensors into a variable on another process reached 0.9 GB/s over gRPC (20.2 GB/s in-process),
-/// and sharding over 8 ps processes on a 32-core Xeon reached 2.6 GB/s. With 0.9 GB/s
-/// validation/tf2017.csv's awsc_syn_resnet50_b32_32 row goes from +15% to +31% (its gate's 25%
-/// limit) because the model lacks a cost of TensorFlow on 8-K80 instances (validation/README.md);
-/// the switch waits on that mechanism rather than on a known_miss mark.
+/// `bytes / rate` on the server's CPU): TensorFlow's `RecvTensor` RPC, the one a ps task serves
+/// for every push and pull, moving a 128 MB tensor between two TensorFlow processes of one host
+/// with the gRPC that TensorFlow shipped until its August 2017 upgrade (so also in the May 2017
+/// build of validation/tf2017.csv): 569 MB/s measured and 520 MB/s quoted from issue #6116 for
+/// the same size (Y. Bulatov, `benchmark_grpc_recv.py --data_mb=128`, tensorflow/tensorflow issue
+/// #6256, 2016-12-11); 0.55 GB/s is the middle of the two. The same gRPC measured elsewhere spans
+/// 0.1-0.9 GB/s: 0.9 GB/s adding 10 MB tensors into a variable on another process (#6116,
+/// 2016-12-09, Xeon E5-2630 v3), 100-200 MB/s between machines (byronyi, #6116, 2017-08-09) and
+/// 196 MB/s on one host (PR #11261, 2017-07-04). Which one a given host reaches is not known
+/// beforehand; validation/README.md (tf2017) says what 0.9 GB/s would change and what it waits on.
 pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 
 /// One MPI process summing a received buffer into its own on one core: the per-thread rate of
@@ -183,7 +190,7 @@ fn keys(name: &str) -> &'static [&'static str] {
         "ddp" => &["bucket_mb", "first_bucket_mb", "call_us"],
         "byteps" => &["partition", "credit", "servers", "sum_gbps", "call_us"],
         "bytescheduler" => &["partition", "credit", "sched_us", "call_us"],
-        "ps" => &["servers", "local", "split", "sum_gbps", "call_us"],
+        "ps" => &["servers", "local", "split", "sum_gbps", "call_us", "overlap"],
         "openmpi" => &["sum_gbps"],
         _ => &[],
     }
@@ -203,6 +210,7 @@ pub const SETTINGS: &[&str] = &[
     "call_us",
     "local",
     "split",
+    "overlap",
 ];
 
 impl Runtime {
@@ -349,6 +357,7 @@ impl Runtime {
                 },
                 sum_bytes_per_s: sum(TF_PS_BYTES_PER_S)?,
                 call_ns,
+                overlap: flag("overlap", true)?,
             }),
             "openmpi" => Runtime::OpenMpi(OpenMpi { sum_bytes_per_s: sum(MPI_SUM_BYTES_PER_S)? }),
             _ => unreachable!("checked against NAMES"),
@@ -416,6 +425,7 @@ impl Runtime {
                 push(x.split_above != d.split_above, "split", split);
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
                 push(x.call_ns != d.call_ns, "call_us", us(x.call_ns));
+                push(x.overlap != d.overlap, "overlap", if x.overlap { "on".into() } else { "off".into() });
             }
             (Runtime::OpenMpi(x), Runtime::OpenMpi(d)) => {
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
@@ -506,7 +516,7 @@ mod tests {
             ("ddp", vec![("bucket_mb", "50"), ("first_bucket_mb", "0.5")]),
             ("byteps", vec![("partition", "2M"), ("servers", "2"), ("credit", "4")]),
             ("bytescheduler", vec![("partition", "512K"), ("sched_us", "10")]),
-            ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8")]),
+            ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8"), ("overlap", "off")]),
             ("nccl", vec![("call_us", "0")]),
             ("openmpi", vec![("sum_gbps", "2")]),
         ] {
