@@ -1,5 +1,5 @@
 //! `dagsim plan`: every parallel plan of a transformer on a GPU count and global batch (tp, pp, dp,
-//! vp, micro-batch, sequence parallelism, recomputation, ZeRO 1/2/3, GPipe, and ep for MoE models), those that do not fit in the
+//! cp, vp, micro-batch, sequence parallelism, recomputation, ZeRO 1/2/3, GPipe, and ep for MoE models), those that do not fit in the
 //! GPU's memory dropped with their figures, the rest simulated in parallel
 //! ([`PlanSetup::predict`]) and ranked by step time. Builds no DAG of its own.
 
@@ -42,13 +42,16 @@ pub struct Candidate {
 /// dividing the heads, KV heads and FFN width; PP dividing the layers (vp 2 when the layers split
 /// that finely); micro-batches dividing a DP rank's share; for an MoE model, EP dividing the
 /// experts and a stage's TP x DP ranks in whole TP groups (sp on under TP, as Megatron requires);
-/// each passing [`ParallelPlan::check`]. Context parallelism is not searched.
+/// context parallelism (cp) splitting each sequence over cp of a stage's DP x CP ranks where flash
+/// attention runs and 2 x cp divides the sequence (Megatron's load-balanced split); each passing
+/// [`ParallelPlan::check`].
 ///
 /// Pruned, because they cannot differ from a plan kept or are not what frameworks run:
 /// selective recomputation under flash attention (flash attention already recomputes the
 /// attention scores: the same cost and memory as none); ZeRO-2 and ZeRO-3/FSDP with pipeline
 /// parallelism (DeepSpeed refuses ZeRO-2/3 with its pipeline engine, Megatron's distributed
-/// optimizer is ZeRO-1); GPipe only without interleaving (1F1B with the same bubble is kept too).
+/// optimizer is ZeRO-1); GPipe only without interleaving (1F1B with the same bubble is kept too);
+/// a CP plan whose micro-batch cp divides, when its twin fits ([`context_dominated`]).
 pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
     use crate::dag::schedule::Schedule;
     let gpus = base.plan.gpus();
@@ -63,16 +66,19 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
     for tp in (1..=per_node.min(gpus)).filter(|t| {
         per_node % t == 0 && gpus % t == 0 && m.heads % t == 0 && m.kv_heads % t == 0 && m.ffn_hidden % *t as u64 == 0
     }) {
-        for pp in (1..=m.layers).filter(|p| m.layers % p == 0 && (gpus / tp) % p == 0) {
-            let dp = gpus / tp / pp;
+        for (pp, cp) in (1..=m.layers)
+            .filter(|p| m.layers % p == 0 && (gpus / tp) % p == 0)
+            .flat_map(|pp| context_degrees(base, gpus / tp / pp).into_iter().map(move |cp| (pp, cp)))
+        {
+            let dp = gpus / tp / pp / cp;
             if gbs % dp != 0 {
                 continue;
             }
             // Expert parallelism of an MoE model: every ep dividing the experts and the stage's
             // TP x DP ranks in whole TP groups (Megatron's rules, `ParallelPlan::check`).
             let eps: Vec<u32> = match &m.moe {
-                Some(moe) => (1..=tp * dp)
-                    .filter(|&e| moe.experts % e == 0 && (tp * dp) % e == 0 && (e == 1 || e % tp == 0))
+                Some(moe) => (1..=tp * cp * dp)
+                    .filter(|&e| moe.experts % e == 0 && (tp * cp * dp) % e == 0 && (e == 1 || e % tp == 0))
                     .collect(),
                 None => vec![1],
             };
@@ -111,11 +117,12 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
                                         recompute,
                                         schedule,
                                         ep,
+                                        cp,
                                         ..base.plan.clone()
                                     };
                                     // The plan's own rules (interleaving needs micro-batches in
                                     // multiples of pp).
-                                    if plan.check(gpus, m.layers).is_ok() {
+                                    if plan.check(gpus, m.layers).is_ok() && !context_dominated(base, &plan, per_node) {
                                         out.push(plan);
                                     }
                                 }
@@ -127,6 +134,28 @@ pub fn enumerate(base: &PlanSetup, per_node: u32) -> Vec<ParallelPlan> {
         }
     }
     out
+}
+
+/// Context-parallel degrees to try on `ranks` DP x CP ranks (of one stage's TP rank): 1, and every
+/// cp > 1 dividing them where Megatron's CP runs (it needs flash attention: Transformer Engine's
+/// fused attention, and the model refuses CP without it) and 2 x cp divides the sequence.
+fn context_degrees(base: &PlanSetup, ranks: u32) -> Vec<u32> {
+    (1..=ranks).filter(|&cp| ranks % cp == 0 && (cp == 1 || (base.flash() && base.seq_len % (2 * cp) == 0))).collect()
+}
+
+/// Whether a CP plan is beaten by its twin without CP: the same plan with its micro-batch of mb
+/// sequences split cp ways handed to cp times more DP ranks instead (dp x cp ranks, micro-batch
+/// mb / cp; possible when cp divides mb). Both run the same micro-batches of the same tokens per
+/// GPU; the twin's attention costs no more (a CP rank's queries attend over the whole sequence),
+/// it has no key-value exchange, and its gradients are reduced over the same dp x cp ranks
+/// (Megatron reduces over DP x CP). So the CP plan is dropped when the twin is valid and fits.
+pub fn context_dominated(base: &PlanSetup, plan: &ParallelPlan, per_node: u32) -> bool {
+    if plan.cp <= 1 || plan.micro_batch % plan.cp != 0 {
+        return false;
+    }
+    let twin = ParallelPlan { dp: plan.dp * plan.cp, cp: 1, micro_batch: plan.micro_batch / plan.cp, ..plan.clone() };
+    twin.check(plan.gpus(), base.model.layers).is_ok()
+        && PlanSetup { plan: twin, ..base.clone() }.memory(per_node).fits()
 }
 
 /// Enumerates, checks memory, simulates the plans that fit in parallel (`done` is called after

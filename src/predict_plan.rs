@@ -155,13 +155,22 @@ impl PlanSetup {
         Ok(c)
     }
 
-    /// Memory per GPU of every stage.
+    /// Memory per GPU of every stage (under context parallelism, of the folded plan: seq / cp
+    /// tokens of each sequence per GPU, the optimizer sharded over DP x CP as Megatron does).
     pub fn memory(&self, gpus_per_node: u32) -> PlanMemory {
+        let cp = self.plan.cp.max(1);
+        let folded;
+        let plan = if cp > 1 {
+            folded = self.plan.folded();
+            &folded
+        } else {
+            &self.plan
+        };
         plan_memory(&MemoryInput {
             model: &self.model,
-            plan: &self.plan,
+            plan,
             precision: self.precision,
-            seq_len: self.seq_len,
+            seq_len: self.seq_len / cp,
             flash: self.flash(),
             gpus_per_node,
             capacity: self.gpu.mem_bytes(),
@@ -323,6 +332,7 @@ impl PlanSetup {
             },
             shard_group: self.shard_group(gpus_per_node(machine)),
             dp_block,
+            expert_grads: Vec::new(),
         }
     }
 
@@ -377,12 +387,17 @@ impl PlanSetup {
                 plan: Some(layout),
             })
         };
-        let mut layout = self.layout(&machine, &workload, symmetric);
+        // The routed experts' gradients, which an EP plan reduces over the expert-DP group.
+        let layout_of = |symmetric| PlanLayout {
+            expert_grads: cost.expert_grad_tensors(),
+            ..self.layout(&machine, &workload, symmetric)
+        };
+        let mut layout = layout_of(symmetric);
         let mut dag = build(&layout)?;
         // Reduced on the condition that the tuner picks node-symmetric schedules: checked on the
         // calls themselves, else every rank is simulated.
         if layout.represented.len() < gpus as usize && !crate::predict::calls_node_symmetric(&machine, &dag) {
-            layout = self.layout(&machine, &workload, false);
+            layout = layout_of(false);
             dag = build(&layout)?;
         }
         let run = simulate(&dag, &machine, options)?;

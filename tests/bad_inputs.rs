@@ -394,6 +394,27 @@ fn measurement_cases(out: &mut Vec<Case>) {
             &["m.nccl"],
         ));
     }
+    // `collective --check` reads the same tables: a bad time names the file and its line.
+    let bad_time = nccl.replacen("    447.3   75.01", "      abc   75.01", 1);
+    assert_ne!(bad_time, nccl, "the shipped table has the 32 MiB row this case breaks");
+    let line = bad_time.lines().position(|l| l.contains("      abc   75.01")).map_or(0, |i| i + 1);
+    out.push(case(
+        "collective --check bad time",
+        vec![("m.nccl", bad_time)],
+        &["collective", "--check", "m.nccl", "--topology", "abci-v"],
+        &[&format!("m.nccl:{line}"), "`abc`"],
+    ));
+    for (args, flag) in [
+        (&["--gpus", "8", "--nodes", "3"][..], "--nodes"),
+        (&["--gpus", "8", "-b", "1M", "-e", "1K"][..], "--max-bytes"),
+        (&["--gpus", "8", "-e", "12Q"][..], "--max-bytes"),
+        (&["--gpus", "8", "--op", "all-sum"][..], "--op"),
+        (&["--gpus", "1"][..], "--gpus"),
+    ] {
+        let mut a = vec!["collective", "--topology", "abci-v"];
+        a.extend_from_slice(args);
+        out.push(case(format!("collective {}", args.join(" ")), vec![], &a, &[flag]));
+    }
     let p2p = "Unidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n     0 700.0  18.5\n     1  18.5 700.0\n\
                P2P=Enabled Latency Matrix (us)\n   GPU     0      1\n     0   1.50   9.80\n     1   9.80   1.50\n";
     for (v, msg) in [("-1", "negative"), ("NaN", "NaN"), ("1e300", "beyond"), ("x", "not a number")] {

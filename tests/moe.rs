@@ -6,13 +6,14 @@
 mod common;
 
 use common::plan::{plan_report, plan_setup};
-use dagsim::dag::Phase;
+use dagsim::dag::{Phase, Work};
 use dagsim::parallel::ParallelPlan;
-use dagsim::predict_plan::PlanSetup;
+use dagsim::predict_plan::{PlanSetup, SimulatedPlan};
 use dagsim::report::plan::PlanReport;
 use dagsim::sim::Options;
 use dagsim::workload::moe::MoeConfig;
 use dagsim::workload::transformer::TransformerConfig;
+use std::collections::BTreeMap;
 
 /// A small MoE model (4 layers, hidden 1024, 32 experts of 1024, top 2, a shared expert; the
 /// first layer dense) so every GPU can be simulated.
@@ -68,6 +69,8 @@ fn reduced_moe_simulation_gives_the_full_step_time() {
         ("tp=1,pp=1,dp=16,ep=8", 16),
         ("tp=2,pp=1,dp=8,sp=on,ep=4", 16),
         ("tp=2,pp=2,dp=8,sp=on,ep=8,zero=1", 16),
+        // Expert-DP groups across blocks of replicas (ranks q, q + 8, q + 16, q + 24).
+        ("tp=1,pp=1,dp=32,ep=8,zero=1", 32),
         // EP groups wider than a block of replicas: only TP groups are reduced.
         ("tp=2,pp=1,dp=16,sp=on,ep=16", 16),
     ] {
@@ -76,6 +79,50 @@ fn reduced_moe_simulation_gives_the_full_step_time() {
         assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
         assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
         assert!((fast.breakdown.total() - fast.step_time_s).abs() < 1e-9 * fast.step_time_s, "{spec}");
+    }
+}
+
+/// Bytes of iteration 0's collectives of `phase`, by the ranks of their group.
+fn bytes_by_group(sim: &SimulatedPlan, phase: Phase) -> BTreeMap<Vec<u32>, u64> {
+    let mut by: BTreeMap<Vec<u32>, u64> = BTreeMap::new();
+    for t in sim.dag.tasks().iter().filter(|t| t.phase == phase && t.iteration == 0) {
+        if let Work::Collective { group, bytes, .. } = t.work {
+            *by.entry(sim.dag.group(group).to_vec()).or_default() += bytes;
+        }
+    }
+    by
+}
+
+#[test]
+fn expert_gradients_are_reduced_over_the_expert_data_parallel_group() {
+    // Megatron-Core reduces (and shards) the routed experts' gradients over the ranks holding the
+    // same experts, tp x dp / ep of them, ep ranks apart; every other gradient over the DP group.
+    // (ep = 16: one rank per expert-DP group, so the experts' gradients are not reduced at all.)
+    for (spec, tp, dp, ep) in [
+        ("tp=1,pp=1,dp=16,ep=8", 1, 16, 8),
+        ("tp=2,pp=1,dp=8,sp=on,ep=4,zero=1", 2, 8, 4),
+        ("tp=1,pp=1,dp=16,ep=16,zero=1", 1, 16, 16),
+    ] {
+        let s = setup(small_moe(), spec, 1, 16, "dgx-a100");
+        let sim = s.simulate(false, Options::default()).unwrap();
+        let experts: u64 = sim.cost.expert_grad_tensors().iter().flatten().sum();
+        let dense = sim.workload.grad_bytes() - experts;
+        assert!(experts > 0 && dense > 0);
+        let grads = bytes_by_group(&sim, Phase::GradientAggregation);
+        let dp_groups: Vec<Vec<u32>> = (0..tp).map(|t| (0..dp).map(|d| t + tp * d).collect()).collect();
+        let edp = tp * dp / ep;
+        let expert_groups: Vec<Vec<u32>> =
+            if edp > 1 { (0..ep).map(|q| (0..edp).map(|j| q + ep * j).collect()).collect() } else { vec![] };
+        let mut expected: BTreeMap<Vec<u32>, u64> = dp_groups.iter().map(|g| (g.clone(), dense)).collect();
+        expected.extend(expert_groups.iter().map(|g| (g.clone(), experts)));
+        // Full = reduced: every gradient byte of every rank is reduced once, in its own group.
+        assert_eq!(grads, expected, "{spec}");
+        // The distributed optimizer gathers each group's parameters (BF16: half the FP32 bytes).
+        if spec.contains("zero=1") {
+            let gathered = bytes_by_group(&sim, Phase::ParamGather);
+            let halves: BTreeMap<Vec<u32>, u64> = expected.iter().map(|(g, &b)| (g.clone(), b / 2)).collect();
+            assert_eq!(gathered, halves, "{spec}");
+        }
     }
 }
 

@@ -248,8 +248,9 @@ fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
     //       pp 8: (4 x 2 + 1) x 2 = 18.
     // tp 2: pp 1: 2 x 2 x 2 x 4 = 32; pp 2: (3 x 2 + 2) x 2 x 2 x 2 = 64; pp 4: (4 x 2 + 2) x 2 x 2 = 40.
     // tp 4: pp 1: 3 x 2 x 2 x 4 = 48; pp 2: (4 x 2 + 3) x 2 x 2 = 44. tp 8: 4 x 2 x 2 = 16.
+    // Context-parallel plans are counted in `plan_search_tries_context_parallelism_where_it_can_pay`.
     let plans = enumerate(&base, 8);
-    assert_eq!(plans.len(), 74 + 136 + 92 + 16);
+    assert_eq!(plans.iter().filter(|p| p.cp == 1).count(), 74 + 136 + 92 + 16);
     let count = |f: &dyn Fn(&dagsim::parallel::ParallelPlan) -> bool| plans.iter().filter(|p| f(p)).count();
     assert_eq!(count(&|p| p.recompute == dagsim::workload::llm::Recompute::Selective), 0);
     assert_eq!(count(&|p| p.sharding == dagsim::parallel::Sharding::Zero3 && p.pp > 1), 0);
@@ -263,7 +264,10 @@ fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
     assert!(!steps.is_empty() && steps.windows(2).all(|w| w[0] <= w[1]), "fastest first");
     for c in &found {
         assert_eq!(c.report.is_some() || c.error.is_some(), c.memory <= c.capacity, "{}", c.plan);
+        // Every CP plan that fits simulates.
+        assert!(c.parallel.cp == 1 || c.error.is_none(), "{}: {:?}", c.plan, c.error);
     }
+    assert!(found.iter().any(|c| c.parallel.cp > 1 && c.report.is_some()), "a CP plan simulated");
     // The best plan's figures are what `predict` gives for it.
     let best = &found[0];
     let r = best.report.as_ref().unwrap();
@@ -271,4 +275,42 @@ fn plan_search_enumerates_every_plan_and_ranks_those_that_fit() {
     again.plan = best.parallel.clone();
     again.strategy = default_plan_strategy(&again.plan);
     assert_eq!(report(&again, true).step_time_s, r.step_time_s, "{}", best.plan);
+}
+
+#[test]
+fn plan_search_tries_context_parallelism_where_it_can_pay() {
+    use dagsim::parallel::Sharding;
+    use dagsim::plan_search::{context_dominated, enumerate};
+    use dagsim::workload::llm::Recompute;
+    let base = setup(small_gpt(), "dp=8", 1, 8, "dgx-a100");
+    let plans = enumerate(&base, 8);
+    // By hand, tp 1 and pp 1 without recomputation or sharding (8 DP x CP ranks, global batch 8,
+    // sequence 2048, so every cp dividing 8 splits it): cp 2 leaves dp 4 with 2 sequences per DP
+    // rank, micro-batch 1 (2 goes to its twin dp 8, mb 1); cp 4: dp 2, 4 sequences, mb 1 or 2 (4:
+    // twin); cp 8: dp 1, mb 1, 2 or 4 (8: twin).
+    let mut got: Vec<(u32, u32, u32)> = plans
+        .iter()
+        .filter(|p| {
+            p.tp == 1 && p.pp == 1 && p.cp > 1 && p.recompute == Recompute::None && p.sharding == Sharding::None
+        })
+        .map(|p| (p.cp, p.dp, p.micro_batch))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(2, 4, 1), (4, 2, 1), (4, 2, 2), (8, 1, 1), (8, 1, 2), (8, 1, 4)]);
+    for p in plans.iter().filter(|p| p.cp > 1) {
+        assert!(p.gpus() == 8 && p.check(8, 16).is_ok(), "{}", p.name());
+        assert!(p.micro_batch % p.cp != 0 && 2048 % (2 * p.cp) == 0, "{}", p.name());
+    }
+    // The twin holds as many tokens per GPU as the CP plan, so it fits where the CP plan does:
+    // a CP plan stays only where cp does not divide its micro-batch.
+    let split = plan_setup(small_gpt(), "tp=1,pp=1,dp=1,cp=8", 8, 8, 32768, "dgx-a100");
+    assert!(split.memory(8).fits() && context_dominated(&split, &split.plan, 8));
+    let one = plan_setup(small_gpt(), "tp=1,pp=1,dp=1,cp=8", 1, 8, 32768, "dgx-a100");
+    assert!(!context_dominated(&one, &one.plan, 8));
+    // A CP plan's memory is its folded plan's: each GPU holds seq / cp tokens of its micro-batch's
+    // sequences, the optimizer is sharded over DP x CP.
+    let cp = plan_setup(small_gpt(), "tp=1,pp=1,dp=2,cp=4,zero=1", 1, 8, 2048, "dgx-a100").memory(8);
+    let same = plan_setup(small_gpt(), "tp=1,pp=1,dp=8,zero=1", 1, 8, 512, "dgx-a100").memory(8);
+    let (a, b) = (cp.peak(), same.peak());
+    assert_eq!((a.activations, a.optimizer, a.weights, a.total), (b.activations, b.optimizer, b.weights, b.total));
 }

@@ -39,6 +39,8 @@ const COMMANDS: &[&[&str]] = &[
     &["validate", "validation/tf2017_k80_alexnet.csv"],
     &["trace", "compare"],
     &["calibrate", "topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl", "--topology", "abci-v"],
+    &["collective", "--topology", "abci-v", "--gpus", "4", "-b", "1K", "-e", "4K"],
+    &["collective", "--check", "topologies/measured/abci/bcast_intra_vnode_4gpu.nccl", "--topology", "abci-v"],
     &["sweep", "tests/fixtures/sweep_small.toml"],
 ];
 
@@ -140,7 +142,8 @@ fn every_csv_column_and_json_key_is_in_the_glossary() {
 fn text_tables_head_their_columns_with_the_glossary_names() {
     let g = Glossary::load();
     // The heading line of each table: the line that starts with its first column's name.
-    let tables: [(&[&str], &str); 3] = [(COMMANDS[0], "gpus"), (COMMANDS[4], "strategy"), (COMMANDS[5], "plan")];
+    let tables: [(&[&str], &str); 4] =
+        [(COMMANDS[0], "gpus"), (COMMANDS[4], "strategy"), (COMMANDS[5], "plan"), (COMMANDS[10], "bytes")];
     for (cmd, first) in tables {
         let text = output(cmd, "text");
         let heading = text.lines().find(|l| l.trim_start().starts_with(first)).unwrap_or_else(|| panic!("{text}"));

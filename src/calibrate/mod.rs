@@ -13,6 +13,7 @@
 
 pub mod collective_fit;
 pub mod formats;
+pub mod nccl_tests;
 pub mod p2p;
 
 use crate::collective::{Algorithm, CollectiveOp};
@@ -37,6 +38,17 @@ pub fn simulate_collective(
     ranks: u32,
     bytes: u64,
 ) -> Result<Nanos> {
+    Ok(collective_run(machine, op, algorithm, ranks, bytes)?.0)
+}
+
+/// Like [`simulate_collective`], with how the collective model ran it (`ring/LL128 x16`, `ring`).
+pub fn collective_run(
+    machine: &Machine,
+    op: CollectiveOp,
+    algorithm: Algorithm,
+    ranks: u32,
+    bytes: u64,
+) -> Result<(Nanos, String)> {
     if ranks == 0 || ranks as usize > machine.gpus.len() {
         return Err(Error::invalid("ranks", format!("{ranks} asked for, machine has {} GPUs", machine.gpus.len())));
     }
@@ -44,7 +56,9 @@ pub fn simulate_collective(
     let group = b.add_group((0..ranks).collect());
     let t = b.add_task(lone_task(Work::Collective { group, op, algorithm, bytes }));
     let dag = b.build(DagMeta { gpus: ranks, iterations: 1, iteration_end: vec![t] })?;
-    Ok(simulate(&dag, machine, Options::default())?.makespan)
+    let run = simulate(&dag, machine, Options::default())?;
+    let ran = run.collectives.first().map_or_else(|| "none".to_string(), |u| u.ran.clone());
+    Ok((run.makespan, ran))
 }
 
 /// Transfers (source device, destination device, bytes) that all start at time zero and share the
@@ -228,7 +242,13 @@ pub(crate) fn measured_vs_model(
 }
 
 /// The measurement's ranks must sit on as many nodes of the machine as it ran on hosts.
-fn check_hosts(topology: &Topology, machine: &Machine, m: &Measurement, ranks: u32, hosts: u32) -> Result<()> {
+pub(crate) fn check_hosts(
+    topology: &Topology,
+    machine: &Machine,
+    m: &Measurement,
+    ranks: u32,
+    hosts: u32,
+) -> Result<()> {
     let nodes = machine.gpus[..ranks as usize].iter().map(|g| g.node).max().map_or(0, |n| n + 1);
     if nodes != hosts {
         return Err(Error::invalid(

@@ -6,6 +6,7 @@ mod bench;
 mod calibrate;
 #[cfg(feature = "cuda")]
 mod calibrate_gpu;
+mod collective;
 mod compare;
 mod completions;
 mod output;
@@ -165,6 +166,7 @@ enum Command {
     Completions(completions::Args),
     Compare(compare::Args),
     Calibrate(calibrate::Args),
+    Collective(collective::Args),
     Plot(plot::Args),
 }
 
@@ -194,6 +196,7 @@ pub fn run() -> ExitCode {
         Command::Completions(args) => completions::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Collective(args) => collective::run(args),
         Command::Plot(args) => plot::run(args),
     };
     match result {

@@ -15,7 +15,8 @@ Examples:
   dagsim plan --model llama2-7b --topology dgx-a100 --gpus 8 --global-batch 16 --format csv -o plans.csv
 
 Every plan of tp (inside a node, dividing the heads), pp (dividing the layers; vp 2 where it
-divides them too), micro-batch 1/2/4/8, sp, recompute none/selective/full and ZeRO-1 is checked
+divides them too), cp (2 cp dividing the sequence), micro-batch 1/2/4/8, sp, recompute
+none/selective/full and ZeRO-1/2/3 is checked
 for memory; those that fit are simulated in parallel and ranked by step time. Text shows the best
 --top; CSV and JSON list every plan, those that do not fit with their memory. docs/parallel.md.";
 

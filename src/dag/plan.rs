@@ -10,7 +10,8 @@
 //! tensor-parallel collectives is followed by them, over its TP group. Steps that need another
 //! stage's output wait for a transfer from it (activations forward, their gradients backward).
 //! Gradients of the last micro-batch go through the data-parallel exchange
-//! ([`super::exchange`], the strategy's runtime grouping the gradients) per DP group; ZeRO-1/2 reduce-scatter them and
+//! ([`super::exchange`], the strategy's runtime grouping the gradients) per DP group (routed
+//! experts' gradients under EP per expert-DP group); ZeRO-1/2 reduce-scatter them and
 //! all-gather the updated parameters, which the next iteration's first forward of each layer waits
 //! for; ZeRO-3/FSDP gather each layer's parameters before each use (prefetching one layer ahead)
 //! and reduce-scatter its gradient after every micro-batch. Tied embeddings are all-reduced between
@@ -52,6 +53,10 @@ pub struct PlanLayout {
     /// DP replicas simulated (those with DP index below it); each stands for the replicas whose
     /// index is the same modulo it. The DP degree when every replica is simulated.
     pub dp_block: u32,
+    /// Per workload layer, the gradient tensors (bytes) of routed experts' weights among the
+    /// layer's own (empty: none, or a workload without MoE layers). With ep > 1 they are reduced
+    /// over the expert-data-parallel group instead of the DP group (see [`build_plan`]).
+    pub expert_grads: Vec<Vec<u64>>,
 }
 
 impl PlanLayout {
@@ -66,6 +71,7 @@ impl PlanLayout {
             tied_bytes: 0,
             shard_group: gpus,
             dp_block: gpus,
+            expert_grads: Vec::new(),
         }
     }
 
@@ -268,13 +274,61 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         .collect();
     let stage_w = |st: u32| stage_workloads[st as usize].as_ref().unwrap_or(w);
     let dp_width = if plan.sharding == Sharding::FsdpHybrid { shard } else { dp };
+    // Routed experts' gradients (ep > 1) are reduced apart from the dense ones. Megatron-Core
+    // (core_r0.11.0, 7c00175) marks expert weights `allreduce = False` when ep > 1
+    // (megatron/core/extensions/transformer_engine.py l.863, 905) and gives them param-and-grad
+    // buffers of their own, reduced over the expert-data-parallel group, the dense ones over the
+    // DP group with CP (megatron/core/distributed/distributed_data_parallel.py l.98, 246-260);
+    // the distributed optimizer shards them over that group too (megatron/core/optimizer/
+    // __init__.py l.478). That group has tp x cp x dp / (ep x etp) ranks holding the same experts,
+    // ep consecutive ranks apart (parallel_state.py l.684-705: the expert ranks are ordered
+    // etp-ep-dp-pp), so etp = 1 here. Same bucket size for both. Sharded parameters (ZeRO-3,
+    // FSDP) keep every gradient in the DP group.
+    let experts_apart = plan.ep > 1
+        && matches!(plan.sharding, Sharding::None | Sharding::Zero1 | Sharding::Zero2)
+        && layout.expert_grads.iter().any(|t| !t.is_empty());
+    let expert_dp = if experts_apart { tp * dp / plan.ep } else { 0 };
+    // Per stage, the gradients the DP groups reduce and those the expert-DP groups reduce.
+    let views: Vec<Option<(Workload, Workload)>> = (0..pp)
+        .map(|st| {
+            if !experts_apart {
+                return Ok(None);
+            }
+            let globals: Vec<usize> = if pp > 1 { stage_layers[st as usize].clone() } else { (0..nl).collect() };
+            let moved: Vec<&[u64]> =
+                globals.iter().map(|&l| layout.expert_grads.get(l).map_or(&[][..], Vec::as_slice)).collect();
+            split_expert_grads(stage_w(st), &moved).map(Some)
+        })
+        .collect::<Result<_>>()?;
+    let dense_w = |st: u32| views[st as usize].as_ref().map_or(stage_w(st), |v| &v.0);
+    let expert_w = |st: u32| views[st as usize].as_ref().map_or(stage_w(st), |v| &v.1);
     let exchange_plans: Vec<exchange::Plan> =
-        (0..pp).map(|st| exchange::plan(stage_w(st), s, m, dp_width)).collect::<Result<_>>()?;
+        (0..pp).map(|st| exchange::plan(dense_w(st), s, m, dp_width)).collect::<Result<_>>()?;
+    let expert_plans: Vec<exchange::Plan> = if expert_dp > 1 {
+        (0..pp).map(|st| exchange::plan(expert_w(st), s, m, expert_dp)).collect::<Result<_>>()?
+    } else {
+        Vec::new()
+    };
     let servers_wanted = exchange_plans[0].servers;
-    if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None) && dp > 1 {
+    if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None || plan.ep > 1) && dp > 1 {
         return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
     }
 
+    // One gradient communicator over `ranks_of` (with its queues), unless no rank of it is driven.
+    let dp_group =
+        |b: &mut DagBuilder, stage: u32, tp_rank: u32, ranks_of: Vec<u32>, explan: &exchange::Plan, name: String| {
+            let members: Vec<u32> = ranks_of.iter().filter_map(|&r| driver(r)).collect();
+            let own: Vec<bool> =
+                ranks_of.iter().filter(|&&r| driver(r).is_some()).map(|r| local.contains_key(r)).collect();
+            if members.is_empty() {
+                return None;
+            }
+            let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
+            let queues = Queues::new(b, explan);
+            let group = b.add_group(ranks_of);
+            let gather = plan.sharding.shards_optimizer().then(|| b.add_queue(name, Discipline::Fifo, None));
+            Some(DpGroup { stage, tp_rank, group, queues, gather, members, own, driven })
+        };
     // Data-parallel communicators, one per (stage, TP rank) (FSDP hybrid: per shard group).
     let hybrid = plan.sharding == Sharding::FsdpHybrid && shard < dp;
     let mut dp_groups: Vec<DpGroup> = Vec::new();
@@ -285,20 +339,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 let width = if hybrid { shard } else { dp };
                 let ranks_of: Vec<u32> =
                     (first..first + width).map(|d| plan.rank(Coords { tp: t, dp: d, stage })).collect();
-                let members: Vec<u32> = ranks_of.iter().filter_map(|&r| driver(r)).collect();
-                let own: Vec<bool> =
-                    ranks_of.iter().filter(|&&r| driver(r).is_some()).map(|r| local.contains_key(r)).collect();
-                if members.is_empty() {
-                    continue;
-                }
-                let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
-                let queues = Queues::new(&mut b, &exchange_plans[stage as usize]);
-                let group = b.add_group(ranks_of);
-                let gather = plan
-                    .sharding
-                    .shards_optimizer()
-                    .then(|| b.add_queue(format!("dp{stage}.{t}.{first}.gather"), Discipline::Fifo, None));
-                dp_groups.push(DpGroup { stage, tp_rank: t, group, queues, gather, members, own, driven });
+                let name = format!("dp{stage}.{t}.{first}.gather");
+                dp_groups.extend(dp_group(&mut b, stage, t, ranks_of, &exchange_plans[stage as usize], name));
             }
             // FSDP hybrid: the j-th GPU of every shard group all-reduce their shards together.
             if hybrid {
@@ -315,6 +357,17 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     })
                     .collect();
                 replica_groups.insert((stage, t), groups);
+            }
+        }
+    }
+    // Expert-data-parallel communicators: per stage, the ranks at the same place in every EP group.
+    let mut expert_groups: Vec<DpGroup> = Vec::new();
+    if expert_dp > 1 {
+        for stage in 0..pp {
+            for q in 0..plan.ep {
+                let ranks_of: Vec<u32> = (0..expert_dp).map(|j| stage * tp * dp + q + plan.ep * j).collect();
+                let name = format!("edp{stage}.{q}.gather");
+                expert_groups.extend(dp_group(&mut b, stage, q % tp, ranks_of, &expert_plans[stage as usize], name));
             }
         }
     }
@@ -405,12 +458,24 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let total_grad = w.grad_bytes().max(1);
     let update_ns: Vec<Nanos> = (0..pp)
         .map(|st| {
+            // The distributed optimizer updates 1/shard of the dense parameters and 1/expert-DP of
+            // the experts'.
             let sharded = if plan.sharding.shards_optimizer() { shard } else { 1 };
-            if pp == 1 && sharded == 1 {
+            let expert_sharded = if plan.sharding.shards_optimizer() { expert_dp.max(1) } else { 1 };
+            if pp == 1 && sharded == 1 && expert_sharded == 1 {
                 w.update.mean_ns
             } else {
-                let bytes: u64 = stage_layers[st as usize].iter().map(|&l| layers[l].grad_bytes).sum();
-                (w.update.mean_ns as f64 * bytes as f64 / total_grad as f64 / sharded as f64).round() as Nanos
+                let sl = &stage_layers[st as usize];
+                let bytes: u64 = sl.iter().map(|&l| layers[l].grad_bytes).sum();
+                let experts: u64 = if experts_apart {
+                    sl.iter().filter_map(|&l| layout.expert_grads.get(l)).flatten().sum()
+                } else {
+                    0
+                };
+                let mean = w.update.mean_ns as f64;
+                (mean * (bytes - experts) as f64 / total_grad as f64 / sharded as f64
+                    + mean * experts as f64 / total_grad as f64 / expert_sharded as f64)
+                    .round() as Nanos
             }
         })
         .collect();
@@ -426,7 +491,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let per_layer_sync = exchange_plans[0].priority && ranks > 1;
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let mut param_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
-    let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len()];
+    let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len() + expert_groups.len()];
     let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
     let gather_params = plan.sharding.shards_params() && dp > 1;
 
@@ -801,14 +866,18 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         let every_micro_batch = plan.sharding.shards_grads();
         let mut hybrid_done: HashMap<(u32, u32, usize), Vec<TaskId>> = HashMap::new();
         let mut hybrid_upd: HashMap<(u32, u32), Vec<TaskId>> = HashMap::new();
-        for (gidx, dpg) in dp_groups.iter().enumerate() {
+        // The DP groups with the dense gradients, then the expert-DP groups with the experts'.
+        let communicators = dp_groups
+            .iter()
+            .map(|g| (g, &exchange_plans[g.stage as usize], dense_w(g.stage), false))
+            .chain(expert_groups.iter().map(|g| (g, &expert_plans[g.stage as usize], expert_w(g.stage), true)));
+        for (gidx, (dpg, explan, view, expert)) in communicators.enumerate() {
             if ranks <= 1 || dp == 1 && !hybrid {
                 break;
             }
             let st = dpg.stage;
             let sl = &stage_layers[st as usize];
             let to_global = |l: usize| if pp > 1 { sl[l] } else { l };
-            let explan = &exchange_plans[st as usize];
             let bucket_plan = &explan.buckets;
             let members = &dpg.members;
             let upd: Vec<TaskId> = members.iter().map(|&g| updates[g as usize]).collect();
@@ -819,7 +888,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     .map(|&g| sl.iter().map(|&l| bwd[g as usize][mb as usize][l]).collect::<Vec<_>>())
                     .collect();
                 let exchange = Exchange {
-                    workload: stage_w(st),
+                    workload: view,
                     strategy: s,
                     plan: explan,
                     group: dpg.group,
@@ -851,7 +920,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     let g = members[r] as usize;
                     if per_layer_sync {
                         let l = to_global(bucket.last);
-                        if exchange::bucket_starts_layer(bucket_plan, bucket) {
+                        // (The experts' buckets come after the layer's dense ones.)
+                        if !expert && exchange::bucket_starts_layer(bucket_plan, bucket) {
                             layer_ready[g][l].clear();
                         }
                         layer_ready[g][l].push(done);
@@ -879,7 +949,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             // ZeRO-1/2: every rank's updated shard is all-gathered per bucket; the next iteration's
             // first forward of each layer waits for it (Megatron's overlapped parameter gather).
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
-                for &g in members {
+                for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {
                         param_ready[g as usize][l].clear();
                     }
@@ -982,4 +1052,31 @@ fn sorted<K: Ord + Copy, V: Copy>(m: &HashMap<K, V>) -> Vec<(K, V)> {
     let mut v: Vec<(K, V)> = m.iter().map(|(k, v)| (*k, *v)).collect();
     v.sort_by_key(|x| x.0);
     v
+}
+
+/// `w`'s gradients split by the group that reduces them: (the DP group's, the expert-DP group's),
+/// with the same layers in both; `experts[l]` (some of layer l's gradient tensors) move from the
+/// first to the second.
+fn split_expert_grads(w: &Workload, experts: &[&[u64]]) -> Result<(Workload, Workload)> {
+    let (mut dense, mut apart) = (w.clone(), w.clone());
+    for ((d, e), &moved) in dense.layers.iter_mut().zip(apart.layers.iter_mut()).zip(experts) {
+        e.grad_bytes = moved.iter().sum();
+        e.grad_tensors = moved.to_vec();
+        if moved.is_empty() {
+            continue;
+        }
+        let mut left = d.tensors().to_vec();
+        for t in moved {
+            let Some(i) = left.iter().position(|x| x == t) else {
+                return Err(Error::invalid(
+                    format!("layer `{}`", d.name),
+                    format!("an expert gradient of {t} bytes is not one of the layer's gradient tensors"),
+                ));
+            };
+            left.remove(i);
+        }
+        d.grad_bytes = left.iter().sum();
+        d.grad_tensors = left;
+    }
+    Ok((dense, apart))
 }

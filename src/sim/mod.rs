@@ -141,6 +141,31 @@ impl Reservation {
     }
 }
 
+/// What reserving a collective from one step on needs to know of each step class, the same every
+/// time that collective (group, operation, algorithm, bytes) is tried from that step: the class's
+/// representative step (u32::MAX for a class with no step left), the route of each of its
+/// transfers in step order, and its duration on links with no other traffic once timed.
+#[derive(Debug, Default)]
+struct ReserveClasses {
+    classes: Vec<(u32, Vec<u32>, Option<Option<Nanos>>)>,
+}
+
+/// Key of [`ReserveClasses`]: the collective as the lowerer keys its plans, and the first step.
+type ReserveKey = (u32, crate::collective::CollectiveOp, crate::collective::Algorithm, u64, u32);
+
+/// [`Route::rate_cap`] by route and message size, found once: a run moves millions of messages of
+/// a few sizes over a few thousand routes, and each cap walks the route's bandwidth curves.
+#[derive(Debug, Default)]
+struct RouteCaps {
+    memo: HashMap<(u32, u64), f64>,
+}
+
+impl RouteCaps {
+    fn get(&mut self, machine: &Machine, routes: &[Route], route: u32, bytes: u64) -> f64 {
+        *self.memo.entry((route, bytes)).or_insert_with(|| routes[route as usize].rate_cap(machine, bytes))
+    }
+}
+
 /// What an attempt to reserve a collective's links gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reserve {
@@ -275,6 +300,10 @@ struct Engine<'a> {
     materialized_count: u64,
     reservation_pool: Vec<Reservation>,
     timer: StepTimer,
+    /// Per collective and first step: its step classes' routes and undisturbed durations, so a
+    /// collective tried again (every TP collective of every layer) is not lowered and timed anew.
+    reserve_memo: HashMap<ReserveKey, std::rc::Rc<std::cell::RefCell<ReserveClasses>>>,
+    route_caps: RouteCaps,
     /// Capacity of each machine link (bytes/ns).
     link_capacity: Vec<f64>,
     /// Collectives whose step found other flows on its links: tried on reserved links next to
@@ -330,6 +359,8 @@ impl<'a> Engine<'a> {
             materialized_count: 0,
             reservation_pool: Vec::new(),
             timer: StepTimer::new(nlinks),
+            reserve_memo: HashMap::default(),
+            route_caps: RouteCaps::default(),
             link_capacity: machine.links.iter().map(|l| l.capacity()).collect(),
             deferred: Vec::new(),
             outside_reservations: 0,
@@ -652,23 +683,20 @@ impl<'a> Engine<'a> {
         const PROVISIONAL: u32 = u32::MAX;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
+        let memo = self.reserve_classes(slot, &plan, first)?;
+        let mut memo = memo.borrow_mut();
         let mut res = self.reservation_pool.pop().unwrap_or_default();
         res.class_time.clear();
         res.links.clear();
         res.class_outside.clear();
         let mut outcome = Reserve::Done;
-        for (rep, _) in Self::steps_per_class(&plan, first, plan.step_count()) {
+        for (rep, routes, alone) in memo.classes.iter_mut() {
             res.class_outside.push(Vec::new());
-            if rep == u32::MAX {
+            if *rep == u32::MAX {
                 res.class_time.push(0);
                 continue;
             }
-            self.load_step(slot, rep);
-            let scratch = std::mem::take(&mut self.step_scratch);
-            let mut routes = Vec::with_capacity(scratch.len());
-            'members: for x in &scratch {
-                let route = self.route(x.src, x.dst, x.rail)?;
-                routes.push(route);
+            'members: for &route in routes.iter() {
                 for &l in &self.routes[route as usize].links {
                     let li = l as usize;
                     // Held by another collective, or busy: not eligible (busy: unless timed next to
@@ -690,10 +718,30 @@ impl<'a> Engine<'a> {
             }
             let mut longest = None;
             if outcome == Reserve::Done {
-                let outside = if with_outside { self.outside_flows(&scratch, &routes) } else { Some(Vec::new()) };
+                let outside = if with_outside {
+                    self.load_step(slot, *rep);
+                    let scratch = std::mem::take(&mut self.step_scratch);
+                    let outside = self.outside_flows(&scratch, routes);
+                    self.step_scratch = scratch;
+                    outside
+                } else {
+                    Some(Vec::new())
+                };
                 match outside {
+                    Some(outside) if outside.is_empty() => {
+                        if alone.is_none() {
+                            self.load_step(slot, *rep);
+                            let scratch = std::mem::take(&mut self.step_scratch);
+                            *alone = Some(self.time_step(&scratch, routes, &[]));
+                            self.step_scratch = scratch;
+                        }
+                        longest = alone.expect("timed above");
+                    }
                     Some(outside) => {
-                        longest = self.time_step(&scratch, &routes, &outside);
+                        self.load_step(slot, *rep);
+                        let scratch = std::mem::take(&mut self.step_scratch);
+                        longest = self.time_step(&scratch, routes, &outside);
+                        self.step_scratch = scratch;
                         *res.class_outside.last_mut().expect("pushed above") = outside;
                     }
                     None => outcome = Reserve::Held,
@@ -702,10 +750,10 @@ impl<'a> Engine<'a> {
                     outcome = Reserve::Busy;
                 }
             }
-            self.step_scratch = scratch;
             let Some(longest) = longest else { break };
             res.class_time.push(longest);
         }
+        drop(memo);
         if outcome != Reserve::Done {
             for &l in &res.links {
                 self.reserved_by[l as usize] = 0;
@@ -730,6 +778,40 @@ impl<'a> Engine<'a> {
         self.collectives[slot as usize].reservation = Some(res);
         self.reserved_count += 1;
         Ok(Reserve::Done)
+    }
+
+    /// The step classes of the collective in `slot` from step `first` on, with their routes (found
+    /// once per collective and first step, see [`ReserveClasses`]).
+    fn reserve_classes(
+        &mut self,
+        slot: u32,
+        plan: &Plan,
+        first: u32,
+    ) -> Result<std::rc::Rc<std::cell::RefCell<ReserveClasses>>> {
+        let run = &self.collectives[slot as usize];
+        let Work::Collective { group, op, algorithm, bytes } = self.dag.task(run.task).work else {
+            unreachable!("a collective slot runs a collective task")
+        };
+        let key = (group, op, algorithm, bytes, first);
+        if let Some(m) = self.reserve_memo.get(&key) {
+            return Ok(m.clone());
+        }
+        let mut classes = Vec::new();
+        for (rep, _) in Self::steps_per_class(plan, first, plan.step_count()) {
+            let mut routes = Vec::new();
+            if rep != u32::MAX {
+                self.load_step(slot, rep);
+                let scratch = std::mem::take(&mut self.step_scratch);
+                for x in &scratch {
+                    routes.push(self.route(x.src, x.dst, x.rail)?);
+                }
+                self.step_scratch = scratch;
+            }
+            classes.push((rep, routes, None));
+        }
+        let m = std::rc::Rc::new(std::cell::RefCell::new(ReserveClasses { classes }));
+        self.reserve_memo.insert(key, m.clone());
+        Ok(m)
     }
 
     /// The flows in the component of a step's links (as they are now), or None if that component
@@ -767,7 +849,13 @@ impl<'a> Engine<'a> {
     }
 
     /// Members of a step for the step timer: the transfers with their routes, latency and cap.
-    fn members<'r>(machine: &Machine, routes: &'r [Route], transfers: &[Xfer], route_ids: &[u32]) -> Vec<Member<'r>> {
+    fn members<'r>(
+        machine: &Machine,
+        routes: &'r [Route],
+        caps: &mut RouteCaps,
+        transfers: &[Xfer],
+        route_ids: &[u32],
+    ) -> Vec<Member<'r>> {
         transfers
             .iter()
             .zip(route_ids)
@@ -776,7 +864,7 @@ impl<'a> Engine<'a> {
                 let cap = if x.bytes == 0 || route.links.is_empty() {
                     f64::INFINITY
                 } else {
-                    route.rate_cap(machine, x.bytes).min(x.cap)
+                    caps.get(machine, routes, r, x.bytes).min(x.cap)
                 };
                 Member { links: &route.links, latency: x.latency(route), bytes: x.bytes, cap }
             })
@@ -786,7 +874,7 @@ impl<'a> Engine<'a> {
     /// Duration of a step's transfers next to `outside` flows (none: links with no other traffic),
     /// or None if the step would change an outside flow's rate.
     fn time_step(&mut self, transfers: &[Xfer], route_ids: &[u32], outside: &[Outside]) -> Option<Nanos> {
-        let members = Self::members(self.machine, &self.routes, transfers, route_ids);
+        let members = Self::members(self.machine, &self.routes, &mut self.route_caps, transfers, route_ids);
         self.timer.duration_with(&members, outside, &self.link_capacity)
     }
 
@@ -897,7 +985,7 @@ impl<'a> Engine<'a> {
             route_ids.push(self.route(x.src, x.dst, x.rail)?);
         }
         let (states, dirty) = {
-            let members = Self::members(self.machine, &self.routes, &scratch, &route_ids);
+            let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &scratch, &route_ids);
             let outside = &class_outside[plan.step_class(step) as usize];
             self.timer.states_at(&members, outside, &self.link_capacity, now - step_start)
         };
@@ -1046,7 +1134,7 @@ impl<'a> Engine<'a> {
             }
         }
         let route = &self.routes[p.route as usize];
-        let cap = route.rate_cap(self.machine, p.bytes).min(p.cap);
+        let cap = self.route_caps.get(self.machine, &self.routes, p.route, p.bytes).min(p.cap);
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
         self.map_flow(f, slot);
         Ok(())

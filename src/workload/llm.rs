@@ -185,12 +185,17 @@ impl Device {
 
     /// A (batched) GEMM C[m x n] = A[m x k] B[k x n], `batch` times: (ns, FLOPs).
     pub(super) fn gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
+        self.gemm_in(batch, m, n, k, rate, self.gemm_in)
+    }
+
+    /// [`Device::gemm`] with inputs of `in_bytes` per element (a 16-bit GEMM in an FP8 run).
+    fn gemm_in(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64, in_bytes: f64) -> (f64, f64) {
         let flops = 2.0 * (batch * m * n) as f64 * k as f64;
         let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
         let waves = tiles.div_ceil(self.sms);
         let wave_fill = tiles as f64 / (waves * self.sms) as f64;
         let math = flops / (rate * wave_fill);
-        let bytes = batch as f64 * ((m * k + k * n) as f64 * self.gemm_in + (m * n) as f64 * self.elem);
+        let bytes = batch as f64 * ((m * k + k * n) as f64 * in_bytes + (m * n) as f64 * self.elem);
         (math.max(bytes / self.memory) + LAUNCH_NS, flops)
     }
 
@@ -198,6 +203,48 @@ impl Device {
     pub(super) fn stream(&self, bytes: f64) -> f64 {
         bytes / self.memory + LAUNCH_NS
     }
+
+    /// The memory-bound kernels Transformer Engine (v1.8) runs around one FP8 weight GEMM of
+    /// `tokens` x `k` -> `n` in training, as (forward, backward) ns; `local` is the tokens a GPU
+    /// holds before a sequence-parallel all-gather. Hopper's FP8 GEMMs take both operands
+    /// K-major, so the weight gradient needs the input and the output gradient transposed:
+    /// - `Linear` forward (module/linear.py l.113-143): the BF16 input cast to FP8 together with
+    ///   its transpose (`fp8_cast_transpose_fused`: read 2, write 1 + 1 bytes); under sequence
+    ///   parallelism the cast alone, the transpose (`fp8_transpose`: read 1, write 1) in the
+    ///   backward pass (l.527-533).
+    /// - `LayerNormLinear`: the norm writes FP8 itself (module/_common.py l.59-74, costed in the
+    ///   norm); its output transposed in the backward pass (layernorm_linear.py l.584).
+    /// - Backward, the output gradient (module/base.py `grad_output_preprocess` l.632-736): cast
+    ///   and transpose fused, or, for a row-parallel layer under sequence parallelism, cast on the
+    ///   local tokens, all-gathered, then transposed.
+    ///
+    /// The amax of each cast is reduced inside the same kernel; the amax all-reduce and scale
+    /// update after each forward and backward pass (fp8.py `reduce_and_update_fp8_tensors`, l.316)
+    /// move a few KiB, tens of microseconds a micro-batch, and are left out. Weights are cast once
+    /// per step (`is_first_microbatch`), charged with the update.
+    fn te_fp8_casts(&self, module: TeModule, tokens: u64, local: u64, n: u64, k: u64, sp: bool) -> (f64, f64) {
+        let e = self.elem;
+        let (x, dy) = ((tokens * k) as f64, (tokens * n) as f64);
+        let transpose = |elems: f64| self.stream(2.0 * elems);
+        let cast_transpose = |elems: f64| self.stream((e + 2.0) * elems);
+        let cast = |elems: f64| self.stream((e + 1.0) * elems);
+        match (module, sp) {
+            (TeModule::LayerNormLinear, _) => (0.0, transpose(x) + cast_transpose(dy)),
+            (TeModule::Linear, false) => (cast_transpose(x), cast_transpose(dy)),
+            (TeModule::Linear, true) => (cast(x), transpose(x) + cast((local * n) as f64) + transpose(dy)),
+        }
+    }
+}
+
+/// The Transformer Engine module that runs a weight GEMM (Megatron-Core's layer spec,
+/// megatron/core/models/gpt/gpt_layer_specs.py l.59-61 and l.119-120 @ core_r0.8.0), which
+/// decides the FP8 casts around it.
+#[derive(Clone, Copy)]
+enum TeModule {
+    /// QKV and FC1: column-parallel, the norm fused in front.
+    LayerNormLinear,
+    /// Attention projection and FC2: row-parallel, a BF16 input.
+    Linear,
 }
 
 /// One operation's cost for one micro-batch on one GPU.
@@ -335,6 +382,14 @@ pub fn cost_moe(
         let x = (tokens * h) as f64 * e;
         (d.stream(2.0 * x), d.stream(3.0 * x))
     };
+    // The norm in front of a weight GEMM: under FP8 Transformer Engine's `LayerNormLinear` has the
+    // norm kernel write its output in FP8 (one byte) for the GEMM to read.
+    let fp8 = o.precision == Precision::Fp8;
+    let norm_to_gemm = |tokens: u64| {
+        let x = (tokens * h) as f64;
+        let out = if fp8 { 1.0 } else { e };
+        (d.stream(x * (e + out)), d.stream(3.0 * x * e))
+    };
     let residual = |tokens: u64| {
         let x = (tokens * h) as f64;
         let mask = if dropout { x } else { 0.0 };
@@ -349,11 +404,13 @@ pub fn cost_moe(
     };
     // A weight GEMM y[t x n] = x[t x k] W[k x n] and its two backward GEMMs (input and weight
     // gradients), each timed by its own shape.
-    let linear = |name, tokens: u64, n: u64, k: u64| {
+    // Under FP8, plus the casts and transposes Transformer Engine runs around the three GEMMs.
+    let linear = |name, module: TeModule, tokens: u64, n: u64, k: u64| {
         let (f, flops) = d.gemm(1, tokens, n, k, d.matmul);
         let (dx, _) = d.gemm(1, tokens, k, n, d.matmul);
         let (dw, _) = d.gemm(1, k, n, tokens, d.matmul);
-        op(name, (f, dx + dw), flops)
+        let (cf, cb) = if fp8 { d.te_fp8_casts(module, tokens, tokens.div_ceil(tp), n, k, sp) } else { (0.0, 0.0) };
+        op(name, (f + cf, dx + dw + cb), flops)
     };
     let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward, group: CommGroup::Tensor })
@@ -370,7 +427,8 @@ pub fn cost_moe(
     };
 
     // --- attention block ---
-    let mut attn_ops = vec![op("norm", norm(t_norm), 0.0), linear("qkv", t, h_l + kv_l, h)];
+    let mut attn_ops =
+        vec![op("norm", norm_to_gemm(t_norm), 0.0), linear("qkv", TeModule::LayerNormLinear, t, h_l + kv_l, h)];
     if cfg.position == Position::Rotary {
         let qk = (t * (h_l + kv_l / 2)) as f64 * e;
         attn_ops.push(op("rotary", (d.stream(2.0 * qk), d.stream(2.0 * qk)), 0.0));
@@ -410,7 +468,7 @@ pub fn cost_moe(
         }
     };
     attn_ops.push(core);
-    attn_ops.push(linear("proj", t, h, h_l));
+    attn_ops.push(linear("proj", TeModule::Linear, t, h, h_l));
     attn_ops.push(op("residual", residual(t_norm), 0.0));
 
     // --- MLP block ---
@@ -421,10 +479,10 @@ pub fn cost_moe(
         (d.stream(2.0 * act_elems * e), d.stream(3.0 * act_elems * e)) // GELU (fused with bias)
     };
     let mlp_ops = vec![
-        op("norm", norm(t_norm), 0.0),
-        linear("fc1", t, gates * f_l, h),
+        op("norm", norm_to_gemm(t_norm), 0.0),
+        linear("fc1", TeModule::LayerNormLinear, t, gates * f_l, h),
         op("activation", act, 0.0),
-        linear("fc2", t, h, f_l),
+        linear("fc2", TeModule::Linear, t, h, f_l),
         op("residual", residual(t_norm), 0.0),
     ];
 
@@ -495,7 +553,17 @@ pub fn cost_moe(
     if p.final_norm > 0 {
         head_ops.push(op("norm", norm(t_norm), 0.0));
     }
-    head_ops.push(linear("logits", t, v_l, h));
+    // Megatron-Core's output layer is its own `ColumnParallelLinear`, not a Transformer Engine
+    // module, so it stays in 16 bits under FP8 (megatron/core/models/gpt/gpt_model.py l.119 @
+    // core_r0.8.0).
+    let logits16 = |tokens: u64, n: u64, k: u64| {
+        let rate = if fp8 { d.matmul16 } else { d.matmul };
+        let (f, flops) = d.gemm_in(1, tokens, n, k, rate, e);
+        let (dx, _) = d.gemm_in(1, tokens, k, n, rate, e);
+        let (dw, _) = d.gemm_in(1, k, n, tokens, rate, e);
+        op("logits", (f, dx + dw), flops)
+    };
+    head_ops.push(logits16(t, v_l, h));
     head_ops.push(op("loss", (d.stream(logits * (e + 4.0 + 4.0)), d.stream(logits * (4.0 + 4.0 + e))), 0.0));
     let head = BlockCost {
         name: "head",
@@ -569,8 +637,21 @@ pub fn cost_moe(
     let hardware_flops = model_flops + tpf * recompute_flops;
     // Adam with FP32 master weights: read gradient, weight, two moments; write weight and moments
     // (Optimizer::update_passes), plus the 16-bit copy of the weight in mixed precision.
-    let update_bytes =
-        4.0 * super::memory::Optimizer::Adam.update_passes() + if o.precision.is_mixed() { 2.0 } else { 0.0 };
+    // Under FP8 Transformer Engine also casts every GEMM weight to FP8 with its transpose once per
+    // step (read 2, write 1 + 1 bytes; linear.py l.980-1006, cached for the step's later
+    // micro-batches by Megatron's `is_first_microbatch`), charged here in proportion to the share
+    // of parameters in those GEMMs (not the embedding, output layer, norms or biases).
+    let fp8_weights = if fp8 {
+        let dense = (cfg.layers - p.moe_layers) as f64;
+        let moe = p.moe_layers as f64 * p.moe_block.saturating_sub(cfg.norm_params()) as f64;
+        let gemm_params = layers * cfg.attention_matrix_params() as f64 + dense * cfg.mlp_matrix_params() as f64 + moe;
+        (e + 2.0) * gemm_params / p.total() as f64
+    } else {
+        0.0
+    };
+    let update_bytes = 4.0 * super::memory::Optimizer::Adam.update_passes()
+        + if o.precision.is_mixed() { 2.0 } else { 0.0 }
+        + fp8_weights;
     Ok(TransformerCost {
         model: cfg.name.clone(),
         gpu: gpu.name.to_string(),
@@ -712,6 +793,28 @@ impl TransformerCost {
         }
     }
 
+    /// Per layer of [`Self::to_workload`] (same order), the gradient tensors in bytes of the routed
+    /// experts' weights among the layer's own; empty for every layer without them. A plan with
+    /// ep > 1 reduces these over the expert-data-parallel group (see `dag::plan`).
+    pub fn expert_grad_tensors(&self) -> Vec<Vec<u64>> {
+        let mut v = vec![Vec::new()]; // embedding
+        for i in 0..self.layers {
+            v.push(Vec::new()); // attention
+            if self.context.is_some() {
+                v.push(Vec::new());
+            }
+            match &self.moe {
+                Some(m) if i >= m.dense_layers => {
+                    let experts = m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * GRAD_BYTES).collect();
+                    v.extend([Vec::new(), experts, Vec::new()]); // router, experts, combine
+                }
+                _ => v.push(Vec::new()),
+            }
+        }
+        v.push(Vec::new()); // head
+        v
+    }
+
     /// Model FLOPs per token (forward and backward, whole model).
     pub fn model_flops_per_token(&self) -> f64 {
         self.model_flops / (self.options_micro_batch as f64 * self.seq_len as f64)
@@ -821,6 +924,35 @@ mod tests {
     }
 
     #[test]
+    fn expert_gradients_are_the_routed_experts_weights_of_each_moe_layer() {
+        // DeepSeek-MoE 16B: 1 dense layer, 64 routed experts and shared ones; CP adds a block.
+        let cfg = TransformerConfig::named("deepseek-moe-16b").unwrap();
+        let m = cfg.moe.clone().unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        for (ep, cp) in [(8, 1), (4, 2)] {
+            let o = CostOptions { seq_len: 4096, sequence_parallel: true, ..opts(2) };
+            let c = cost_moe(&cfg, h100, &o, &MoeOptions { ep, cp, ..Default::default() }).unwrap();
+            let w = c.to_workload();
+            let experts = c.expert_grad_tensors();
+            assert_eq!(experts.len(), w.layers.len());
+            let local_expert_bytes = (m.experts / ep) as u64 * m.expert_matrix_params(&cfg) * GRAD_BYTES;
+            for (layer, e) in w.layers.iter().zip(&experts) {
+                if layer.name.ends_with(".experts") {
+                    // Whole experts (etp = 1), every tensor one of the layer's; the shared
+                    // experts' weights stay with the dense gradients.
+                    assert_eq!(e.iter().sum::<u64>(), local_expert_bytes, "{}", layer.name);
+                    assert!(e.iter().all(|t| layer.grad_tensors.contains(t)));
+                    assert!(layer.grad_bytes > local_expert_bytes);
+                } else {
+                    assert!(e.is_empty(), "{}", layer.name);
+                }
+            }
+            let moe_layers = w.layers.iter().filter(|l| l.name.ends_with(".experts")).count();
+            assert_eq!(moe_layers as u32, cfg.layers - m.dense_layers);
+        }
+    }
+
+    #[test]
     fn context_parallelism_keeps_flops_per_token_and_gathers_the_keys_and_values() {
         // Each of cp GPUs holds seq / cp tokens of every sequence: per token, the same model FLOPs
         // as the whole sequence on one GPU; the exchange gathers this TP rank's K and V of the
@@ -852,6 +984,55 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("flash"), "{e}");
+    }
+
+    #[test]
+    fn fp8_adds_transformer_engine_casts_and_keeps_the_output_layer_in_bf16() {
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let mem = h100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let fp8 = |tp, sp| {
+            cost_of("llama2-7b", "h100", CostOptions { precision: Precision::Fp8, sequence_parallel: sp, ..opts(tp) })
+        };
+        let bf16 = cost_of("llama2-7b", "h100", opts(1));
+        let c = fp8(1, false);
+        let op = |b: &BlockCost, name: &str| b.ops.iter().find(|o| o.name == name).unwrap().clone();
+        // The output layer is Megatron's own 16-bit GEMM: the same time as in a BF16 run.
+        assert_eq!(op(&c.head, "logits"), op(&bf16.head, "logits"));
+        // FC2 (a row-parallel `Linear`, t x f -> t x h, BF16 input): its GEMMs at the FP8 rate
+        // plus a cast-transpose of its input (2 + 1 + 1 bytes an element) forward, and of its
+        // output gradient backward.
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let (t, h, f) = (2048u64, cfg.hidden, cfg.ffn_hidden);
+        let d = Device::new(h100, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
+        let gemms = |m, n, k| d.gemm(1, m, n, k, d.matmul).0;
+        let fc2 = op(&c.mlp, "fc2");
+        let cast_transpose = |elems: u64| 4.0 * elems as f64 / mem + LAUNCH_NS;
+        assert!((fc2.forward_ns - gemms(t, h, f) - cast_transpose(t * f)).abs() < 1e-6);
+        assert!((fc2.backward_ns - gemms(t, f, h) - gemms(f, h, t) - cast_transpose(t * h)).abs() < 1e-6);
+        // FC1 (`LayerNormLinear`): nothing before its GEMM (the norm writes FP8, one byte less an
+        // element than in BF16), backward a transpose of the FP8 input (2 bytes) and a
+        // cast-transpose of the output gradient.
+        let fc1 = op(&c.mlp, "fc1");
+        assert!((fc1.forward_ns - gemms(t, 2 * f, h)).abs() < 1e-6);
+        let fc1_bwd = gemms(t, h, 2 * f)
+            + gemms(h, 2 * f, t)
+            + 2.0 * (t * h) as f64 / mem
+            + LAUNCH_NS
+            + cast_transpose(t * 2 * f);
+        assert!((fc1.backward_ns - fc1_bwd).abs() < 1e-6);
+        let norm_saving = op(&bf16.mlp, "norm").forward_ns - op(&c.mlp, "norm").forward_ns;
+        assert!((norm_saving - (t * h) as f64 / mem).abs() < 1e-6);
+        // Under sequence parallelism a row-parallel layer casts its local output-gradient share
+        // before the all-gather and transposes the gathered one: more bytes than the fused kernel.
+        let (sp, no_sp) = (fp8(4, true), fp8(4, false));
+        assert!(op(&sp.mlp, "fc2").backward_ns > op(&no_sp.mlp, "fc2").backward_ns);
+        assert!(op(&sp.mlp, "fc2").forward_ns < op(&no_sp.mlp, "fc2").forward_ns);
+        // The per-step weight cast: the update costs more per parameter than in BF16, by less
+        // than 4 bytes (only the GEMM weights are cast).
+        let extra = (c.update_ns_per_param - bf16.update_ns_per_param) * mem;
+        assert!(extra > 3.5 && extra < 4.0, "{extra}");
+        // Still faster than BF16, slower than the GEMMs at the FP8 rate alone.
+        assert!(c.single_gpu_step_ns() < bf16.single_gpu_step_ns());
     }
 
     #[test]

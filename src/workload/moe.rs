@@ -164,6 +164,9 @@ pub struct MoeCost {
     pub local_experts: u32,
     /// Token copies the busiest GPU's experts process per micro-batch.
     pub routed_tokens: u64,
+    /// The routed experts' weight tensors among the `experts` block's (parameters): Megatron-Core
+    /// reduces their gradients over the expert-data-parallel group when ep > 1 (`dag::plan`).
+    pub expert_tensors: Vec<u64>,
 }
 
 impl MoeCost {
@@ -321,5 +324,6 @@ pub(super) fn moe_blocks(
         dense_layers: m.dense_layers,
         local_experts: local as u32,
         routed_tokens: busiest,
+        expert_tensors: vec![local * gates * fe * h, local * fe * h],
     })
 }
