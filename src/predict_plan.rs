@@ -314,6 +314,19 @@ impl PlanSetup {
                     .collect()
             })
             .collect();
+        // ZeRO-3/FSDP modules: each transformer layer's blocks together (llm-foundry wraps every
+        // MPTBlock: `fsdp_wrap_fn`, llmfoundry/models/mpt/modeling_mpt.py @ 5e85bd6), the embedding
+        // and the output layer each alone (the root module's few parameters).
+        // (`fsdp-wrap=layer`; otherwise every block is a module of its own.)
+        let mut fsdp_units: Vec<u32> = Vec::new();
+        if p.fsdp_wrap_layer {
+            fsdp_units = (0..workload.layers.len() as u32).map(|l| l + self.model.layers).collect();
+            for (i, &first) in starts.iter().enumerate() {
+                for unit in &mut fsdp_units[first..first + blocks(i as u32)] {
+                    *unit = i as u32;
+                }
+            }
+        }
         let elem = self.precision.bytes();
         let tokens = p.micro_batch as u64 * self.seq_len as u64;
         let (represented, dp_block) = self.reduction(machine, symmetric);
@@ -333,6 +346,7 @@ impl PlanSetup {
             shard_group: self.shard_group(gpus_per_node(machine)),
             dp_block,
             expert_grads: Vec::new(),
+            fsdp_units,
         }
     }
 

@@ -57,6 +57,10 @@ pub struct PlanLayout {
     /// layer's own (empty: none, or a workload without MoE layers). With ep > 1 they are reduced
     /// over the expert-data-parallel group instead of the DP group (see [`build_plan`]).
     pub expert_grads: Vec<Vec<u64>>,
+    /// Per workload layer, the module ZeRO-3/FSDP wraps it in (layers of one unit are consecutive):
+    /// its parameters are gathered together before its first layer runs and its gradients
+    /// reduce-scattered together once its last backward layer is done. Empty: each layer alone.
+    pub fsdp_units: Vec<u32>,
 }
 
 impl PlanLayout {
@@ -72,6 +76,7 @@ impl PlanLayout {
             shard_group: gpus,
             dp_block: gpus,
             expert_grads: Vec::new(),
+            fsdp_units: Vec::new(),
         }
     }
 
@@ -302,8 +307,20 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         .collect::<Result<_>>()?;
     let dense_w = |st: u32| views[st as usize].as_ref().map_or(stage_w(st), |v| &v.0);
     let expert_w = |st: u32| views[st as usize].as_ref().map_or(stage_w(st), |v| &v.1);
-    let exchange_plans: Vec<exchange::Plan> =
+    // The wrapped module of each layer (each layer its own without a grouping).
+    let unit_of = |l: usize| layout.fsdp_units.get(l).copied().unwrap_or(l as u32);
+    let by_unit = plan.sharding.shards_params() && !layout.fsdp_units.is_empty();
+    let mut exchange_plans: Vec<exchange::Plan> =
         (0..pp).map(|st| exchange::plan(dense_w(st), s, m, dp_width)).collect::<Result<_>>()?;
+    // PyTorch FSDP reduce-scatters each wrapped module's flat gradient in the module's
+    // post-backward hook, whatever a DDP bucket size says (torch/distributed/fsdp/_runtime_utils.py
+    // `_post_backward_hook` @ 00ae0bc, PyTorch 2.1 era).
+    if by_unit {
+        for (st, x) in exchange_plans.iter_mut().enumerate() {
+            let globals: Vec<usize> = if pp > 1 { stage_layers[st].clone() } else { (0..nl).collect() };
+            x.buckets = unit_buckets(dense_w(st as u32), &globals.iter().map(|&l| unit_of(l)).collect::<Vec<_>>());
+        }
+    }
     let expert_plans: Vec<exchange::Plan> = if expert_dp > 1 {
         (0..pp).map(|st| exchange::plan(expert_w(st), s, m, expert_dp)).collect::<Result<_>>()?
     } else {
@@ -326,7 +343,15 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
             let queues = Queues::new(b, explan);
             let group = b.add_group(ranks_of);
-            let gather = plan.sharding.shards_optimizer().then(|| b.add_queue(name, Discipline::Fifo, None));
+            // ZeRO-3/FSDP all-gather and reduce-scatter over the same process group, whose NCCL
+            // kernels run one at a time in launch order whatever the stream (NCCL v2.18.3-1
+            // src/enqueue.cc l.968-988: each launch waits on the communicator's device stream):
+            // one queue for both.
+            let gather = if plan.sharding.shards_params() && by_unit {
+                Some(queues.comm)
+            } else {
+                plan.sharding.shards_optimizer().then(|| b.add_queue(name, Discipline::Fifo, None))
+            };
             Some(DpGroup { stage, tp_rank, group, queues, gather, members, own, driven })
         };
     // Data-parallel communicators, one per (stage, TP rank) (FSDP hybrid: per shard group).
@@ -480,6 +505,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         })
         .collect();
     let param_bytes = |grad_bytes: u64| (grad_bytes as f64 * layout.param_per_grad_byte).round() as u64;
+    // Gradient (and parameter) bytes of each wrapped module.
+    let mut unit_bytes: HashMap<u32, u64> = HashMap::new();
+    for (l, layer) in layers.iter().enumerate() {
+        *unit_bytes.entry(unit_of(l)).or_default() += layer.grad_bytes;
+    }
     let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(plan.schedule, pp, plan.vp, micro_batches, st)).collect();
 
     let mut iteration_end = Vec::with_capacity((iterations * n) as usize);
@@ -565,8 +595,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 prev_h2d[gi] = Some(h2d);
                 last[k] = Some(h2d);
             }
-            // The compute tasks of the last few layers, for ZeRO-3 prefetch (gather layer l once
-            // layer l - 2 is done, so at most two layers' parameters are gathered).
+            // The last compute task of each module run so far, for ZeRO-3/FSDP prefetch: a module's
+            // parameters are gathered once the module two before it is done, so at most two are
+            // gathered at a time. PyTorch FSDP with `limit_all_gathers` (Composer's default)
+            // issues an all-gather only after the free of the module two back
+            // (`_unshard`/`_FreeEventQueue`, torch/distributed/fsdp/_runtime_utils.py @ 00ae0bc);
+            // without forward prefetch the CPU, running ahead of the GPU, issues the next
+            // module's all-gather as soon as that allows, and backward prefetch
+            // (BACKWARD_POST, Composer's default) does the same in backward order.
             let mut recent: Vec<TaskId> = Vec::new();
             let first_member_h2d = last[0];
             for l in last.iter_mut().skip(1) {
@@ -579,20 +615,25 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     Pass::Backward => chunk.iter().rev().copied().collect(),
                 };
                 let mut entry: Vec<Option<TaskId>> = vec![None; members.len()];
+                // Each step starts a module (a pass through it frees it at the end).
+                let mut current_unit: Option<u32> = None;
                 for &l in &seq {
                     let layer = &layers[l];
+                    let unit = unit_of(l);
+                    let new_unit = current_unit != Some(unit);
+                    current_unit = Some(unit);
                     let (phase, ns) = match step.pass {
                         Pass::Forward => (Phase::Forward, layer.forward.mean_ns),
                         Pass::Backward => (Phase::Backward, layer.backward.mean_ns),
                     };
                     // ZeRO-3 / FSDP: every TP rank gathers the layer's parameters over its own DP
                     // group before each use, once the layer two before it is done (one ahead).
-                    let gathered: Vec<(u32, TaskId)> = if gather_params && layer.is_learnable() {
+                    let gathered: Vec<(u32, TaskId)> = if gather_params && new_unit && unit_bytes[&unit] > 0 {
                         tp_ranks
                             .iter()
                             .map(|&r| {
                                 let gidx = dp_group_of[&r];
-                                let key = (gidx, l, step.micro_batch, step.pass == Pass::Forward);
+                                let key = (gidx, unit as usize, step.micro_batch, step.pass == Pass::Forward);
                                 // One gather per DP group, made by its first replica to get here.
                                 let ag = *gathers.entry(key).or_insert_with(|| {
                                     let dpg = &dp_groups[gidx];
@@ -601,7 +642,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                             group: dpg.group,
                                             op: CollectiveOp::AllGather,
                                             algorithm: s.allreduce,
-                                            bytes: param_bytes(layer.grad_bytes),
+                                            bytes: param_bytes(unit_bytes[&unit]),
                                         },
                                         dpg.gather,
                                         Phase::ParamGather,
@@ -665,7 +706,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         last[k] = Some(t);
                         made.push(t);
                     }
-                    recent.push(made[0]);
+                    match recent.last_mut() {
+                        Some(x) if !new_unit => *x = made[0],
+                        _ => recent.push(made[0]),
+                    }
                     // The layer's tensor-parallel collectives follow it on every member.
                     if let Some((comm, lg)) =
                         layer.tp.as_ref().and_then(|c| layer_groups.iter().find(|g| g.kind == c.group).map(|g| (c, g)))
@@ -1079,4 +1123,30 @@ fn split_expert_grads(w: &Workload, experts: &[&[u64]]) -> Result<(Workload, Wor
         d.grad_tensors = left;
     }
     Ok((dense, apart))
+}
+
+/// One bucket per wrapped module of `w` (`units[l]` for each of its layers), in backward order:
+/// FSDP reduce-scatters each module's flat gradient once its backward is done.
+fn unit_buckets(w: &Workload, units: &[u32]) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::new();
+    let mut open: Option<(u32, Bucket)> = None;
+    for l in (0..w.layers.len()).rev() {
+        let layer = &w.layers[l];
+        if !layer.is_learnable() {
+            continue;
+        }
+        let tensors = layer.tensors().len() as u64;
+        if let Some((_, bk)) = open.as_mut().filter(|(u, _)| *u == units[l]) {
+            bk.layers.push(l);
+            bk.fp32_bytes += layer.grad_bytes;
+            bk.last = l;
+            bk.tensors += tensors;
+            continue;
+        }
+        out.extend(open.take().map(|x| x.1));
+        let bucket = Bucket { layers: vec![l], fp32_bytes: layer.grad_bytes, last: l, tensors, cycle: None, server: 0 };
+        open = Some((units[l], bucket));
+    }
+    out.extend(open.map(|x| x.1));
+    out
 }

@@ -86,6 +86,12 @@ pub struct ParallelPlan {
     pub tp_across_nodes: bool,
     /// GPUs per FSDP shard group under hybrid sharding (0: the GPUs per node).
     pub shard_group: u32,
+    /// ZeRO-3/FSDP wraps each transformer layer as one module (`fsdp-wrap=layer`, as llm-foundry
+    /// and TorchTitan do): its parameters are gathered and its gradients reduce-scattered
+    /// together. Otherwise (`block`) the attention and MLP blocks are modules of their own.
+    /// Plans that do not shard parameters ignore it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fsdp_wrap_layer: bool,
     /// Expert parallelism of MoE layers: each group of `ep` consecutive ranks of a stage's TP x DP
     /// ranks shares out the experts (Megatron-Core's expert rank order with etp = 1).
     pub ep: u32,
@@ -118,6 +124,7 @@ impl Default for ParallelPlan {
             flash: None,
             tp_across_nodes: false,
             shard_group: 0,
+            fsdp_wrap_layer: false,
             ep: 1,
             etp: 1,
             moe: MoeRouting::default(),
@@ -198,6 +205,13 @@ impl ParallelPlan {
                     }
                 }
                 "shard-group" | "shard_group" => p.shard_group = degree(&value)?,
+                "fsdp-wrap" | "fsdp_wrap" => {
+                    p.fsdp_wrap_layer = match value.as_str() {
+                        "layer" => true,
+                        "block" => false,
+                        v => return Err(err(format!("fsdp-wrap={v}: expected layer or block"))),
+                    }
+                }
                 "ep" => p.ep = degree(&value)?,
                 "cp" => p.cp = degree(&value)?,
                 "etp" => p.etp = degree(&value)?,
@@ -216,7 +230,7 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance"
+                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance"
                     )))
                 }
             }
@@ -253,6 +267,9 @@ impl ParallelPlan {
             Sharding::None => {}
             Sharding::FsdpHybrid => s += ",fsdp=hybrid",
             z => s += &format!(",zero={}", &z.name()[4..]),
+        }
+        if self.fsdp_wrap_layer && self.sharding.shards_params() {
+            s += ",fsdp-wrap=layer";
         }
         if self.recompute != Recompute::None {
             s += &format!(",recompute={}", self.recompute.name());

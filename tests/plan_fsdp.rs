@@ -1,0 +1,94 @@
+//! ZeRO-3/FSDP modules: with `fsdp-wrap=layer` each transformer layer's parameters are gathered
+//! in one all-gather per use and its gradients reduce-scattered in one go after its backward, as
+//! PyTorch FSDP does for a wrapped module; with the default `block` each block is a module.
+
+mod common;
+
+use common::plan::plan_setup;
+use dagsim::dag::{Phase, Work};
+use dagsim::parallel::ParallelPlan;
+use dagsim::predict_plan::{PlanSetup, SimulatedPlan};
+use dagsim::sim::Options;
+use dagsim::workload::transformer::TransformerConfig;
+
+/// A small GPT (4 layers) so every GPU can be simulated.
+fn small_gpt() -> TransformerConfig {
+    TransformerConfig {
+        name: "gpt-small".into(),
+        layers: 4,
+        hidden: 1024,
+        heads: 8,
+        kv_heads: 8,
+        ffn_hidden: 4096,
+        vocab: 8192,
+        ..TransformerConfig::named("gpt3-175b").unwrap()
+    }
+}
+
+fn setup(spec: &str) -> PlanSetup {
+    // 2 micro-batches per iteration.
+    plan_setup(small_gpt(), spec, 1, 32, 2048, "dgx-a100")
+}
+
+/// Bytes of iteration 0's tasks of `phase` (collectives of DP group 0), in task order.
+fn collectives(sim: &SimulatedPlan, phase: Phase) -> Vec<u64> {
+    sim.dag
+        .tasks()
+        .iter()
+        .filter(|t| t.phase == phase && t.iteration == 0)
+        .filter_map(|t| match t.work {
+            Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => Some(bytes),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn fsdp_gathers_and_reduces_each_wrapped_layer_as_one() {
+    let block = setup("tp=1,pp=1,dp=16,fsdp=full").simulate(false, Options::default()).unwrap();
+    let layer = setup("tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer").simulate(false, Options::default()).unwrap();
+    let w = &layer.workload;
+    let bytes = |name: &str| w.layers.iter().find(|l| l.name == name).unwrap().grad_bytes;
+    let (emb, attn, mlp, head) = (bytes("embedding"), bytes("L0.attn"), bytes("L0.mlp"), bytes("head"));
+    let half = |b: u64| b / 2; // BF16 parameters gathered, FP32 gradients reduced
+                               // Per micro-batch and pass, in running order: the embedding, each layer whole, the head (a
+                               // pass gathers each module once); blocks apart under the default.
+    let forward_layer = [vec![half(emb)], vec![half(attn + mlp); 4], vec![half(head)]].concat();
+    let backward_layer = [vec![half(head)], vec![half(attn + mlp); 4], vec![half(emb)]].concat();
+    let step_layer = [forward_layer, backward_layer].concat();
+    assert_eq!(collectives(&layer, Phase::ParamGather), [step_layer.clone(), step_layer].concat());
+    let forward_block = [vec![half(emb)], [half(attn), half(mlp)].repeat(4), vec![half(head)]].concat();
+    let backward_block = [vec![half(head)], [half(mlp), half(attn)].repeat(4), vec![half(emb)]].concat();
+    let step_block = [forward_block, backward_block].concat();
+    assert_eq!(collectives(&block, Phase::ParamGather), [step_block.clone(), step_block].concat());
+    // One reduce-scatter per module and micro-batch, after its backward (the runtime's 40 M
+    // parameter buckets fuse the default's blocks instead).
+    let reduce_layer = [vec![head], vec![attn + mlp; 4], vec![emb]].concat();
+    assert_eq!(collectives(&layer, Phase::GradientAggregation), [reduce_layer.clone(), reduce_layer].concat());
+    let total: u64 = collectives(&block, Phase::GradientAggregation).iter().sum();
+    assert_eq!(total, 2 * w.grad_bytes());
+    // Whole layers: fewer, larger gathers, the same bytes.
+    let sum = |v: Vec<u64>| v.iter().sum::<u64>();
+    assert_eq!(sum(collectives(&layer, Phase::ParamGather)), sum(collectives(&block, Phase::ParamGather)));
+}
+
+#[test]
+fn fsdp_wrapped_layers_reduce_to_the_full_simulation() {
+    for spec in ["tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer", "tp=2,pp=1,dp=8,zero=3,fsdp-wrap=layer"] {
+        let s = setup(spec);
+        let (fast, full) = (s.predict_with(true).unwrap().llm.unwrap(), s.predict_with(false).unwrap().llm.unwrap());
+        assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
+        assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
+    }
+}
+
+#[test]
+fn fsdp_wrap_is_named_and_checked() {
+    let p = ParallelPlan::parse("dp=8,fsdp=full,fsdp-wrap=layer").unwrap();
+    assert!(p.fsdp_wrap_layer && p.name().contains("fsdp-wrap=layer"), "{}", p.name());
+    // Ignored (and not named) where parameters are not sharded.
+    let p = ParallelPlan::parse("dp=8,zero=1,fsdp-wrap=layer").unwrap();
+    assert!(!p.name().contains("fsdp-wrap"), "{}", p.name());
+    let e = ParallelPlan::parse("dp=8,fsdp=full,fsdp-wrap=module").unwrap_err().to_string();
+    assert!(e.contains("fsdp-wrap=module") && e.contains("layer or block"), "{e}");
+}
