@@ -873,15 +873,15 @@ impl<'a> Engine<'a> {
         }
         let mut classes = Vec::new();
         for (rep, _) in Self::steps_per_class(plan, first, plan.step_count()) {
-            let mut routes = Vec::new();
-            if rep != u32::MAX {
+            let routes = if rep == u32::MAX {
+                Vec::new()
+            } else {
                 self.load_step(slot, rep);
                 let scratch = std::mem::take(&mut self.step_scratch);
-                for x in &scratch {
-                    routes.push(self.route(x.src, x.dst, x.rail)?);
-                }
+                let routes = self.routes_of(&scratch);
                 self.step_scratch = scratch;
-            }
+                routes?
+            };
             classes.push((rep, routes, None));
         }
         let m = std::rc::Rc::new(std::cell::RefCell::new(ReserveClasses { classes }));
@@ -951,6 +951,15 @@ impl<'a> Engine<'a> {
     fn time_step(&mut self, transfers: &[Xfer], route_ids: &[u32], outside: &[Outside]) -> Option<Nanos> {
         let members = Self::members(self.machine, &self.routes, &mut self.route_caps, transfers, route_ids);
         self.timer.duration_with(&members, outside, &self.link_capacity)
+    }
+
+    /// The route of each of `transfers`, in order.
+    fn routes_of(&mut self, transfers: &[Xfer]) -> Result<Vec<u32>> {
+        let mut ids = Vec::with_capacity(transfers.len());
+        for x in transfers {
+            ids.push(self.route(x.src, x.dst, x.rail)?);
+        }
+        Ok(ids)
     }
 
     /// Adds the bytes and transfer count of `count` runs of `step` (all its transfers finished).
@@ -1058,10 +1067,7 @@ impl<'a> Engine<'a> {
         run.retry_step = step + 1;
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
-        let mut route_ids = Vec::with_capacity(scratch.len());
-        for x in &scratch {
-            route_ids.push(self.route(x.src, x.dst, x.rail)?);
-        }
+        let route_ids = self.routes_of(&scratch)?;
         let (states, dirty) = {
             let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &scratch, &route_ids);
             let outside = &class_outside[plan.step_class(step) as usize];
@@ -1143,10 +1149,7 @@ impl<'a> Engine<'a> {
             }
             self.load_step(slot, rep);
             let scratch = std::mem::take(&mut self.step_scratch);
-            let mut route_ids = Vec::with_capacity(scratch.len());
-            for x in &scratch {
-                route_ids.push(self.route(x.src, x.dst, x.rail)?);
-            }
+            let route_ids = self.routes_of(&scratch)?;
             let (real, free_time) = {
                 let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &scratch, &route_ids);
                 let (net, reserved_by) = (&self.net, &self.reserved_by);
@@ -1252,10 +1255,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.step_scratch = all;
-        let mut route_ids = Vec::with_capacity(free.len());
-        for x in &free {
-            route_ids.push(self.route(x.src, x.dst, x.rail)?);
-        }
+        let route_ids = self.routes_of(&free)?;
         let (states, dirty) = {
             let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &free, &route_ids);
             self.timer.states_at(&members, &[], &self.link_capacity, now - step_start)
