@@ -924,6 +924,43 @@ mod tests {
     }
 
     #[test]
+    fn grouped_expert_gemms_pay_one_launch_per_expert_and_fp8_current_scaling_casts() {
+        // Qwen3-30B-A3B, ep 8: 16 local experts, 4096 x 8 token copies of 2048 -> 2 x 768 (fc1).
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let x = MoeOptions { ep: 8, ..Default::default() };
+        let at = |precision| {
+            let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap();
+            (Device::new(h100, &o).unwrap(), c.experts.ops[0].clone())
+        };
+        let (local, copies, n, k) = (16u64, 4096 * 8u64, 2 * 768u64, 2048u64);
+        let per_expert = copies / local;
+        for precision in [Precision::Bf16, Precision::Fp8] {
+            let (d, fc1) = at(precision);
+            assert_eq!(fc1.name, "expert-fc1");
+            let gemm = |m, n, k| d.gemm(local, m, n, k, d.matmul).0;
+            // One cuBLAS call per expert in each of the three GEMMs: 15 launches more than one.
+            let mut forward = gemm(per_expert, n, k) + 15.0 * LAUNCH_NS;
+            let mut backward = gemm(per_expert, k, n) + gemm(k, n, per_expert) + 30.0 * LAUNCH_NS;
+            if precision == Precision::Fp8 {
+                // Amax, scale and cast per expert: the input read twice, written row- and
+                // column-wise in FP8 (6 bytes an element); the output gradient alike.
+                forward += 6.0 * (copies * k) as f64 / d.memory + 3.0 * 16.0 * LAUNCH_NS;
+                backward += 6.0 * (copies * n) as f64 / d.memory + 3.0 * 16.0 * LAUNCH_NS;
+            }
+            assert!((fc1.forward_ns - forward).abs() < 1e-6, "{precision:?}: {} vs {forward}", fc1.forward_ns);
+            assert!((fc1.backward_ns - backward).abs() < 1e-6, "{precision:?}: {} vs {backward}", fc1.backward_ns);
+        }
+        // Without expert parallelism's split (ep 128: one expert a GPU) no extra launch is paid.
+        let one = MoeOptions { ep: 128, ..Default::default() };
+        let o = CostOptions { seq_len: 4096, ..opts(1) };
+        let d = Device::new(h100, &o).unwrap();
+        let fc1 = cost_moe(&cfg, h100, &o, &one).unwrap().moe.unwrap().experts.ops[0].clone();
+        assert!((fc1.forward_ns - d.gemm(1, copies, n, k, d.matmul).0).abs() < 1e-6);
+    }
+
+    #[test]
     fn expert_gradients_are_the_routed_experts_weights_of_each_moe_layer() {
         // DeepSeek-MoE 16B: 1 dense layer, 64 routed experts and shared ones; CP adds a block.
         let cfg = TransformerConfig::named("deepseek-moe-16b").unwrap();
