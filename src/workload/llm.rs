@@ -908,7 +908,7 @@ mod tests {
         let run = |imbalance: f64, capacity: Option<f64>, ep: u32| {
             let x = MoeOptions {
                 ep,
-                routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, pad_to_capacity: false },
+                routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, ..Default::default() },
                 cp: 1,
             };
             cost_moe(&cfg, h100, &opts(1), &x).unwrap().moe.unwrap()
@@ -958,6 +958,37 @@ mod tests {
         let d = Device::new(h100, &o).unwrap();
         let fc1 = cost_moe(&cfg, h100, &o, &one).unwrap().moe.unwrap().experts.ops[0].clone();
         assert!((fc1.forward_ns - d.gemm(1, copies, n, k, d.matmul).0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_flex_dispatcher_sends_each_token_once_per_gpu_that_holds_its_experts() {
+        use super::super::moe::{expected_ranks_per_token, Dispatcher, MoeRouting};
+        // Boundaries: one GPU holds every expert; one expert a GPU and top 1: one GPU a token.
+        assert!((expected_ranks_per_token(128, 8, 1) - 1.0).abs() < 1e-12);
+        assert!((expected_ranks_per_token(64, 1, 64) - 1.0).abs() < 1e-12);
+        // Two GPUs of 2 experts each, top 2 of 4: both experts on one GPU in 2 of the 6 pairs
+        // (one GPU), on two GPUs in the other 4: (2 x 1 + 4 x 2) / 6.
+        assert!((expected_ranks_per_token(4, 2, 2) - 10.0 / 6.0).abs() < 1e-12);
+        // Qwen3-30B-A3B (128 experts, top 8) at ep 16: 16 (1 - C(120, 8) / C(128, 8)).
+        let miss: f64 = (0..8).map(|i| (120 - i) as f64 / (128 - i) as f64).product();
+        let ranks = 16.0 * (1.0 - miss);
+        assert!((expected_ranks_per_token(128, 8, 16) - ranks).abs() < 1e-12 && ranks > 6.5 && ranks < 6.7);
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
+        let run = |dispatcher| {
+            let x = MoeOptions { ep: 16, routing: MoeRouting { dispatcher, ..Default::default() }, cp: 1 };
+            cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap()
+        };
+        let (plain, flex) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex));
+        assert_eq!(plain.router.tp.as_ref().unwrap().bytes, 4096 * 8 * 2048 * 2);
+        assert_eq!(flex.router.tp.as_ref().unwrap().bytes, (4096.0 * ranks).ceil() as u64 * 2048 * 2);
+        // The experts compute the same copies either way.
+        assert_eq!(plain.experts.ops, flex.experts.ops);
+        // Token drop needs Megatron's alltoall dispatcher.
+        let drop = MoeRouting { capacity_factor: Some(1.0), dispatcher: Dispatcher::Flex, ..Default::default() };
+        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1 }).unwrap_err().to_string();
+        assert!(e.contains("moe-dispatcher=alltoall"), "{e}");
     }
 
     #[test]

@@ -103,12 +103,39 @@ pub struct MoeRouting {
     /// Tokens routed to the busiest expert over the even share (1: perfectly balanced). Routing is
     /// a run-time outcome: the auxiliary load-balancing loss keeps it near 1 but not at it.
     pub imbalance: f64,
+    /// How the routed tokens travel between the expert-parallel ranks.
+    pub dispatcher: Dispatcher,
+}
+
+/// Megatron-Core's token dispatcher (`--moe-token-dispatcher-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Dispatcher {
+    /// `alltoall`: the tokens are permuted into one copy per routed expert before the all-to-all
+    /// (`MoEAlltoAllTokenDispatcher`), so a token routed to two experts of one GPU is sent twice.
+    AllToAll,
+    /// `flex` with the DeepEP or HybridEP backend: each token is sent once to every GPU that holds
+    /// any of its experts and permuted there (`buffer.get_dispatch_layout` gives
+    /// `is_token_in_rank`, then `buffer.dispatch`: megatron/core/transformer/moe/fused_a2a.py @
+    /// core_v0.15.3 l.86-121); the combine returns one partial sum per GPU. Their inter-node
+    /// step (one RDMA copy per remote node, forwarded over NVLink there) is not modelled: the
+    /// exchange runs as an all-to-all of the deduplicated bytes.
+    Flex,
 }
 
 impl Default for MoeRouting {
     fn default() -> Self {
-        MoeRouting { capacity_factor: None, pad_to_capacity: false, imbalance: 1.0 }
+        MoeRouting { capacity_factor: None, pad_to_capacity: false, imbalance: 1.0, dispatcher: Dispatcher::AllToAll }
     }
+}
+
+/// Expected GPUs of `ep` (each holding `experts / ep`) that a token routed to `top_k` distinct
+/// experts drawn uniformly reaches: `ep (1 - C(E - E/ep, k) / C(E, k))`. Uniform routing is what
+/// the Megatron-Bridge benchmarks run (`moe_router_force_load_balancing`, performance summary:
+/// "we force-balance the token distribution among experts").
+pub fn expected_ranks_per_token(experts: u32, top_k: u32, ep: u32) -> f64 {
+    let (e, local) = (experts as f64, (experts / ep.max(1)) as f64);
+    let miss = (0..top_k).map(|i| ((e - local - i as f64) / (e - i as f64)).max(0.0)).product::<f64>();
+    ep as f64 * (1.0 - miss)
 }
 
 impl MoeRouting {
@@ -132,6 +159,10 @@ impl MoeRouting {
         }
         if self.pad_to_capacity && self.capacity_factor.is_none() {
             return err("moe-pad=on needs moe-capacity=F (padding is to the capacity)");
+        }
+        if self.capacity_factor.is_some() && self.dispatcher == Dispatcher::Flex {
+            // Megatron-Bridge's apply_moe_token_drop asserts the alltoall dispatcher (v0.2.0).
+            return err("moe-capacity (token drop) needs moe-dispatcher=alltoall, as Megatron's capacity factor does");
         }
         Ok(())
     }
@@ -323,9 +354,14 @@ pub(super) fn moe_blocks(
             0.0
         }
     };
+    // What each GPU sends: its copies, or under the flex dispatcher each token once per GPU.
+    let sent = match x.routing.dispatcher {
+        Dispatcher::AllToAll => busiest,
+        Dispatcher::Flex => (tokens as f64 * expected_ranks_per_token(m.experts, m.top_k, ep) * load).ceil() as u64,
+    };
     let a2a = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (ep > 1).then(|| TpComm {
-            bytes: busiest * h * o.precision.bytes(),
+            bytes: sent * h * o.precision.bytes(),
             forward,
             backward,
             group: super::CommGroup::Expert,
