@@ -573,7 +573,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 };
                 let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
                 // The input pipeline: the process's loader workers decode and augment the batch
-                // on its node's CPU cores, shared with the node's other processes.
+                // on its node's CPU cores, shared with the node's other processes. Each worker
+                // reads and decodes one sample after another and several work at once, so the
+                // batch's reads overlap its decoding: both start together and the copy waits
+                // for both (the slower one sets the pace).
                 let decoded = match (s.loader, &node_cpu) {
                     (Some(l), Some(cpu)) => {
                         let cores = l.cores as f64;
@@ -582,22 +585,27 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as u64,
                             cap: l.workers.min(l.cores) as f64 / cores,
                         };
-                        let d = b.add_task(task(work, None, Phase::Io, Some(g), it, None));
-                        b.add_edge(io, d);
-                        d
+                        Some(b.add_task(task(work, None, Phase::Io, Some(g), it, None)))
                     }
-                    _ => io,
+                    _ => None,
                 };
-                b.add_edge(decoded, h2d);
+                let starts = std::iter::once(io).chain(decoded);
+                for t in starts.clone() {
+                    b.add_edge(t, h2d);
+                }
                 if s.io_overlap {
                     if let Some(p) = prev_h2d[gi] {
-                        b.add_edge(p, io);
+                        for t in starts {
+                            b.add_edge(p, t);
+                        }
                     }
                     if let Some(p) = prev_first_fwd[gi] {
                         b.add_edge(p, h2d);
                     }
                 } else if let Some(p) = prev_update[gi] {
-                    b.add_edge(p, io);
+                    for t in starts {
+                        b.add_edge(p, t);
+                    }
                 }
                 prev_h2d[gi] = Some(h2d);
                 last[k] = Some(h2d);
