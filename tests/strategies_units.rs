@@ -295,6 +295,28 @@ fn data_loading_workers_can_starve_the_gpu() {
 }
 
 #[test]
+fn a_batch_is_read_while_it_is_decoded() {
+    // The loader's workers read and decode sample by sample, several at once, so reading a batch
+    // from storage (1 byte/ns) overlaps decoding it: the slower of the two sets the pace, not
+    // their sum. One GPU, batch 1, 7000 ns of compute hidden under the loader (`io`).
+    let predict = |sample_bytes: u64, strategy: &str| {
+        let mut workload = tiny();
+        workload.sample_bytes = sample_bytes;
+        let setup =
+            Setup { workload, topology: topology(), strategy: Strategy::parse(strategy).unwrap(), iterations: 5 };
+        (setup.predict(1).unwrap().iteration_time_s * 1e9).round() as u64
+    };
+    for strategy in ["io+load_us=14+cores=4", "io+mps=1+load_us=14+cores=4"] {
+        // Read 10000 ns, decode 14000 ns with one worker: 14000 (in sequence it was 24000).
+        assert_eq!(predict(10_000, strategy), 14_000, "{strategy}");
+        // Read 20000 ns, decode 14000 ns: 20000 (was 34000).
+        assert_eq!(predict(20_000, strategy), 20_000, "{strategy}");
+    }
+    // Without a loader the read alone paces the input: 20000 ns.
+    assert_eq!(predict(20_000, "io"), 20_000);
+}
+
+#[test]
 fn mps_clients_compress_their_own_gradients() {
     // Two GPUs x two clients at 50% utilisation: compute 7000 ns, both clients side by side.
     // Each client then encodes on its own stream, as shared GPU work at 50%: l1 (2000 elements x

@@ -122,6 +122,13 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
             });
             legacy_buckets(w, s)
         }
+        Runtime::Gloo(g) => {
+            p.host_stage = Some(HostStage {
+                copy_ns_per_byte: 1.0 / host_copy_rate(machine, ranks),
+                sum_ns_per_byte: 1e9 / g.sum_bytes_per_s * (ranks.max(1) - 1) as f64 / ranks.max(1) as f64,
+            });
+            gloo_buckets(w, g.bucket)
+        }
         Runtime::Nccl(_) => per_tensor(w),
         Runtime::Horovod(h) => {
             let (buckets, cycles) = horovod(w, s, h, machine, ranks);
@@ -261,6 +268,38 @@ fn ddp(w: &Workload, d: &Ddp) -> Vec<Bucket> {
     }
     if open.tensors > 0 {
         out.push(open);
+    }
+    out
+}
+
+/// PyTorch 0.4 DDP's buckets for non-NCCL backends (`_take_tensors` in `torch/_utils.py` v0.4):
+/// tensors in parameter (forward) order; a tensor that would take a non-empty bucket past `cap`
+/// bytes starts the next one. Each is ready when backward reaches its first layer, so they are
+/// issued last bucket first.
+fn gloo_buckets(w: &Workload, cap: u64) -> Vec<Bucket> {
+    let mut out = Vec::new();
+    let mut open = bucket(Vec::new(), 0, 0, 0);
+    for (l, layer) in w.layers.iter().enumerate() {
+        for &bytes in layer.tensors() {
+            if open.tensors > 0 && open.fp32_bytes.saturating_add(bytes) > cap {
+                out.push(std::mem::replace(&mut open, bucket(Vec::new(), 0, 0, 0)));
+            }
+            if open.layers.last() != Some(&l) {
+                open.layers.push(l);
+            }
+            if open.tensors == 0 {
+                open.last = l;
+            }
+            open.fp32_bytes += bytes;
+            open.tensors += 1;
+        }
+    }
+    if open.tensors > 0 {
+        out.push(open);
+    }
+    out.reverse();
+    for b in &mut out {
+        b.layers.reverse();
     }
     out
 }
@@ -926,6 +965,31 @@ mod tests {
         assert_eq!(h.copy_ns_per_byte, 1.0 / 3.0);
         assert_eq!(h.sum_ns_per_byte, 0.25 * 15.0 / 16.0);
         assert_eq!(p.buckets, legacy_buckets(&w, &s));
+    }
+
+    #[test]
+    fn gloo_cuts_1_mib_buckets_in_parameter_order_and_stages_through_the_host() {
+        let mb = 1u64 << 20;
+        // Forward order: layer 0 [0.5 MiB, 0.5 MiB, 4 B], layer 1 [3 MiB], layer 2 [0.25 MiB, 4 B].
+        // Cut at 1 MiB in that order: {0.5, 0.5 MiB} (exactly 1 MiB; the 4 B would pass it), {4 B},
+        // {3 MiB} (alone: larger than the cap), {0.25 MiB + 4 B}. Issued last bucket first.
+        let w = workload(vec![layer(1, &[mb / 2, mb / 2, 4]), layer(1, &[3 * mb]), layer(1, &[mb / 4, 4])]);
+        let b = gloo_buckets(&w, mb);
+        let sizes: Vec<u64> = b.iter().map(|x| x.fp32_bytes).collect();
+        assert_eq!(sizes, [mb / 4 + 4, 3 * mb, 4, mb]);
+        let last: Vec<usize> = b.iter().map(|x| x.last).collect();
+        assert_eq!(last, [2, 1, 0, 0]);
+        let tensors: Vec<u64> = b.iter().map(|x| x.tensors).collect();
+        assert_eq!(tensors, [2, 1, 1, 2]);
+        // The plan: those buckets, the host copy and a one-thread sum as OpenMPI's.
+        let m = crate::hw::load_topology("gradientflow-cluster").unwrap().instantiate(16).unwrap();
+        let s = Strategy::parse("io+allreduce=halving-doubling+runtime=gloo").unwrap();
+        assert!(s.wfbp, "DDP's reduction thread all-reduces a bucket while backward goes on");
+        let p = plan(&w, &s, &m, 16).unwrap();
+        let h = p.host_stage.expect("gloo stages through the host");
+        assert_eq!(h.copy_ns_per_byte, 1.0 / 3.0);
+        assert_eq!(h.sum_ns_per_byte, 0.25 * 15.0 / 16.0);
+        assert_eq!(p.buckets, b);
     }
 
     #[test]

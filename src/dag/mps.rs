@@ -97,20 +97,21 @@ pub fn build_mps(input: &BuildInput) -> Result<Dag> {
             // next copy waits for the input buffer to be consumed; without, both wait for the update.
             let io_after = if s.io_overlap { prev_h2d[r] } else { prev_update[r] };
             let io = Work::Transfer { src: info.storage, dst: info.host, bytes: batch.saturating_mul(w.sample_bytes) };
-            let mut io = add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after));
+            let mut loaded = vec![add(&mut b, task(io, None, Phase::Io, g, it, None), &Vec::from_iter(io_after))];
             if let Some(l) = s.loader {
-                // The process's workers decode and augment the batch on the node's shared cores.
+                // The process's workers decode and augment the batch on the node's shared cores,
+                // alongside its reads (sample by sample, several workers at once: see plan.rs).
                 let cores = l.cores as f64;
                 let work = Work::Shared {
                     resource: cpu_res[node_of(g)],
                     work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as Nanos,
                     cap: l.workers.min(l.cores) as f64 / cores,
                 };
-                io = add(&mut b, task(work, None, Phase::Io, g, it, None), &[io]);
+                loaded.push(add(&mut b, task(work, None, Phase::Io, g, it, None), &Vec::from_iter(io_after)));
             }
             let h2d =
                 Work::Transfer { src: info.host, dst: info.device, bytes: batch.saturating_mul(w.device_sample_bytes) };
-            let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &[io]);
+            let mut last = add(&mut b, task(h2d, None, Phase::HostToDevice, g, it, None), &loaded);
             if s.io_overlap {
                 if let Some(f) = prev_first_fwd[r] {
                     b.add_edge(f, last);

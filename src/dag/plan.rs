@@ -331,6 +331,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
     }
 
+    // Whether a DP group's gathers and reduce-scatters share its one queue.
+    let one_queue = nccl_communicators(s, m) || by_unit;
     // One gradient communicator over `ranks_of` (with its queues), unless no rank of it is driven.
     let dp_group =
         |b: &mut DagBuilder, stage: u32, tp_rank: u32, ranks_of: Vec<u32>, explan: &exchange::Plan, name: String| {
@@ -343,11 +345,16 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
             let queues = Queues::new(b, explan);
             let group = b.add_group(ranks_of);
-            // ZeRO-3/FSDP all-gather and reduce-scatter over the same process group, whose NCCL
-            // kernels run one at a time in launch order whatever the stream (NCCL v2.18.3-1
-            // src/enqueue.cc l.968-988: each launch waits on the communicator's device stream):
-            // one queue for both.
-            let gather = if plan.sharding.shards_params() && by_unit {
+            // The parameter all-gathers (ZeRO-1/2 after the update, ZeRO-3/FSDP before each use)
+            // and the gradient reduce-scatters go over the same process group (Megatron-Core
+            // core_r0.8.0 `data_parallel_group` in param_and_grad_buffer.py l.135 and
+            // distrib_optimizer.py l.1400; PyTorch FSDP its one process group), so one NCCL
+            // communicator, which runs its operations one at a time in launch order whatever the
+            // stream: each launch waits on the communicator's device stream and the device stream
+            // on it (NCCL v2.21.5-1 src/enqueue.cc l.1285-1303; v2.8.4-1 src/enqueue.cc
+            // l.197-199: a stream change waits on the last launch's `doneEvent`). One queue for
+            // both wherever NCCL runs them (see `nccl_communicators`).
+            let gather = if plan.sharding.shards_optimizer() && one_queue {
                 Some(queues.comm)
             } else {
                 plan.sharding.shards_optimizer().then(|| b.add_queue(name, Discipline::Fifo, None))
@@ -566,7 +573,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 };
                 let h2d = b.add_task(task(h2d_work, None, Phase::HostToDevice, Some(g), it, None));
                 // The input pipeline: the process's loader workers decode and augment the batch
-                // on its node's CPU cores, shared with the node's other processes.
+                // on its node's CPU cores, shared with the node's other processes. Each worker
+                // reads and decodes one sample after another and several work at once, so the
+                // batch's reads overlap its decoding: both start together and the copy waits
+                // for both (the slower one sets the pace).
                 let decoded = match (s.loader, &node_cpu) {
                     (Some(l), Some(cpu)) => {
                         let cores = l.cores as f64;
@@ -575,22 +585,27 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             work_ns: (batch as f64 * l.load_ns_per_sample as f64 / cores).round() as u64,
                             cap: l.workers.min(l.cores) as f64 / cores,
                         };
-                        let d = b.add_task(task(work, None, Phase::Io, Some(g), it, None));
-                        b.add_edge(io, d);
-                        d
+                        Some(b.add_task(task(work, None, Phase::Io, Some(g), it, None)))
                     }
-                    _ => io,
+                    _ => None,
                 };
-                b.add_edge(decoded, h2d);
+                let starts = std::iter::once(io).chain(decoded);
+                for t in starts.clone() {
+                    b.add_edge(t, h2d);
+                }
                 if s.io_overlap {
                     if let Some(p) = prev_h2d[gi] {
-                        b.add_edge(p, io);
+                        for t in starts {
+                            b.add_edge(p, t);
+                        }
                     }
                     if let Some(p) = prev_first_fwd[gi] {
                         b.add_edge(p, h2d);
                     }
                 } else if let Some(p) = prev_update[gi] {
-                    b.add_edge(p, io);
+                    for t in starts {
+                        b.add_edge(p, t);
+                    }
                 }
                 prev_h2d[gi] = Some(h2d);
                 last[k] = Some(h2d);
@@ -1136,6 +1151,17 @@ fn split_expert_grads(w: &Workload, experts: &[&[u64]]) -> Result<(Workload, Wor
         d.grad_tensors = left;
     }
     Ok((dense, apart))
+}
+
+/// Whether the plan's collectives are NCCL's, which runs one communicator's operations one at a
+/// time: under the NCCL collective model, or with a runtime whose GPU collectives are NCCL's
+/// (`runtime=ddp`, `nccl`, `horovod`, ...). `fsdp-wrap=layer` (PyTorch FSDP's wrapping, so its
+/// NCCL process group) serialises too. A strategy that names no runtime under the ideal model
+/// keeps the textbook DAG's independent gather queue: the idealised collectives assume no
+/// library.
+fn nccl_communicators(s: &crate::strategy::Strategy, m: &crate::hw::Machine) -> bool {
+    matches!(m.collectives, crate::collective::CollectiveModel::Nccl(_))
+        || s.runtime.as_ref().is_some_and(|r| r.launches_nccl())
 }
 
 /// One bucket per wrapped module of `w` (`units[l]` for each of its layers), in backward order:

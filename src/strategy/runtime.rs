@@ -39,6 +39,17 @@ pub enum Runtime {
     /// is copied to host memory, all-reduced between the processes there with the sums on their
     /// CPUs, and copied back. Grouped one all-reduce per layer, as Caffe-MPI.
     OpenMpi(OpenMpi),
+    /// PyTorch 0.4's DistributedDataParallel on the Gloo backend (THD): gradients cut into 1 MiB
+    /// buckets in parameter order, each all-reduced by a reduction thread as soon as backward has
+    /// filled it (`torch/nn/parallel/distributed.py` v0.4: `bucket_bytes_cap = 1 * MB`,
+    /// `_take_tensors(module.parameters(), ...)`, `_queue_reduction`), with Gloo's CUDA
+    /// all-reduce, which stages through host memory: `CudaAllreduceHalvingDoublingPipelined` with
+    /// `CudaHostWorkspace` (THD `GlooCache.hpp`; the GPUDirect variant only with ibverbs, not in
+    /// the default build, pytorch/pytorch#2827), i.e. copy to pinned host memory, then recursive
+    /// halving and doubling between processes with each received block summed on the CPU
+    /// (`gloo/cuda_allreduce_halving_doubling.cc`, 2018: `waitRecv`, `fn_->call`, `stream.wait()`
+    /// each step), then back. Write `allreduce=halving-doubling` with it.
+    Gloo(Gloo),
 }
 
 /// The framework-side cost of one communication call (dispatch from the framework's thread and
@@ -121,6 +132,17 @@ pub struct OpenMpi {
     pub sum_bytes_per_s: f64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Gloo {
+    /// DDP's bucket cap for non-NCCL backends, cut in parameter order.
+    pub bucket: u64,
+    /// Bytes per second one process sums on its CPU (each received block added into its own).
+    pub sum_bytes_per_s: f64,
+}
+
+/// PyTorch 0.4 DDP's bucket cap for Gloo (`bucket_bytes_cap = 1 * MB`, MB = 1024 * 1024).
+pub const GLOO_DDP_BUCKET: u64 = 1 << 20;
+
 /// Framework-side cost of one communication call: one CUDA kernel launch, the same 5 us
 /// assumption as a codec kernel's (`compress::LAUNCH_NS`).
 pub const CALL_NS: Nanos = super::compress::LAUNCH_NS;
@@ -179,7 +201,7 @@ pub const TF_PS_BYTES_PER_S: f64 = 0.55e9;
 pub const MPI_SUM_BYTES_PER_S: f64 = SERVER_SUM_BYTES_PER_S / 4.0;
 
 /// The runtime names users write.
-pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps", "openmpi"];
+pub const NAMES: &[&str] = &["caffe-mpi", "nccl", "horovod", "ddp", "byteps", "bytescheduler", "ps", "openmpi", "gloo"];
 
 /// Settings each runtime takes (besides the strategy's own).
 fn keys(name: &str) -> &'static [&'static str] {
@@ -192,6 +214,7 @@ fn keys(name: &str) -> &'static [&'static str] {
         "bytescheduler" => &["partition", "credit", "sched_us", "call_us"],
         "ps" => &["servers", "local", "split", "sum_gbps", "call_us", "overlap"],
         "openmpi" => &["sum_gbps"],
+        "gloo" => &["bucket_mb", "sum_gbps"],
         _ => &[],
     }
 }
@@ -360,6 +383,11 @@ impl Runtime {
                 overlap: flag("overlap", true)?,
             }),
             "openmpi" => Runtime::OpenMpi(OpenMpi { sum_bytes_per_s: sum(MPI_SUM_BYTES_PER_S)? }),
+            // Gloo's sum is one thread's loop over the received block, as OpenMPI's.
+            "gloo" => Runtime::Gloo(Gloo {
+                bucket: mb("bucket_mb", GLOO_DDP_BUCKET)?,
+                sum_bytes_per_s: sum(MPI_SUM_BYTES_PER_S)?,
+            }),
             _ => unreachable!("checked against NAMES"),
         })
     }
@@ -374,6 +402,7 @@ impl Runtime {
             Runtime::ByteScheduler(_) => "bytescheduler",
             Runtime::Ps(_) => "ps",
             Runtime::OpenMpi(_) => "openmpi",
+            Runtime::Gloo(_) => "gloo",
         }
     }
 
@@ -430,9 +459,23 @@ impl Runtime {
             (Runtime::OpenMpi(x), Runtime::OpenMpi(d)) => {
                 push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
             }
+            (Runtime::Gloo(x), Runtime::Gloo(d)) => {
+                push(x.bucket != d.bucket, "bucket_mb", num(x.bucket as f64 / (1u64 << 20) as f64));
+                push(x.sum_bytes_per_s != d.sum_bytes_per_s, "sum_gbps", num(x.sum_bytes_per_s / 1e9));
+            }
             _ => unreachable!("the default has the same kind"),
         }
         parts.join("+")
+    }
+
+    /// Runtimes whose GPU collectives are NCCL's: plain NCCL, PyTorch DDP (ProcessGroupNCCL),
+    /// Horovod's and ByteScheduler's GPU all-reduce, BytePS's intra-node reduce. Not Caffe-MPI as
+    /// the DAG paper models it, MPI's host-side all-reduce, nor parameter servers.
+    pub fn launches_nccl(&self) -> bool {
+        matches!(
+            self,
+            Runtime::Nccl(_) | Runtime::Horovod(_) | Runtime::Ddp(_) | Runtime::ByteScheduler(_) | Runtime::BytePs(_)
+        )
     }
 
     /// Runtimes whose gradients go to parameter servers rather than through an all-reduce.
@@ -443,7 +486,7 @@ impl Runtime {
     /// The framework-side cost of one communication call.
     pub fn call_ns(&self) -> Nanos {
         match self {
-            Runtime::CaffeMpi | Runtime::OpenMpi(_) => 0,
+            Runtime::CaffeMpi | Runtime::OpenMpi(_) | Runtime::Gloo(_) => 0,
             Runtime::Nccl(c) => c.call_ns,
             Runtime::Horovod(h) => h.call_ns,
             Runtime::Ddp(d) => d.call_ns,
@@ -471,6 +514,7 @@ impl Runtime {
                 chosen("first_bucket_mb", d.first_bucket, x.first_bucket);
             }
             (Runtime::BytePs(b), Runtime::BytePs(x)) => chosen("partition", b.partition, x.partition),
+            (Runtime::Gloo(g), Runtime::Gloo(x)) => chosen("bucket_mb", g.bucket, x.bucket),
             (Runtime::ByteScheduler(b), Runtime::ByteScheduler(x)) => {
                 let bytes = |parameters: u64| parameters.saturating_mul(element_bytes);
                 chosen("partition", bytes(b.partition), bytes(x.partition))
@@ -507,6 +551,8 @@ mod tests {
         assert_eq!((s.partition, s.credit), (1_000_000, 4_000_000));
         let Runtime::OpenMpi(o) = parse("openmpi", &[]).unwrap() else { panic!() };
         assert_eq!(o.sum_bytes_per_s, 4e9);
+        let Runtime::Gloo(g) = parse("gloo", &[]).unwrap() else { panic!() };
+        assert_eq!((g.bucket, g.sum_bytes_per_s), (1 << 20, 4e9));
     }
 
     #[test]
@@ -519,6 +565,7 @@ mod tests {
             ("ps", vec![("local", "off"), ("split", "off"), ("sum_gbps", "8"), ("overlap", "off")]),
             ("nccl", vec![("call_us", "0")]),
             ("openmpi", vec![("sum_gbps", "2")]),
+            ("gloo", vec![("bucket_mb", "4"), ("sum_gbps", "2")]),
         ] {
             let r = parse(name, &kv).unwrap();
             let spec = r.spec();
