@@ -227,6 +227,10 @@ pub struct Dag {
     resources: Vec<String>,
     /// The global rank of each GPU index tasks use, ascending (empty: the same numbers).
     ranks: Vec<u32>,
+    /// Transfers that repeat another one on a symmetric copy of the machine (see
+    /// [`DagBuilder::add_images`]): per original, its images as (task, copy) in `images`.
+    image_groups: Vec<(TaskId, std::ops::Range<u32>)>,
+    images: Vec<(TaskId, u32)>,
     pub meta: DagMeta,
 }
 
@@ -282,6 +286,11 @@ impl Dag {
         &self.resources
     }
 
+    /// Each transfer that has images, with its images as (task, copy): see [`DagBuilder::add_images`].
+    pub fn image_groups(&self) -> impl Iterator<Item = (TaskId, &[(TaskId, u32)])> + '_ {
+        self.image_groups.iter().map(|(t, r)| (*t, &self.images[r.start as usize..r.end as usize]))
+    }
+
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
         let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
@@ -305,6 +314,8 @@ pub struct DagBuilder {
     groups: Vec<Vec<u32>>,
     resources: Vec<String>,
     ranks: Vec<u32>,
+    image_groups: Vec<(TaskId, std::ops::Range<u32>)>,
+    images: Vec<(TaskId, u32)>,
 }
 
 impl DagBuilder {
@@ -349,6 +360,17 @@ impl DagBuilder {
         &self.tasks[t as usize]
     }
 
+    /// Declares `images` (task, copy) as images of transfer `original`: each moves the same bytes
+    /// at the same instants on copy `copy` of the machine (copies numbered from 1; copy c of every
+    /// original is the same translation of the machine), as a DP replica left out of a reduced
+    /// simulation sends its pipeline transfers. Only a hint: the engine checks the symmetry and
+    /// runs an image as its own flow whenever it could move differently from its original.
+    pub fn add_images(&mut self, original: TaskId, images: &[(TaskId, u32)]) {
+        let start = self.images.len() as u32;
+        self.images.extend_from_slice(images);
+        self.image_groups.push((original, start..self.images.len() as u32));
+    }
+
     /// Freezes the graph: removes duplicate edges, builds successor lists, rejects cycles
     /// (naming a task on one) and dangling ids.
     pub fn build(mut self, meta: DagMeta) -> Result<Dag> {
@@ -378,6 +400,12 @@ impl DagBuilder {
                     ));
                 }
             }
+        }
+        let transfer = |t: TaskId| self.tasks.get(t as usize).is_some_and(|x| matches!(x.work, Work::Transfer { .. }));
+        if let Some((o, _)) = self.image_groups.iter().find(|(o, r)| {
+            !transfer(*o) || self.images[r.start as usize..r.end as usize].iter().any(|&(i, _)| !transfer(i))
+        }) {
+            return Err(Error::invalid("task graph", format!("transfer {o} has images that are not transfers")));
         }
         // Successor lists by counting sort on the source, then each (short) list sorted and
         // deduplicated in place: O(E) rather than sorting all edges.
@@ -426,6 +454,8 @@ impl DagBuilder {
             groups: self.groups,
             resources: self.resources,
             ranks: self.ranks,
+            image_groups: self.image_groups,
+            images: self.images,
             meta,
         };
         dag.check_acyclic()?;

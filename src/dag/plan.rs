@@ -894,7 +894,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         b.add_edge(exit, entry);
                         continue;
                     }
-                    for &x in &receivers {
+                    // Each member's receivers: its own replica's, then its images in the blocks
+                    // of replicas left out (block j is copy j of the engine's images).
+                    let (per_member, mut original, mut images) = (receivers.len() / group.len(), 0, Vec::new());
+                    for (k, &x) in receivers.iter().enumerate() {
                         let src_rank = plan.rank(Coords { stage: src_stage, ..plan.coords(x) });
                         let t = b.add_task(task(
                             Work::Transfer {
@@ -910,6 +913,16 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         ));
                         b.add_edge(exit, t);
                         b.add_edge(t, entry);
+                        let copy = (k % per_member) as u32;
+                        if copy == 0 {
+                            original = t;
+                            images.clear();
+                        } else {
+                            images.push((t, copy));
+                        }
+                        if copy + 1 == per_member as u32 && !images.is_empty() {
+                            b.add_images(original, &images);
+                        }
                     }
                 }
             }

@@ -96,6 +96,8 @@ mod tests {
             reserved_collectives: 0,
             materialized_collectives: 0,
             partial_collectives: 0,
+            shadowed_transfers: 0,
+            shadows_to_flows: 0,
             collectives: Vec::new(),
             collective_labels: Vec::new(),
         }

@@ -25,6 +25,7 @@
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
 pub mod fluid;
+mod mirror;
 mod step;
 
 use crate::collective::{CollectiveUse, Latency, Lowerer, Plan, NO_RAIL};
@@ -47,6 +48,9 @@ pub struct Options {
     pub record_flows: bool,
     /// Always run collectives flow by flow (the reference path; slower at scale, same results).
     pub stepwise_collectives: bool,
+    /// Run every image transfer (a left-out DP replica's pipeline transfer) as its own flow, never
+    /// as its original's shadow (the reference path; slower, same results: see `sim/mirror.rs`).
+    pub image_flows: bool,
 }
 
 /// One finished flow, when [`Options::record_flows`] is on.
@@ -88,6 +92,10 @@ pub struct Run {
     /// Collectives run on partly reserved links: the transfers that share links with other
     /// traffic as flows, the rest reserved (counted in `materialized_collectives` when disturbed).
     pub partial_collectives: u64,
+    /// Image transfers that moved as their originals' shadows (not flows of their own), and the
+    /// times other traffic reaching their links turned the shadows under way into flows.
+    pub shadowed_transfers: u64,
+    pub shadows_to_flows: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
     /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
@@ -256,7 +264,7 @@ impl Xfer {
 pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     TASKS_TOTAL.fetch_add(dag.len() as u64, Ordering::Relaxed);
     let mut engine = Engine::new(dag, machine, options);
-    let outcome = engine.run();
+    let outcome = engine.mirror_setup().and_then(|()| engine.run());
     // Every task counts as done once the run ends, even one that failed.
     TASKS_DONE.fetch_add((dag.len() - engine.reported) as u64, Ordering::Relaxed);
     outcome.map(|()| engine.into_run())
@@ -355,6 +363,7 @@ struct Engine<'a> {
     seeds: Vec<u32>,
     /// Finished tasks already added to the process's progress count.
     reported: usize,
+    mirror: mirror::Mirror,
 }
 
 impl<'a> Engine<'a> {
@@ -408,6 +417,7 @@ impl<'a> Engine<'a> {
             outside_reservations: 0,
             seeds: Vec::new(),
             reported: 0,
+            mirror: mirror::Mirror::default(),
         }
     }
 
@@ -486,6 +496,8 @@ impl<'a> Engine<'a> {
             reserved_collectives: self.reserved_count,
             materialized_collectives: self.materialized_count,
             partial_collectives: self.partial_count,
+            shadowed_transfers: self.mirror.shadowed,
+            shadows_to_flows: self.mirror.unshadowed,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
         }
@@ -500,6 +512,7 @@ impl<'a> Engine<'a> {
                 if self.net.is_live(f) && self.net.version(f) == version {
                     let slot = self.flow_slot[f as usize];
                     self.net.remove(f);
+                    self.mirror_arrived(slot);
                     self.flow_finished(slot)?;
                 }
                 Ok(())
@@ -583,10 +596,7 @@ impl<'a> Engine<'a> {
                 let ns = self.with_faults(t, ns);
                 self.push(self.now.saturating_add(ns), EventKind::TaskDone(t))
             }
-            Work::Transfer { src, dst, bytes } => {
-                let x = Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY };
-                self.start_flow(Owner::Task(t), x, 0)?
-            }
+            Work::Transfer { src, dst, bytes } => self.begin_transfer(t, src, dst, bytes)?,
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
             Work::Collective { group, op, algorithm, bytes } => {
                 let plan = self.lowerer.lower(self.machine, group, self.dag.group(group), op, algorithm, bytes)?;
@@ -756,6 +766,7 @@ impl<'a> Engine<'a> {
     /// carry flows whose rates its steps leave alone: their whole component is timed with it).
     fn try_reserve(&mut self, slot: u32, with_outside: bool) -> Result<Reserve> {
         const PROVISIONAL: u32 = u32::MAX;
+        self.mirror_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let memo = self.reserve_classes(slot, &plan, first)?;
@@ -787,6 +798,7 @@ impl<'a> Engine<'a> {
                     }
                     if held == 0 {
                         self.reserved_by[li] = PROVISIONAL;
+                        self.mirror.hold(li, false, true);
                         res.links.push(l);
                     }
                 }
@@ -831,13 +843,13 @@ impl<'a> Engine<'a> {
         drop(memo);
         if outcome != Reserve::Done {
             for &l in &res.links {
-                self.reserved_by[l as usize] = 0;
+                self.hold(l as usize, 0);
             }
             self.reservation_pool.push(res);
             return Ok(outcome);
         }
         for &l in &res.links {
-            self.reserved_by[l as usize] = slot + 1;
+            self.hold(l as usize, slot + 1);
         }
         let total: Nanos = (first..plan.step_count())
             .map(|s| res.class_time[plan.step_class(s) as usize])
@@ -1001,7 +1013,7 @@ impl<'a> Engine<'a> {
     fn release(&mut self, slot: u32) -> (u32, Nanos, Vec<Nanos>, Vec<Vec<Outside>>) {
         let mut res = self.collectives[slot as usize].reservation.take().expect("reserved");
         for &l in &res.links {
-            self.reserved_by[l as usize] = 0;
+            self.hold(l as usize, 0);
         }
         if res.has_outside() {
             self.outside_reservations -= 1;
@@ -1119,6 +1131,7 @@ impl<'a> Engine<'a> {
                     let (f, version) = self.net.insert_state(&links, fs);
                     self.routes[route as usize].links = links;
                     self.map_flow(f, pslot);
+                    self.mirror_moving(pslot, f);
                     if let Some(due) = fs.due {
                         self.push(due, EventKind::FlowDone(f, version));
                     }
@@ -1138,6 +1151,7 @@ impl<'a> Engine<'a> {
     /// changed) if no transfer could be reserved.
     fn try_partial(&mut self, slot: u32) -> Result<bool> {
         const PROVISIONAL: u32 = u32::MAX;
+        self.mirror_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let mut partial = Partial::default();
@@ -1167,6 +1181,7 @@ impl<'a> Engine<'a> {
                 for &l in &self.routes[r as usize].links {
                     if self.reserved_by[l as usize] == 0 {
                         self.reserved_by[l as usize] = PROVISIONAL;
+                        self.mirror.hold(l as usize, false, true);
                         partial.links.push(l);
                     }
                 }
@@ -1179,7 +1194,7 @@ impl<'a> Engine<'a> {
         }
         let mark = if any_free { slot + 1 } else { 0 };
         for &l in &partial.links {
-            self.reserved_by[l as usize] = mark;
+            self.hold(l as usize, mark);
         }
         if !any_free {
             return Ok(false);
@@ -1239,7 +1254,7 @@ impl<'a> Engine<'a> {
             run.generation = run.generation.wrapping_add(1);
         }
         for &l in &links {
-            self.reserved_by[l as usize] = 0;
+            self.hold(l as usize, 0);
         }
         self.back_off(slot);
         if !under_way {
@@ -1273,7 +1288,7 @@ impl<'a> Engine<'a> {
         let Some(p) = self.collectives[slot as usize].partial.take() else { return Ok(()) };
         if p.held {
             for &l in &p.links {
-                self.reserved_by[l as usize] = 0;
+                self.hold(l as usize, 0);
             }
         }
         for pc in p.classes.iter().filter(|pc| pc.runs > 0) {
@@ -1326,6 +1341,7 @@ impl<'a> Engine<'a> {
                 format!("no route from {} to {}", self.machine.device_name(src), self.machine.device_name(dst)),
             )
         })?;
+        self.mirror.add_route(&route.links);
         self.routes.push(route);
         let id = (self.routes.len() - 1) as u32;
         self.route_index.insert((src, dst, rail), id);
@@ -1359,13 +1375,21 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// [`Engine::start_flow`] on a route already found.
-    fn start_flow_on(&mut self, owner: Owner, x: Xfer, step: u32, route: u32) {
+    /// [`Engine::start_flow`] on a route already found; returns its pending slot.
+    fn start_flow_on(&mut self, owner: Owner, x: Xfer, step: u32, route: u32) -> u32 {
         let latency = x.latency(&self.routes[route as usize]);
         let (src, dst, bytes, cap) = (x.src, x.dst, x.bytes, x.cap);
         let at = self.now.saturating_add(latency);
         let slot = self.new_pending(Pending { owner, route, bytes, src, dst, step, start: at, cap });
         self.push(at, EventKind::FlowActivate(slot));
+        slot
+    }
+
+    /// Sets who holds link `l` (0: nobody), keeping count of the images' links held.
+    fn hold(&mut self, l: usize, holder: u32) {
+        let was = self.reserved_by[l] != 0;
+        self.reserved_by[l] = holder;
+        self.mirror.hold(l, was, holder != 0);
     }
 
     /// Processor-shared compute: a flow of `work_ns` over the resource's capacity-one "link".
@@ -1396,6 +1420,7 @@ impl<'a> Engine<'a> {
         if p.bytes == 0 || nlinks == 0 {
             return self.flow_finished(slot);
         }
+        self.mirror_before_move(slot)?;
         // Traffic arriving on a reserved link: the collective holding it goes back to flows first.
         // (A partly reserved collective's own flows may cross links it holds for another class.)
         for i in 0..nlinks {
@@ -1409,6 +1434,7 @@ impl<'a> Engine<'a> {
         let cap = self.route_caps.get(self.machine, &self.routes, p.route, p.bytes).min(p.cap);
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
         self.map_flow(f, slot);
+        self.mirror_moving(slot, f);
         Ok(())
     }
 
@@ -1439,7 +1465,10 @@ impl<'a> Engine<'a> {
             });
         }
         match p.owner {
-            Owner::Task(t) => self.finish(t),
+            Owner::Task(t) => {
+                self.finish(t)?;
+                self.mirror_finished(t)
+            }
             Owner::Collective(c) => {
                 let run = &mut self.collectives[c as usize];
                 run.outstanding -= 1;
