@@ -5,10 +5,13 @@
 mod common;
 
 use common::plan::plan_setup;
+use dagsim::collective::nccl::NcclConfig;
+use dagsim::collective::CollectiveModel;
 use dagsim::dag::{Phase, Work};
 use dagsim::parallel::ParallelPlan;
 use dagsim::predict_plan::{PlanSetup, SimulatedPlan};
 use dagsim::sim::Options;
+use dagsim::strategy::Strategy;
 use dagsim::workload::transformer::TransformerConfig;
 
 /// A small GPT (4 layers) so every GPU can be simulated.
@@ -91,4 +94,58 @@ fn fsdp_wrap_is_named_and_checked() {
     assert!(!p.name().contains("fsdp-wrap"), "{}", p.name());
     let e = ParallelPlan::parse("dp=8,fsdp=full,fsdp-wrap=module").unwrap_err().to_string();
     assert!(e.contains("fsdp-wrap=module") && e.contains("layer or block"), "{e}");
+}
+
+/// DP group 0's collectives (rank 0 and those 16 / dp apart, whatever the TP width) of `sim`:
+/// (start, end, phase) and queue of each, in task order.
+fn dp0_collectives(sim: &SimulatedPlan) -> Vec<(u64, u64, Phase, Option<u32>)> {
+    let mut out = Vec::new();
+    for (id, t) in sim.dag.tasks().iter().enumerate() {
+        if let Work::Collective { group, .. } = t.work {
+            let members = sim.dag.group(group);
+            if members.contains(&0) && members.len() > 2 {
+                out.push((sim.run.start[id], sim.run.end[id], t.phase, t.queue));
+            }
+        }
+    }
+    out
+}
+
+/// A DP group's parameter all-gathers and gradient reduce-scatters share one process group, so one
+/// NCCL communicator, which runs its operations one at a time in launch order (NCCL v2.21.5-1
+/// src/enqueue.cc l.1285-1303): under the NCCL collective model or an NCCL runtime, with ZeRO-1,
+/// ZeRO-3 and FSDP, with or without whole-layer modules, no two collectives of one DP group are
+/// ever in flight together. Under the ideal model with no runtime named, the gathers keep a queue
+/// of their own.
+#[test]
+fn a_dp_groups_collectives_run_one_at_a_time_under_nccl() {
+    let nccl = CollectiveModel::Nccl(NcclConfig::default());
+    for (spec, model, runtime) in [
+        ("tp=1,pp=1,dp=16,fsdp=full", nccl, None),
+        ("tp=1,pp=1,dp=16,fsdp=full", CollectiveModel::Ideal, Some("io+wfbp+runtime=ddp")),
+        ("tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer", CollectiveModel::Ideal, None),
+        ("tp=2,pp=1,dp=8,zero=3", nccl, None),
+        ("tp=1,pp=1,dp=16,zero=1", nccl, None),
+    ] {
+        let mut s = setup(spec);
+        s.topology.collectives = model;
+        if let Some(r) = runtime {
+            s.strategy = Strategy::parse(r).unwrap();
+        }
+        let mut spans = dp0_collectives(&s.simulate(false, Options::default()).unwrap());
+        let gathers = spans.iter().filter(|s| s.2 == Phase::ParamGather).count();
+        let reduces = spans.iter().filter(|s| s.2 == Phase::GradientAggregation).count();
+        assert!(gathers > 0 && reduces > 0, "{spec}: {gathers} gathers, {reduces} reduce-scatters");
+        let mut queues: Vec<_> = spans.iter().map(|s| s.3).collect();
+        queues.sort();
+        queues.dedup();
+        assert!(queues.len() == 1 && queues[0].is_some(), "{spec}: DP group 0's collectives on queues {queues:?}");
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[1].0 >= w[0].1, "{spec}: {:?} starts before {:?} ends", w[1], w[0]);
+        }
+    }
+    let spans = dp0_collectives(&setup("tp=1,pp=1,dp=16,fsdp=full").simulate(false, Options::default()).unwrap());
+    let queue_of = |p: Phase| spans.iter().find(|s| s.2 == p).unwrap().3;
+    assert_ne!(queue_of(Phase::ParamGather), queue_of(Phase::GradientAggregation));
 }

@@ -331,6 +331,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
     }
 
+    // Whether a DP group's gathers and reduce-scatters share its one queue.
+    let one_queue = nccl_communicators(s, m) || by_unit;
     // One gradient communicator over `ranks_of` (with its queues), unless no rank of it is driven.
     let dp_group =
         |b: &mut DagBuilder, stage: u32, tp_rank: u32, ranks_of: Vec<u32>, explan: &exchange::Plan, name: String| {
@@ -343,11 +345,16 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             let driven: Vec<u32> = ranks_of.iter().copied().filter(|&r| driver(r).is_some()).collect();
             let queues = Queues::new(b, explan);
             let group = b.add_group(ranks_of);
-            // ZeRO-3/FSDP all-gather and reduce-scatter over the same process group, whose NCCL
-            // kernels run one at a time in launch order whatever the stream (NCCL v2.18.3-1
-            // src/enqueue.cc l.968-988: each launch waits on the communicator's device stream):
-            // one queue for both.
-            let gather = if plan.sharding.shards_params() && by_unit {
+            // The parameter all-gathers (ZeRO-1/2 after the update, ZeRO-3/FSDP before each use)
+            // and the gradient reduce-scatters go over the same process group (Megatron-Core
+            // core_r0.8.0 `data_parallel_group` in param_and_grad_buffer.py l.135 and
+            // distrib_optimizer.py l.1400; PyTorch FSDP its one process group), so one NCCL
+            // communicator, which runs its operations one at a time in launch order whatever the
+            // stream: each launch waits on the communicator's device stream and the device stream
+            // on it (NCCL v2.21.5-1 src/enqueue.cc l.1285-1303; v2.8.4-1 src/enqueue.cc
+            // l.197-199: a stream change waits on the last launch's `doneEvent`). One queue for
+            // both wherever NCCL runs them (see `nccl_communicators`).
+            let gather = if plan.sharding.shards_optimizer() && one_queue {
                 Some(queues.comm)
             } else {
                 plan.sharding.shards_optimizer().then(|| b.add_queue(name, Discipline::Fifo, None))
@@ -1131,6 +1138,17 @@ fn split_expert_grads(w: &Workload, experts: &[&[u64]]) -> Result<(Workload, Wor
         d.grad_tensors = left;
     }
     Ok((dense, apart))
+}
+
+/// Whether the plan's collectives are NCCL's, which runs one communicator's operations one at a
+/// time: under the NCCL collective model, or with a runtime whose GPU collectives are NCCL's
+/// (`runtime=ddp`, `nccl`, `horovod`, ...). `fsdp-wrap=layer` (PyTorch FSDP's wrapping, so its
+/// NCCL process group) serialises too. A strategy that names no runtime under the ideal model
+/// keeps the textbook DAG's independent gather queue: the idealised collectives assume no
+/// library.
+fn nccl_communicators(s: &crate::strategy::Strategy, m: &crate::hw::Machine) -> bool {
+    matches!(m.collectives, crate::collective::CollectiveModel::Nccl(_))
+        || s.runtime.as_ref().is_some_and(|r| r.launches_nccl())
 }
 
 /// One bucket per wrapped module of `w` (`units[l]` for each of its layers), in backward order:

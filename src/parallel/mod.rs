@@ -13,7 +13,7 @@ pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
 pub use crate::workload::llm::Recompute;
-pub use crate::workload::moe::MoeRouting;
+pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
 use serde::Serialize;
@@ -218,6 +218,13 @@ impl ParallelPlan {
                 "moe-capacity" | "moe_capacity" => p.moe.capacity_factor = Some(number(&value)?),
                 "moe-pad" | "moe_pad" => p.moe.pad_to_capacity = on_off(&value)?,
                 "moe-imbalance" | "moe_imbalance" => p.moe.imbalance = number(&value)?,
+                "moe-dispatcher" | "moe_dispatcher" => {
+                    p.moe.dispatcher = match value.as_str() {
+                        "alltoall" => Dispatcher::AllToAll,
+                        "flex" | "deepep" | "hybridep" => Dispatcher::Flex,
+                        v => return Err(err(format!("moe-dispatcher={v}: expected alltoall or flex (deepep, hybridep)"))),
+                    }
+                }
                 "recompute" => {
                     p.recompute = Recompute::parse(&value)
                         .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
@@ -230,7 +237,7 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance"
+                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
                     )))
                 }
             }
@@ -500,6 +507,11 @@ mod tests {
         (p.micro_batch, p.global_batch) = (1, 512);
         assert_eq!(p.name(), "tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective");
         assert_eq!(ParallelPlan::parse("fsdp=hybrid").unwrap().sharding, Sharding::FsdpHybrid);
+        assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
+        for flex in ["flex", "deepep", "hybridep"] {
+            let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
+            assert_eq!(p.moe.dispatcher, Dispatcher::Flex);
+        }
         // The builder's folded plan (CP inside DP) still names the user's plan, in messages too.
         let mut cp = ParallelPlan::parse("tp=2,cp=4,dp=2").unwrap();
         (cp.micro_batch, cp.global_batch) = (1, 8);
@@ -512,6 +524,7 @@ mod tests {
             ("zero=4", "0, 1, 2 or 3"),
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
+            ("moe-dispatcher=nccl", "alltoall or flex"),
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),

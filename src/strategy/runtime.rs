@@ -468,6 +468,16 @@ impl Runtime {
         parts.join("+")
     }
 
+    /// Runtimes whose GPU collectives are NCCL's: plain NCCL, PyTorch DDP (ProcessGroupNCCL),
+    /// Horovod's and ByteScheduler's GPU all-reduce, BytePS's intra-node reduce. Not Caffe-MPI as
+    /// the DAG paper models it, MPI's host-side all-reduce, nor parameter servers.
+    pub fn launches_nccl(&self) -> bool {
+        matches!(
+            self,
+            Runtime::Nccl(_) | Runtime::Horovod(_) | Runtime::Ddp(_) | Runtime::ByteScheduler(_) | Runtime::BytePs(_)
+        )
+    }
+
     /// Runtimes whose gradients go to parameter servers rather than through an all-reduce.
     pub fn uses_servers(&self) -> bool {
         matches!(self, Runtime::BytePs(_) | Runtime::Ps(_))

@@ -908,7 +908,7 @@ mod tests {
         let run = |imbalance: f64, capacity: Option<f64>, ep: u32| {
             let x = MoeOptions {
                 ep,
-                routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, pad_to_capacity: false },
+                routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, ..Default::default() },
                 cp: 1,
             };
             cost_moe(&cfg, h100, &opts(1), &x).unwrap().moe.unwrap()
@@ -921,6 +921,74 @@ mod tests {
         assert!(e.contains("ep=3") && e.contains("8 experts"), "{e}");
         let e = cost_moe(&cfg, h100, &opts(2), &MoeOptions { ep: 2, ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("sp=on"), "{e}");
+    }
+
+    #[test]
+    fn grouped_expert_gemms_pay_one_launch_per_expert_and_fp8_current_scaling_casts() {
+        // Qwen3-30B-A3B, ep 8: 16 local experts, 4096 x 8 token copies of 2048 -> 2 x 768 (fc1).
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let x = MoeOptions { ep: 8, ..Default::default() };
+        let at = |precision| {
+            let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap();
+            (Device::new(h100, &o).unwrap(), c.experts.ops[0].clone())
+        };
+        let (local, copies, n, k) = (16u64, 4096 * 8u64, 2 * 768u64, 2048u64);
+        let per_expert = copies / local;
+        for precision in [Precision::Bf16, Precision::Fp8] {
+            let (d, fc1) = at(precision);
+            assert_eq!(fc1.name, "expert-fc1");
+            let gemm = |m, n, k| d.gemm(local, m, n, k, d.matmul).0;
+            // One cuBLAS call per expert in each of the three GEMMs: 15 launches more than one.
+            let mut forward = gemm(per_expert, n, k) + 15.0 * LAUNCH_NS;
+            let mut backward = gemm(per_expert, k, n) + gemm(k, n, per_expert) + 30.0 * LAUNCH_NS;
+            if precision == Precision::Fp8 {
+                // Amax, scale and cast per expert: the input read twice, written row- and
+                // column-wise in FP8 (6 bytes an element); the output gradient alike.
+                forward += 6.0 * (copies * k) as f64 / d.memory + 3.0 * 16.0 * LAUNCH_NS;
+                backward += 6.0 * (copies * n) as f64 / d.memory + 3.0 * 16.0 * LAUNCH_NS;
+            }
+            assert!((fc1.forward_ns - forward).abs() < 1e-6, "{precision:?}: {} vs {forward}", fc1.forward_ns);
+            assert!((fc1.backward_ns - backward).abs() < 1e-6, "{precision:?}: {} vs {backward}", fc1.backward_ns);
+        }
+        // Without expert parallelism's split (ep 128: one expert a GPU) no extra launch is paid.
+        let one = MoeOptions { ep: 128, ..Default::default() };
+        let o = CostOptions { seq_len: 4096, ..opts(1) };
+        let d = Device::new(h100, &o).unwrap();
+        let fc1 = cost_moe(&cfg, h100, &o, &one).unwrap().moe.unwrap().experts.ops[0].clone();
+        assert!((fc1.forward_ns - d.gemm(1, copies, n, k, d.matmul).0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_flex_dispatcher_sends_each_token_once_per_gpu_that_holds_its_experts() {
+        use super::super::moe::{expected_ranks_per_token, Dispatcher, MoeRouting};
+        // Boundaries: one GPU holds every expert; one expert a GPU and top 1: one GPU a token.
+        assert!((expected_ranks_per_token(128, 8, 1) - 1.0).abs() < 1e-12);
+        assert!((expected_ranks_per_token(64, 1, 64) - 1.0).abs() < 1e-12);
+        // Two GPUs of 2 experts each, top 2 of 4: both experts on one GPU in 2 of the 6 pairs
+        // (one GPU), on two GPUs in the other 4: (2 x 1 + 4 x 2) / 6.
+        assert!((expected_ranks_per_token(4, 2, 2) - 10.0 / 6.0).abs() < 1e-12);
+        // Qwen3-30B-A3B (128 experts, top 8) at ep 16: 16 (1 - C(120, 8) / C(128, 8)).
+        let miss: f64 = (0..8).map(|i| (120 - i) as f64 / (128 - i) as f64).product();
+        let ranks = 16.0 * (1.0 - miss);
+        assert!((expected_ranks_per_token(128, 8, 16) - ranks).abs() < 1e-12 && ranks > 6.5 && ranks < 6.7);
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
+        let run = |dispatcher| {
+            let x = MoeOptions { ep: 16, routing: MoeRouting { dispatcher, ..Default::default() }, cp: 1 };
+            cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap()
+        };
+        let (plain, flex) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex));
+        assert_eq!(plain.router.tp.as_ref().unwrap().bytes, 4096 * 8 * 2048 * 2);
+        assert_eq!(flex.router.tp.as_ref().unwrap().bytes, (4096.0 * ranks).ceil() as u64 * 2048 * 2);
+        // The experts compute the same copies either way.
+        assert_eq!(plain.experts.ops, flex.experts.ops);
+        // Token drop needs Megatron's alltoall dispatcher.
+        let drop = MoeRouting { capacity_factor: Some(1.0), dispatcher: Dispatcher::Flex, ..Default::default() };
+        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1 }).unwrap_err().to_string();
+        assert!(e.contains("moe-dispatcher=alltoall"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! tokens arrive sequence-parallel over the TP group and each expert lives whole on one GPU.
 
 use super::llm::{BlockCost, CostOptions, Device, OpCost};
+use super::synth::LAUNCH_NS;
 use super::transformer::TransformerConfig;
 use super::{TpCollective, TpComm};
 use crate::error::{Error, Result};
@@ -102,12 +103,39 @@ pub struct MoeRouting {
     /// Tokens routed to the busiest expert over the even share (1: perfectly balanced). Routing is
     /// a run-time outcome: the auxiliary load-balancing loss keeps it near 1 but not at it.
     pub imbalance: f64,
+    /// How the routed tokens travel between the expert-parallel ranks.
+    pub dispatcher: Dispatcher,
+}
+
+/// Megatron-Core's token dispatcher (`--moe-token-dispatcher-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Dispatcher {
+    /// `alltoall`: the tokens are permuted into one copy per routed expert before the all-to-all
+    /// (`MoEAlltoAllTokenDispatcher`), so a token routed to two experts of one GPU is sent twice.
+    AllToAll,
+    /// `flex` with the DeepEP or HybridEP backend: each token is sent once to every GPU that holds
+    /// any of its experts and permuted there (`buffer.get_dispatch_layout` gives
+    /// `is_token_in_rank`, then `buffer.dispatch`: megatron/core/transformer/moe/fused_a2a.py @
+    /// core_v0.15.3 l.86-121); the combine returns one partial sum per GPU. Their inter-node
+    /// step (one RDMA copy per remote node, forwarded over NVLink there) is not modelled: the
+    /// exchange runs as an all-to-all of the deduplicated bytes.
+    Flex,
 }
 
 impl Default for MoeRouting {
     fn default() -> Self {
-        MoeRouting { capacity_factor: None, pad_to_capacity: false, imbalance: 1.0 }
+        MoeRouting { capacity_factor: None, pad_to_capacity: false, imbalance: 1.0, dispatcher: Dispatcher::AllToAll }
     }
+}
+
+/// Expected GPUs of `ep` (each holding `experts / ep`) that a token routed to `top_k` distinct
+/// experts drawn uniformly reaches: `ep (1 - C(E - E/ep, k) / C(E, k))`. Uniform routing is what
+/// the Megatron-Bridge benchmarks run (`moe_router_force_load_balancing`, performance summary:
+/// "we force-balance the token distribution among experts").
+pub fn expected_ranks_per_token(experts: u32, top_k: u32, ep: u32) -> f64 {
+    let (e, local) = (experts as f64, (experts / ep.max(1)) as f64);
+    let miss = (0..top_k).map(|i| ((e - local - i as f64) / (e - i as f64)).max(0.0)).product::<f64>();
+    ep as f64 * (1.0 - miss)
 }
 
 impl MoeRouting {
@@ -131,6 +159,10 @@ impl MoeRouting {
         }
         if self.pad_to_capacity && self.capacity_factor.is_none() {
             return err("moe-pad=on needs moe-capacity=F (padding is to the capacity)");
+        }
+        if self.capacity_factor.is_some() && self.dispatcher == Dispatcher::Flex {
+            // Megatron-Bridge's apply_moe_token_drop asserts the alltoall dispatcher (v0.2.0).
+            return err("moe-capacity (token drop) needs moe-dispatcher=alltoall, as Megatron's capacity factor does");
         }
         Ok(())
     }
@@ -176,6 +208,42 @@ impl MoeCost {
     pub fn blocks_mut(&mut self) -> [&mut BlockCost; 3] {
         [&mut self.router, &mut self.experts, &mut self.combine]
     }
+}
+
+/// Quantisation kernels per tensor under FP8 current scaling, the recipe of the Megatron-Bridge
+/// H100 runs (`--fp8_recipe cs`, scripts/performance/README.md @ v0.2.0): Transformer Engine's
+/// `Float8CurrentScalingQuantizer::quantize` (pytorch/csrc/quantizer.cpp @ v2.9, l.518-535) runs
+/// an amax kernel, a scale kernel and the cast, one tensor at a time.
+const CS_QUANTIZE_KERNELS: f64 = 3.0;
+/// Bytes per element those kernels move: the amax pass reads the 16-bit input (2), the cast reads
+/// it again (2) and writes the FP8 data row-wise and transposed (1 + 1) for the backward GEMMs.
+const CS_QUANTIZE_BYTES: f64 = 6.0;
+
+/// What Transformer Engine's `GroupedLinear` (the experts' fc1 and fc2 under Megatron-Core's
+/// `TEGroupedMLP`) spends beyond one grouped GEMM of `local` equal groups, as (forward, backward)
+/// ns for `copies` routed token copies of `k` -> `n` on this GPU (TE v2.9 to v2.15,
+/// pytorch/module/grouped_linear.py):
+/// - each GEMM is one cuBLAS call per expert, spread over four streams
+///   (`multi_stream_cublas_gemm`, common/gemm/cublaslt_gemm.cu @ v2.9 l.925-975; the CUTLASS
+///   grouped kernel only with `NVTE_USE_CUTLASS_GROUPED_GEMM`, off by default @ v2.15 l.1060):
+///   `local - 1` launches more than one kernel, in the forward GEMM and in each backward one;
+/// - under FP8 the input (forward) and the output gradient (backward) are quantised per expert
+///   (`tex.split_quantize`, l.127 and l.316-323 @ v2.9): the fused multi-tensor cast exists for
+///   delayed scaling only (csrc/extensions/cast.cpp l.116-148), so current scaling runs
+///   [`CS_QUANTIZE_KERNELS`] kernels per expert over [`CS_QUANTIZE_BYTES`] per element.
+///
+/// Each launch costs the workload's per-kernel `LAUNCH_NS`, as every other kernel here.
+pub(super) fn te_grouped_linear_overhead(d: &Device, local: u64, copies: u64, n: u64, k: u64, fp8: bool) -> (f64, f64) {
+    let extra_gemms = local.saturating_sub(1) as f64 * LAUNCH_NS;
+    let (mut forward, mut backward) = (extra_gemms, 2.0 * extra_gemms);
+    if fp8 {
+        let quantize = |elems: u64| {
+            d.stream(CS_QUANTIZE_BYTES * elems as f64) - LAUNCH_NS + CS_QUANTIZE_KERNELS * local as f64 * LAUNCH_NS
+        };
+        forward += quantize(copies * k);
+        backward += quantize(copies * n);
+    }
+    (forward, backward)
 }
 
 /// Costs one MoE layer's MLP on `d` for options `o` (its TP degree and sequence parallelism give
@@ -256,11 +324,16 @@ pub(super) fn moe_blocks(
     };
     let fe = m.expert_ffn;
     let (af, ab) = act((busiest * fe) as f64);
-    let mut expert_ops = vec![
-        linear("expert-fc1", local, per_expert, gates * fe, h, routed),
-        op("expert-activation", af, ab, 0.0),
-        linear("expert-fc2", local, per_expert, h, fe, routed),
-    ];
+    let fp8 = o.precision == super::Precision::Fp8;
+    let grouped = |name, n: u64, k: u64| {
+        let mut g = linear(name, local, per_expert, n, k, routed);
+        let (f, b) = te_grouped_linear_overhead(d, local, busiest, n, k, fp8);
+        g.forward_ns += f;
+        g.backward_ns += b;
+        g
+    };
+    let mut expert_ops =
+        vec![grouped("expert-fc1", gates * fe, h), op("expert-activation", af, ab, 0.0), grouped("expert-fc2", h, fe)];
     if m.shared_ffn > 0 {
         let fs = m.shared_ffn;
         let (sf, sb) = act((tokens * fs) as f64);
@@ -281,9 +354,14 @@ pub(super) fn moe_blocks(
             0.0
         }
     };
+    // What each GPU sends: its copies, or under the flex dispatcher each token once per GPU.
+    let sent = match x.routing.dispatcher {
+        Dispatcher::AllToAll => busiest,
+        Dispatcher::Flex => (tokens as f64 * expected_ranks_per_token(m.experts, m.top_k, ep) * load).ceil() as u64,
+    };
     let a2a = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (ep > 1).then(|| TpComm {
-            bytes: busiest * h * o.precision.bytes(),
+            bytes: sent * h * o.precision.bytes(),
             forward,
             backward,
             group: super::CommGroup::Expert,
