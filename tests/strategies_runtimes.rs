@@ -381,4 +381,6 @@ fn runtimes_print_in_the_strategy_and_bad_settings_are_errors() {
     }
     let e = setup("runtime=ddp+first_bucket_mb=2").predict(4).unwrap_err().to_string();
     assert!(e.contains("`first_bucket_mb`") && e.contains("larger than"), "{e}");
+    let e = setup("runtime=gloo+bucket_mb=2").predict(4).unwrap_err().to_string();
+    assert!(e.contains("`bucket_mb`") && e.contains("larger than"), "{e}");
 }

@@ -592,6 +592,10 @@ mod tests {
         assert!(e.contains("`partition`") && e.contains("greater than zero"), "{e}");
         let e = parse("byteps", &[("servers", "0")]).unwrap_err().to_string();
         assert!(e.contains("`servers`"), "{e}");
+        let e = parse("gloo", &[("bucket_mb", "0")]).unwrap_err().to_string();
+        assert!(e.contains("`bucket_mb`") && e.contains("positive"), "{e}");
+        let e = parse("gloo", &[("call_us", "1")]).unwrap_err().to_string();
+        assert!(e.contains("runtime `gloo` does not take") && e.contains("sum_gbps"), "{e}");
         let e = parse("caffe-mpi", &[("call_us", "1")]).unwrap_err().to_string();
         assert!(e.contains("takes no settings"), "{e}");
         let e = parse("mpi", &[]).unwrap_err().to_string();
