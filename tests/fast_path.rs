@@ -1,6 +1,9 @@
 //! Collectives on reserved links (the fast path) give bit-identical runs to the step-by-step
 //! reference, with and without contention from other traffic.
 
+mod common;
+
+use common::assert_same_run;
 use dagsim::hw::load_topology;
 use dagsim::predict::Setup;
 use dagsim::sim::Options;
@@ -9,10 +12,7 @@ use dagsim::strategy::Strategy;
 fn compare(setup: &Setup, gpus: u32) -> (u64, u64) {
     let fast = setup.simulate(gpus, Options::default()).unwrap();
     let slow = setup.simulate(gpus, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
-    assert_eq!(fast.run.start, slow.run.start, "start times differ at {gpus} GPUs");
-    assert_eq!(fast.run.end, slow.run.end, "end times differ at {gpus} GPUs");
-    assert_eq!(fast.run.link_bytes, slow.run.link_bytes);
-    assert_eq!(fast.run.flows, slow.run.flows);
+    assert_same_run(&fast.run, &slow.run, &format!("{gpus} GPUs"));
     assert_eq!(slow.run.reserved_collectives, 0);
     (fast.run.reserved_collectives, fast.run.materialized_collectives)
 }
@@ -88,10 +88,7 @@ fn contention_at_any_instant_is_handled_exactly() {
             let dag = b.build(DagMeta { gpus: 4, iterations: 0, iteration_end: vec![] }).unwrap();
             let fast = simulate(&dag, &m, Options::default()).unwrap();
             let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
-            assert_eq!(fast.start, slow.start, "delay {delay}, {bytes} bytes");
-            assert_eq!(fast.end, slow.end, "delay {delay}, {bytes} bytes");
-            assert_eq!(fast.link_bytes, slow.link_bytes, "delay {delay}");
-            assert_eq!(fast.flows, slow.flows, "delay {delay}");
+            assert_same_run(&fast, &slow, &format!("delay {delay}, {bytes} bytes"));
             assert!(fast.reserved_collectives >= 1);
             materialized += fast.materialized_collectives;
         }
@@ -156,10 +153,7 @@ fn contention_inside_shared_steps_is_handled_exactly() {
             let dag = dag(Some((delay, src, dst, bytes)));
             let fast = simulate(&dag, &m, Options::default()).unwrap();
             let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
-            assert_eq!(fast.start, slow.start, "delay {delay}");
-            assert_eq!(fast.end, slow.end, "delay {delay}");
-            assert_eq!(fast.link_bytes, slow.link_bytes, "delay {delay}");
-            assert_eq!(fast.flows, slow.flows, "delay {delay}");
+            assert_same_run(&fast, &slow, &format!("delay {delay}"));
             assert!(fast.reserved_collectives >= 1, "delay {delay}");
             materialized += fast.materialized_collectives;
         }
@@ -232,10 +226,7 @@ fn collectives_next_to_outside_flows_match_the_reference() {
             let dag = dag(reads, copy);
             let fast = simulate(&dag, &m, Options::default()).unwrap();
             let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
-            assert_eq!(fast.start, slow.start, "case {k}");
-            assert_eq!(fast.end, slow.end, "case {k}");
-            assert_eq!(fast.link_bytes, slow.link_bytes, "case {k}");
-            assert_eq!(fast.flows, slow.flows, "case {k}");
+            assert_same_run(&fast, &slow, &format!("case {k}"));
             reserved += fast.reserved_collectives;
             materialized += fast.materialized_collectives;
         }
@@ -293,10 +284,7 @@ fn partly_reserved_collectives_match_the_reference() {
                 let fast = simulate(&dag, &m, Options::default()).unwrap();
                 let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
                 let what = format!("{algorithm:?}, case {k}, copies {copies:?}");
-                assert_eq!(fast.start, slow.start, "{what}");
-                assert_eq!(fast.end, slow.end, "{what}");
-                assert_eq!(fast.link_bytes, slow.link_bytes, "{what}");
-                assert_eq!(fast.flows, slow.flows, "{what}");
+                assert_same_run(&fast, &slow, &what);
                 assert_eq!(slow.partial_collectives, 0);
                 partial += fast.partial_collectives;
                 materialized += fast.materialized_collectives;

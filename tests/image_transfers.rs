@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::assert_same_run;
 use common::plan::plan_setup;
 use dagsim::sim::Options;
 use dagsim::workload::transformer::TransformerConfig;
@@ -136,10 +137,7 @@ fn shadows_beside_random_traffic_match_the_reference() {
         let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap();
         let fast = dagsim::sim::simulate(&dag, &m, Options::default()).unwrap();
         let slow = dagsim::sim::simulate(&dag, &m, Options { image_flows: true, ..Options::default() }).unwrap();
-        assert_eq!(fast.start, slow.start, "case {case}: task starts");
-        assert_eq!(fast.end, slow.end, "case {case}: task ends");
-        assert_eq!(fast.link_bytes, slow.link_bytes, "case {case}: bytes per link");
-        assert_eq!(fast.flows, slow.flows, "case {case}");
+        assert_same_run(&fast, &slow, &format!("case {case}"));
         shadowed += fast.shadowed_transfers;
         turned += fast.shadows_to_flows;
         cases += (fast.shadows_to_flows > 0) as u32;

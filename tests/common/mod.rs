@@ -23,3 +23,12 @@ pub fn fails_with(args: &[&str], needles: &[&str]) {
         assert!(stderr.contains(n), "stderr lacks `{n}`: {stderr}");
     }
 }
+
+/// Asserts that two engine runs of one DAG (a shortcut and its reference path) are the same run:
+/// every task's start and end, the bytes on every link, and the flows solved.
+pub fn assert_same_run(fast: &dagsim::sim::Run, slow: &dagsim::sim::Run, what: &str) {
+    assert_eq!(fast.start, slow.start, "{what}: task starts");
+    assert_eq!(fast.end, slow.end, "{what}: task ends");
+    assert_eq!(fast.link_bytes, slow.link_bytes, "{what}: bytes per link");
+    assert_eq!(fast.flows, slow.flows, "{what}: flows");
+}
