@@ -19,7 +19,7 @@ use crate::sim::{simulate, Options, Run};
 use crate::strategy::Strategy;
 use crate::units::ns_to_s;
 use crate::workload::gpu::GpuSpec;
-use crate::workload::llm::{cost_moe, CostOptions, TransformerCost, GRAD_BYTES};
+use crate::workload::llm::{cost_moe, CostOptions, TransformerCost};
 use crate::workload::moe::MoeOptions;
 use crate::workload::transformer::TransformerConfig;
 use crate::workload::{Precision, Workload};
@@ -59,10 +59,11 @@ pub struct SimulatedPlan {
 }
 
 /// The default strategy of a plan: Megatron's overlapped gradient reduction in buckets of
-/// max(40 M, 1 M x dp) parameters (Megatron-LM `--ddp-bucket-size` default), FP32 gradients.
+/// max(40 M, 1 M x dp) parameters (Megatron-LM `--ddp-bucket-size` default), of the plan's
+/// gradient bytes (FP32 unless `grad-reduce=bf16`).
 pub fn default_plan_strategy(plan: &ParallelPlan) -> Strategy {
     let bucket_params = 40_000_000u64.max(1_000_000 * plan.dp as u64);
-    Strategy::parse(&format!("io+wfbp+fusion={}", bucket_params * GRAD_BYTES)).expect("a valid strategy")
+    Strategy::parse(&format!("io+wfbp+fusion={}", bucket_params * plan.grad_bytes)).expect("a valid strategy")
 }
 
 /// A plan prediction as a user asks for it (flags, a validation row): the scenario's model, GPU,
@@ -337,9 +338,9 @@ impl PlanSetup {
             // Each TP rank sends its 1/tp of the activations (sequence parallelism, or Megatron's
             // scatter-gather of the replicated tensor).
             pp_bytes: (tokens * self.model.hidden * elem).div_ceil(p.tp as u64),
-            param_per_grad_byte: elem as f64 / GRAD_BYTES as f64,
+            param_per_grad_byte: elem as f64 / p.grad_bytes as f64,
             tied_bytes: if self.model.tied_embeddings && p.pp > 1 {
-                self.model.vocab * self.model.hidden / p.tp as u64 * GRAD_BYTES
+                self.model.vocab * self.model.hidden / p.tp as u64 * p.grad_bytes
             } else {
                 0
             },
@@ -382,11 +383,11 @@ impl PlanSetup {
         let cost = self.cost()?;
         let machine = self.topology.instantiate(gpus)?;
         let memory = self.check(&machine)?;
-        let mut workload = cost.to_workload();
+        let mut workload = cost.to_workload_with(self.plan.grad_bytes);
         // The tied output layer keeps its own copy of the embedding when it is on another stage.
         if self.model.tied_embeddings && self.plan.pp > 1 {
             let head = workload.layers.last_mut().expect("a head");
-            let extra = self.model.vocab * self.model.hidden / self.plan.tp as u64 * GRAD_BYTES;
+            let extra = self.model.vocab * self.model.hidden / self.plan.tp as u64 * self.plan.grad_bytes;
             head.grad_bytes += extra;
             head.grad_tensors.insert(0, extra);
         }
@@ -403,7 +404,7 @@ impl PlanSetup {
         };
         // The routed experts' gradients, which an EP plan reduces over the expert-DP group.
         let layout_of = |symmetric| PlanLayout {
-            expert_grads: cost.expert_grad_tensors(),
+            expert_grads: cost.expert_grad_tensors(self.plan.grad_bytes),
             ..self.layout(&machine, &workload, symmetric)
         };
         let mut layout = layout_of(symmetric);

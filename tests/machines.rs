@@ -6,7 +6,7 @@
 use dagsim::calibrate::{fit_allreduce, read_measurement, simulate_collective, simulate_transfers, FitOptions};
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
 use dagsim::hw::topology::parse_topology;
-use dagsim::hw::{load_topology, LinkKind, Machine, Topology};
+use dagsim::hw::{load_topology, LinkKind, Machine, NicRoute, Topology};
 use std::path::Path;
 
 fn topology(text: &str) -> dagsim::Result<Topology> {
@@ -406,6 +406,25 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
     eprintln!("all-to-all of 128 MiB on 2 DGX H100: {ns} ns (nccl), {ideal} ns (ideal), NIC-bound {nic_bound:.0} ns");
     assert!((ns as f64) < nic_bound * 1.05 && ns as f64 > nic_bound, "{ns} ns vs NIC-bound {nic_bound:.0} ns");
     assert!(ideal as f64 > 1.5 * nic_bound, "{ideal} ns");
+    // `--nic-route local` gives the ideal model the same routes: the all-to-all is NIC-bound too,
+    // and a railless transfer between the nodes is exactly NCCL's point-to-point route.
+    let mut local = m.clone();
+    local.nic_route = NicRoute::Local;
+    for (i, j) in [(0, 0), (1, 1), (0, 5)] {
+        let (a, b) = (m.gpus[i].device, m.gpus[8 + j].device);
+        assert_eq!(local.railless_route(a, b), m.p2p_route(a, b), "gpu{i} -> n1.gpu{j}");
+        assert_eq!(m.railless_route(a, b), m.shortest_path(a, b), "the default keeps the cheapest route");
+    }
+    let (r0, r1) =
+        (m.railless_route(m.gpus[0].device, m.gpus[8].device), m.railless_route(m.gpus[1].device, m.gpus[9].device));
+    let nic =
+        |r: Option<dagsim::hw::Route>| hops(&m, &r.unwrap()).into_iter().find(|d| d.starts_with("n0.nic")).unwrap();
+    assert_eq!(nic(r0), nic(r1), "cheapest route: gpu0 and gpu1 of a PCIe switch share its first NIC");
+    let local_ns = simulate_collective(&local, CollectiveOp::AllToAll, Algorithm::Auto, 16, bytes).unwrap();
+    assert!((local_ns as f64) < nic_bound * 1.05 && local_ns < ideal, "{local_ns} ns vs {ideal} ns (cheapest)");
+    assert_eq!(NicRoute::parse("local").unwrap(), NicRoute::Local);
+    let err = NicRoute::parse("fastest").unwrap_err().to_string();
+    assert!(err.contains("--nic-route") && err.contains("cheapest or local"), "{err}");
     // DGX-1 V100: one NIC per two GPUs; both GPUs of a switch share it (NCCL's local NIC).
     let m = load_topology("dgx1-v100").unwrap().instantiate(16).unwrap();
     for i in 0..2 {

@@ -105,7 +105,7 @@ fn expert_gradients_are_reduced_over_the_expert_data_parallel_group() {
     ] {
         let s = setup(small_moe(), spec, 1, 16, "dgx-a100");
         let sim = s.simulate(false, Options::default()).unwrap();
-        let experts: u64 = sim.cost.expert_grad_tensors().iter().flatten().sum();
+        let experts: u64 = sim.cost.expert_grad_tensors(4).iter().flatten().sum();
         let dense = sim.workload.grad_bytes() - experts;
         assert!(experts > 0 && dense > 0);
         let grads = bytes_by_group(&sim, Phase::GradientAggregation);

@@ -334,3 +334,22 @@ fn plan_with_partly_reserved_collectives_ends_and_agrees() {
     assert_eq!(fast.breakdown.dp_comm, full.breakdown.dp_comm);
     assert_eq!(fast.breakdown.tp_comm, full.breakdown.tp_comm);
 }
+
+#[test]
+fn gradients_reduced_in_bf16_halve_the_data_parallel_exchange() {
+    // `grad-reduce=bf16` (Megatron's --grad-reduce-in-bf16, Apex's grad_sync_dtype): 2 bytes per
+    // gradient element instead of FP32's 4, in buckets of as many parameters.
+    let fp32 = setup(small_gpt(), "tp=8,pp=1,dp=4", 1, 8, "dgx-a100");
+    let bf16 = setup(small_gpt(), "tp=8,pp=1,dp=4,grad-reduce=bf16", 1, 8, "dgx-a100");
+    assert_eq!(bf16.plan.grad_bytes, 2);
+    assert_eq!(default_plan_strategy(&bf16.plan).fusion.map(|f| f * 2), default_plan_strategy(&fp32.plan).fusion);
+    let (a, b) = (fp32.simulate(true, Default::default()).unwrap(), bf16.simulate(true, Default::default()).unwrap());
+    assert_eq!(b.workload.grad_bytes() * 2, a.workload.grad_bytes());
+    let (ra, rb) = (report(&fp32, true), report(&bf16, true));
+    assert!(ra.breakdown.dp_comm > 0.0, "the FP32 exchange is exposed: {:?}", ra.breakdown);
+    assert!(rb.breakdown.dp_comm < 0.75 * ra.breakdown.dp_comm, "{:?} vs {:?}", rb.breakdown, ra.breakdown);
+    assert!(rb.step_time_s < ra.step_time_s);
+    assert!(bf16.plan.name().ends_with(",grad-reduce=bf16"), "{}", bf16.plan.name());
+    let err = dagsim::parallel::ParallelPlan::parse("dp=2,grad-reduce=fp8").unwrap_err().to_string();
+    assert!(err.contains("--parallel") && err.contains("grad-reduce=fp8") && err.contains("fp32 or bf16"), "{err}");
+}

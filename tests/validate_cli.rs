@@ -218,6 +218,13 @@ fn bad_input_exits_2_naming_file_line_and_column() {
         .stderr(predicate::str::contains("no/such/file.csv"));
     let set = f.set("good.csv", &format!("{HEADER}thr,tiny.csv,k80-cluster,1,io,throughput,,5000,,,hand,\n"));
     dagsim().arg("validate").arg(&set).args(["--tolerance", "lots"]).assert().code(2);
+    dagsim()
+        .arg("validate")
+        .arg(&set)
+        .args(["--nic-route", "fastest"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--nic-route").and(predicate::str::contains("cheapest or local")));
     dagsim().arg("validate").assert().code(2);
 }
 

@@ -145,7 +145,7 @@ pub fn run(args: Args) -> Result<u8> {
         None => None,
     };
     let mut topology = load_topology(&topology)?;
-    topology.collectives = args.collectives.model()?;
+    args.collectives.apply(&mut topology, &Default::default())?;
     if is_p2p_matrix(&input)? {
         return run_p2p(&args, &input, &topology, kind.unwrap_or(LinkKind::Nvlink));
     }

@@ -75,7 +75,7 @@ const SUMMARY_RANGES: [(u64, u64, &str); 2] = [(1 << 10, 32 << 20, "1 KiB..32 Mi
 
 pub fn run(args: Args) -> Result<u8> {
     let mut topology = load_topology(&args.topology)?;
-    topology.collectives = args.collectives.model()?;
+    args.collectives.apply(&mut topology, &Default::default())?;
     let algorithm = Algorithm::parse(&args.algorithm)
         .ok_or_else(|| Error::invalid("--algorithm", format!("unknown algorithm `{}`", args.algorithm)))?;
     let base = args.calibration.as_deref().map(Calibration::load).transpose()?;

@@ -116,6 +116,11 @@ pub struct CollectiveArgs {
     /// Force NCCL's protocol, as NCCL_PROTO does: LL, LL128 or Simple.
     #[arg(long, value_name = "PROTO")]
     pub nccl_proto: Option<String>,
+    /// How transfers between nodes pick their NICs under the ideal collective model: cheapest
+    /// (the cheapest route; the default) or local (NCCL's: each GPU's own NIC, PXN). The NCCL
+    /// model always routes as NCCL does.
+    #[arg(long, value_name = "ROUTE")]
+    pub nic_route: Option<String>,
 }
 
 impl CollectiveArgs {
@@ -133,6 +138,24 @@ impl CollectiveArgs {
     /// The model the flags alone ask for.
     pub fn model(&self) -> Result<CollectiveModel> {
         self.model_over(&Default::default())
+    }
+
+    /// The NIC route `--nic-route` asks for, if given.
+    pub fn nic_route(&self) -> Result<Option<dagsim::hw::NicRoute>> {
+        self.nic_route.as_deref().map(dagsim::hw::NicRoute::parse).transpose()
+    }
+
+    /// Sets a topology's collective model and NIC route from the flags (over a scenario's fields).
+    pub fn apply(
+        &self,
+        topology: &mut dagsim::hw::Topology,
+        scenario: &dagsim::scenario::MachineSection,
+    ) -> Result<()> {
+        topology.collectives = self.model_over(scenario)?;
+        if let Some(r) = self.nic_route()? {
+            topology.nic_route = r;
+        }
+        Ok(())
     }
 }
 
@@ -231,7 +254,7 @@ impl SetupArgs {
         if let Some(c) = &self.calibration {
             setup.topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
-        setup.topology.collectives = self.collectives.model_over(&scenario.machine)?;
+        self.collectives.apply(&mut setup.topology, &scenario.machine)?;
         setup.topology.faults = self.faults()?;
         Ok(setup)
     }
@@ -254,7 +277,7 @@ impl SetupArgs {
         if let Some(c) = &self.calibration {
             topology.calibrated = Some(dagsim::hw::Calibration::load(c)?);
         }
-        topology.collectives = self.collectives.model_over(&scenario.machine)?;
+        self.collectives.apply(&mut topology, &scenario.machine)?;
         Ok(topology)
     }
 

@@ -4,7 +4,7 @@
 use super::exit;
 use super::output::{emit, Format};
 use dagsim::error::{Error, Result};
-use dagsim::validate::{validate_files_with, write_csv, write_json, write_text, Baseline, Gate};
+use dagsim::validate::{validate_files_with, write_csv, write_json, write_text, Baseline, Gate, MachineOverrides};
 use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
@@ -22,8 +22,8 @@ docs/validate.md; the shipped sets and where their numbers come from are in vali
 Exit codes: 0 the gate passed; 1 the mean absolute error exceeds --tolerance, or a row not marked
 known_miss exceeds --max-error; 2 bad usage or a bad file (the message names file, line, column).
 
-The collective flags (--collective-model, --nccl-version, --nccl-algo, --nccl-proto) apply to every
-row; each row says which model ran and what it chose.";
+The collective flags (--collective-model, --nccl-version, --nccl-algo, --nccl-proto, --nic-route)
+apply to every row; each row says which model ran and what it chose.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Compare predictions with measured results; exit 1 past a tolerance", after_help = EXAMPLES)]
@@ -73,11 +73,12 @@ pub fn run(args: Args) -> Result<u8> {
     let c = &args.collectives;
     let any =
         c.collective_model.is_some() || c.nccl_version.is_some() || c.nccl_algo.is_some() || c.nccl_proto.is_some();
-    let collectives = if any { Some(c.model()?) } else { None };
+    let overrides =
+        MachineOverrides { collectives: if any { Some(c.model()?) } else { None }, nic_route: c.nic_route()? };
     let gate = Gate { tolerance: args.tolerance, max_error: args.max_error };
     let report = {
         let _notice = super::LongRunNotice::start(format!("the rows of {} measurement set(s)", paths.len()));
-        validate_files_with(&paths, gate, baseline, collectives)?
+        validate_files_with(&paths, gate, baseline, overrides)?
     };
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &report),

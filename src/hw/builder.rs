@@ -320,6 +320,7 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
         calibration: None,
         calibrated: None,
         collectives: Default::default(),
+        nic_route: Default::default(),
     })
 }
 

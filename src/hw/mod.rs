@@ -14,7 +14,7 @@ pub mod topology;
 pub mod transports;
 
 pub use calibration::Calibration;
-pub use route::Route;
+pub use route::{NicRoute, Route};
 pub use topology::{load_topology, Topology};
 pub use transports::{NetTransport, NetworkInfo, Transports};
 
@@ -184,6 +184,9 @@ pub struct Machine {
     /// How collectives are lowered onto this machine (NCCL's mechanics by default).
     #[serde(skip)]
     pub collectives: crate::collective::CollectiveModel,
+    /// How railless transfers between nodes pick their NICs under the ideal collective model.
+    #[serde(skip)]
+    pub nic_route: NicRoute,
     /// Effective transport rates from the topology file (empty: the links decide).
     #[serde(skip)]
     pub transports: Transports,
@@ -294,6 +297,7 @@ impl Machine {
             gpus,
             collective_efficiency: Vec::new(),
             collectives: Default::default(),
+            nic_route: Default::default(),
             transports: Transports::default(),
             network: None,
             nics,

@@ -22,6 +22,45 @@ impl Route {
     }
 }
 
+/// How a transfer between nodes that names no rail picks the NICs it leaves and enters by, under
+/// the ideal collective model (the NCCL model always routes as NCCL does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NicRoute {
+    /// The cheapest route ([`Machine::shortest_path`]): where two GPUs share a PCIe switch with
+    /// two NICs, the tie-break sends both through the first NIC.
+    #[default]
+    Cheapest,
+    /// NCCL's choice ([`Machine::p2p_route`]): the receiver's local NIC, reached by PXN through
+    /// the sender's node GPU of the same index (`ncclTopoGetLocalNet`, `ncclTopoGetNetDev`,
+    /// NCCL 2.21.5), so each GPU of a DGX H100 has a NIC of its own.
+    Local,
+}
+
+impl NicRoute {
+    /// Names accepted by `--nic-route`.
+    pub const NAMES: [&'static str; 2] = ["cheapest", "local"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            NicRoute::Cheapest => "cheapest",
+            NicRoute::Local => "local",
+        }
+    }
+
+    /// Parses a `--nic-route` value; the error names the flag and the accepted values.
+    pub fn parse(s: &str) -> crate::error::Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cheapest" => Ok(NicRoute::Cheapest),
+            "local" | "nccl" => Ok(NicRoute::Local),
+            other => Err(crate::error::Error::invalid(
+                "--nic-route",
+                format!("unknown NIC route `{other}`; expected cheapest or local"),
+            )),
+        }
+    }
+}
+
 /// Message size at which routes are compared: big enough that bandwidth matters, small enough
 /// that latency still counts.
 const ROUTE_REFERENCE_BYTES: f64 = (1 << 20) as f64;
@@ -146,12 +185,14 @@ impl Machine {
         self.route_via_nics(src, dst, out_rail, in_rail, proxy)
     }
 
-    /// The route of a transfer that names no rail: under the NCCL collective model, the way NCCL's
-    /// net transport sends it ([`Machine::p2p_route`]); under the ideal model, the cheapest route.
+    /// The route of a transfer that names no rail: under the NCCL collective model, and under the
+    /// ideal model with [`NicRoute::Local`], the way NCCL's net transport sends it
+    /// ([`Machine::p2p_route`]: each GPU's own NIC, PXN); under the ideal model with
+    /// [`NicRoute::Cheapest`], the cheapest route.
     pub fn railless_route(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
-        match self.collectives {
-            crate::collective::CollectiveModel::Nccl(_) => self.p2p_route(src, dst),
-            crate::collective::CollectiveModel::Ideal => self.shortest_path(src, dst),
+        match (self.collectives, self.nic_route) {
+            (crate::collective::CollectiveModel::Nccl(_), _) | (_, NicRoute::Local) => self.p2p_route(src, dst),
+            (crate::collective::CollectiveModel::Ideal, NicRoute::Cheapest) => self.shortest_path(src, dst),
         }
     }
 

@@ -70,6 +70,9 @@ pub struct Topology {
     /// How collectives run on the machine (`--collective-model`, `--nccl-*`; the ideal model by default).
     #[serde(skip)]
     pub collectives: crate::collective::CollectiveModel,
+    /// How railless transfers between nodes pick their NICs under the ideal model (`--nic-route`).
+    #[serde(skip)]
+    pub nic_route: super::NicRoute,
     /// Faults injected when the machine is built (`--slow-gpu`, `--straggler-node`, `--degrade-link`).
     #[serde(skip)]
     pub faults: super::faults::Faults,
@@ -347,6 +350,7 @@ impl Topology {
             machine.apply_calibration(cal)?;
         }
         machine.collectives = self.collectives;
+        machine.nic_route = self.nic_route;
         self.faults.apply(&mut machine)?;
         Ok(machine)
     }

@@ -105,6 +105,11 @@ pub struct ParallelPlan {
     /// Set by [`ParallelPlan::folded`] only: the CP degree folded into `dp` (1 otherwise). Each
     /// rank then takes 1/cp_folded of every sequence of its micro-batch.
     pub cp_folded: u32,
+    /// Bytes per gradient element in the data-parallel exchange: 4 (FP32, Megatron's
+    /// `--accumulate-allreduce-grads-in-fp32` default) or 2 (`grad-reduce=bf16`: Megatron's
+    /// `--grad-reduce-in-bf16`, Apex DistributedFusedAdam's `grad_sync_dtype`).
+    #[serde(skip_serializing_if = "fp32_grads")]
+    pub grad_bytes: u64,
 }
 
 impl Default for ParallelPlan {
@@ -130,8 +135,13 @@ impl Default for ParallelPlan {
             moe: MoeRouting::default(),
             cp: 1,
             cp_folded: 1,
+            grad_bytes: crate::workload::llm::GRAD_BYTES,
         }
     }
+}
+
+fn fp32_grads(bytes: &u64) -> bool {
+    *bytes == crate::workload::llm::GRAD_BYTES
 }
 
 /// Coordinates of a rank in the plan.
@@ -229,6 +239,13 @@ impl ParallelPlan {
                     p.recompute = Recompute::parse(&value)
                         .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
                 }
+                "grad-reduce" | "grad_reduce" => {
+                    p.grad_bytes = match value.as_str() {
+                        "fp32" => 4,
+                        "bf16" | "fp16" => 2,
+                        v => return Err(err(format!("grad-reduce={v}: expected fp32 or bf16 (or fp16)"))),
+                    }
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -237,7 +254,8 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
+                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
+                         grad-reduce"
                     )))
                 }
             }
@@ -289,6 +307,9 @@ impl ParallelPlan {
         }
         if self.flash == Some(false) {
             s += ",flash=off";
+        }
+        if self.grad_bytes == 2 {
+            s += ",grad-reduce=bf16";
         }
         s
     }

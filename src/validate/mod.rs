@@ -147,33 +147,42 @@ pub struct Report {
 /// Reads, predicts and compares the given measurement files (and, with `baseline`, the same rows
 /// under the baseline model: the gate then also fails where the baseline is closer on a set).
 pub fn validate_files(paths: &[&Path], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
-    validate_files_with(paths, gate, baseline, None)
+    validate_files_with(paths, gate, baseline, MachineOverrides::default())
 }
 
-/// [`validate_files`] with every row's collectives under `collectives` (else each row's own).
+/// What the command line sets on every row's machine (else each row's own).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MachineOverrides {
+    /// The collective model (`--collective-model`, `--nccl-*`).
+    pub collectives: Option<CollectiveModel>,
+    /// How railless transfers between nodes pick their NICs (`--nic-route`).
+    pub nic_route: Option<crate::hw::NicRoute>,
+}
+
+/// [`validate_files`] with every row's machine under `overrides`.
 pub fn validate_files_with(
     paths: &[&Path],
     gate: Gate,
     baseline: Option<Baseline>,
-    collectives: Option<CollectiveModel>,
+    overrides: MachineOverrides,
 ) -> Result<Report> {
     let sets = paths.iter().map(|p| read_measurements(p)).collect::<Result<Vec<_>>>()?;
-    validate_sets_with(&sets, gate, baseline, collectives)
+    validate_sets_with(&sets, gate, baseline, overrides)
 }
 
 /// Predicts and compares already-read sets.
 pub fn validate_sets(sets: &[MeasurementSet], gate: Gate, baseline: Option<Baseline>) -> Result<Report> {
-    validate_sets_with(sets, gate, baseline, None)
+    validate_sets_with(sets, gate, baseline, MachineOverrides::default())
 }
 
-/// [`validate_sets`] with every row's collectives under `collectives` (else each row's own).
+/// [`validate_sets`] with every row's machine under `overrides`.
 pub fn validate_sets_with(
     sets: &[MeasurementSet],
     gate: Gate,
     baseline: Option<Baseline>,
-    collectives: Option<CollectiveModel>,
+    overrides: MachineOverrides,
 ) -> Result<Report> {
-    let predicted = run::predict_rows_with(sets, baseline, collectives)?;
+    let predicted = run::predict_rows_with(sets, baseline, overrides)?;
     let mut rows = Vec::new();
     for (set, preds) in sets.iter().zip(predicted) {
         for (row, p) in set.rows.iter().zip(preds) {

@@ -6,6 +6,7 @@
 
 use super::baseline::{alpha_beta_throughput, Baseline};
 use super::format::{MeasurementSet, Metric, Row, RowSetup};
+use super::MachineOverrides;
 use crate::collective::CollectiveModel;
 use crate::dag::hybrid::Channels;
 use crate::error::{Error, Location, Result};
@@ -59,11 +60,14 @@ enum Model {
 }
 
 impl Model {
-    /// The row's setup, with its collectives under `collectives` when given (else the setup's own).
-    fn build(row: &RowSetup, collectives: Option<CollectiveModel>) -> Result<Self> {
+    /// The row's setup, with its machine under `overrides` where they are given (else the setup's own).
+    fn build(row: &RowSetup, overrides: MachineOverrides) -> Result<Self> {
         let mut m = Self::build_plain(row)?;
-        if let Some(c) = collectives {
+        if let Some(c) = overrides.collectives {
             m.set_collectives(c);
+        }
+        if let Some(r) = overrides.nic_route {
+            m.topology_mut().nic_route = r;
         }
         if let Some(v) = row.nccl {
             if let CollectiveModel::Nccl(cfg) = m.collectives_mut() {
@@ -76,20 +80,20 @@ impl Model {
         Ok(m)
     }
 
-    fn collectives_mut(&mut self) -> &mut CollectiveModel {
+    fn topology_mut(&mut self) -> &mut crate::hw::Topology {
         match self {
-            Model::Pipeline(s) => &mut s.topology.collectives,
-            Model::Hybrid(h) => &mut h.topology.collectives,
-            Model::Plan(p) => &mut p.topology.collectives,
+            Model::Pipeline(s) => &mut s.topology,
+            Model::Hybrid(h) => &mut h.topology,
+            Model::Plan(p) => &mut p.topology,
         }
     }
 
+    fn collectives_mut(&mut self) -> &mut CollectiveModel {
+        &mut self.topology_mut().collectives
+    }
+
     fn set_collectives(&mut self, c: CollectiveModel) {
-        match self {
-            Model::Pipeline(s) => s.topology.collectives = c,
-            Model::Hybrid(h) => h.topology.collectives = c,
-            Model::Plan(p) => p.topology.collectives = c,
-        }
+        self.topology_mut().collectives = c;
     }
 
     /// A copy of the setup with its collectives under `c`.
@@ -195,14 +199,14 @@ impl Model {
 /// Predicts every row of every set (and, with `baseline`, the same rows under the baseline model).
 /// Results are in set order, then row order. An error names the file, line and row id.
 pub fn predict_rows(sets: &[MeasurementSet], baseline: Option<Baseline>) -> Result<Vec<Vec<Predicted>>> {
-    predict_rows_with(sets, baseline, None)
+    predict_rows_with(sets, baseline, MachineOverrides::default())
 }
 
-/// [`predict_rows`] with every row's collectives under `collectives` (else each setup's own).
+/// [`predict_rows`] with every row's machine under `overrides` (else each setup's own).
 pub fn predict_rows_with(
     sets: &[MeasurementSet],
     baseline: Option<Baseline>,
-    collectives: Option<CollectiveModel>,
+    overrides: MachineOverrides,
 ) -> Result<Vec<Vec<Predicted>>> {
     // Build each distinct setup once and list the (setup, GPU count) pairs to simulate.
     let mut setups: BTreeMap<String, Model> = BTreeMap::new();
@@ -214,7 +218,7 @@ pub fn predict_rows_with(
             let key = setup_key(&row.setup);
             let at = |e: Error| in_row(&set.path, row, e);
             if !setups.contains_key(&key) {
-                let setup = Model::build(&row.setup, collectives).map_err(at)?;
+                let setup = Model::build(&row.setup, overrides).map_err(at)?;
                 setups.insert(key.clone(), setup);
             }
             let gpus = gpu_count(row).map_err(at)?;

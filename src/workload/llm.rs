@@ -754,7 +754,11 @@ impl TransformerCost {
     /// FSDP's default reduce type, whatever the training precision); the update of the whole model
     /// (the plan builder takes each stage's share by parameters).
     pub fn to_workload(&self) -> Workload {
-        let grad_bytes = GRAD_BYTES;
+        self.to_workload_with(GRAD_BYTES)
+    }
+
+    /// [`Self::to_workload`] with gradients of `grad_bytes` per element (2: reduced in BF16).
+    pub fn to_workload_with(&self, grad_bytes: u64) -> Workload {
         let ns = |x: f64| Stat::exact(x.round() as u64);
         let layer = |name: String, blk: &BlockCost| Layer {
             name,
@@ -796,7 +800,7 @@ impl TransformerCost {
     /// Per layer of [`Self::to_workload`] (same order), the gradient tensors in bytes of the routed
     /// experts' weights among the layer's own; empty for every layer without them. A plan with
     /// ep > 1 reduces these over the expert-data-parallel group (see `dag::plan`).
-    pub fn expert_grad_tensors(&self) -> Vec<Vec<u64>> {
+    pub fn expert_grad_tensors(&self, grad_bytes: u64) -> Vec<Vec<u64>> {
         let mut v = vec![Vec::new()]; // embedding
         for i in 0..self.layers {
             v.push(Vec::new()); // attention
@@ -805,7 +809,7 @@ impl TransformerCost {
             }
             match &self.moe {
                 Some(m) if i >= m.dense_layers => {
-                    let experts = m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * GRAD_BYTES).collect();
+                    let experts = m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect();
                     v.extend([Vec::new(), experts, Vec::new()]); // router, experts, combine
                 }
                 _ => v.push(Vec::new()),
@@ -1001,7 +1005,7 @@ mod tests {
             let o = CostOptions { seq_len: 4096, sequence_parallel: true, ..opts(2) };
             let c = cost_moe(&cfg, h100, &o, &MoeOptions { ep, cp, ..Default::default() }).unwrap();
             let w = c.to_workload();
-            let experts = c.expert_grad_tensors();
+            let experts = c.expert_grad_tensors(GRAD_BYTES);
             assert_eq!(experts.len(), w.layers.len());
             let local_expert_bytes = (m.experts / ep) as u64 * m.expert_matrix_params(&cfg) * GRAD_BYTES;
             for (layer, e) in w.layers.iter().zip(&experts) {
