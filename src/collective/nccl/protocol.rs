@@ -65,10 +65,35 @@ pub fn tree_chunk_bytes(p: Proto, bytes: u64, channels: u32, depth: u32, ranks: 
     }
 }
 
-/// Data bytes of one piece of a broadcast or reduce pipelined along the ring (chunk steps 1).
+/// Data bytes of one piece of a broadcast or reduce pipelined along the ring (chunk steps 1) when
+/// a hop crosses the network: the proxy posts a send only once the GPU has filled a whole buffer
+/// step (net.cc v2.8.4-1 l.289-324, `sizesFifo` per step), so pieces are steps.
 pub fn pipeline_chunk_bytes(p: Proto) -> u64 {
     step_data_bytes(p)
 }
+
+/// Data bytes a GPU forwards at once along a chain inside a node, with `threads` threads: LL and
+/// LL128 carry a flag in every line, so the next GPU reads (and forwards) each round of lines as
+/// it lands rather than waiting for the step. LL: one 8-byte word per thread per round
+/// (prims_ll.h v2.8.4-1 l.119-129, `offset += nthreads`); LL128: `ELEMINC` = 240 data words per
+/// warp per round (prims_ll128.h v2.8.4-1 l.242-289: `LL128INC` = 32 x 8 words less one flag word
+/// in 16). Simple signals a whole slice (one step for broadcast and reduce) at once.
+pub fn forward_unit_bytes(p: Proto, threads: u32) -> u64 {
+    let warps = (threads / fixed::WARP).max(1) as u64;
+    match p {
+        Proto::Ll => threads.max(1) as u64 * 8,
+        Proto::Ll128 => {
+            let inc = fixed::WARP as u64 * fixed::LL128_SHMEM_ELEMS_PER_THREAD;
+            (inc - inc / (fixed::LL128_LINE_BYTES / 8)) * 8 * warps
+        }
+        Proto::Simple => step_data_bytes(p),
+    }
+}
+
+/// Most pieces a pipelined chain is cut into: beyond this, the fill and drain of the pipeline
+/// (span - 1 pieces) is under a thousandth of the time for any span up to a few ranks per piece, and
+/// finer pieces only cost simulation steps.
+pub const MAX_PIPELINE_PIECES: u64 = 1024;
 
 /// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
 /// and the most one channel carries (GB/s of data) at full thread count.
@@ -153,6 +178,16 @@ mod tests {
         assert_eq!(step_data_bytes(Proto::Ll), 32 << 10);
         assert_eq!(step_data_bytes(Proto::Ll128), 614_400 * 120 / 128);
         assert_eq!(step_data_bytes(Proto::Simple), 512 << 10);
+    }
+
+    /// prims_ll128.h v2.8.4-1: 20 warps of 640 threads forward 20 x 240 words = 38,400 data
+    /// bytes per round; prims_ll.h: 512 threads x one 8-byte word; Simple a whole 512 KiB step.
+    #[test]
+    fn chains_forward_a_round_of_lines_not_a_step() {
+        assert_eq!(forward_unit_bytes(Proto::Ll128, 640), 38_400);
+        assert_eq!(forward_unit_bytes(Proto::Ll128, 320), 19_200);
+        assert_eq!(forward_unit_bytes(Proto::Ll, 512), 4096);
+        assert_eq!(forward_unit_bytes(Proto::Simple, 512), 512 << 10);
     }
 
     #[test]
