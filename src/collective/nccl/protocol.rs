@@ -4,7 +4,7 @@
 //! ceilings and link fractions NCCL's tuner uses, from [`super::version::Tables`]). Pure functions
 //! of the version's constants; nothing is fitted here.
 
-use super::version::{fixed, Arch, CpuVendor, Func, NcclAlgo, Proto, Tables};
+use super::version::{fixed, Arch, CpuVendor, Func, NcclAlgo, NcclVersion, Proto, Tables};
 
 /// Wire bytes per data byte.
 pub fn wire_factor(p: Proto) -> f64 {
@@ -95,6 +95,30 @@ pub fn forward_unit_bytes(p: Proto, threads: u32) -> u64 {
 /// finer pieces only cost simulation steps.
 pub const MAX_PIPELINE_PIECES: u64 = 1024;
 
+/// The shares of a channel's threads that move a tree all-reduce's data up (reduce) and down
+/// (broadcast). Every rank but the root splits its block: LL128 gives the reduce
+/// `(nt x 7 / (10 x 32)) x 32` threads and the broadcast the rest ("Use 70% for reduce and 30% for
+/// bcast", `NCCL_LL128_SPLIT`, devcomm.h v2.8.4-1 l.71-73; all_reduce.h v2.8.4-1 l.549-590), and
+/// from 2.18 LL does the same (all_reduce.h v2.18.3-1 l.186-193, device/all_reduce.h v2.21.5-1
+/// l.157-165); 2.8.4's LL tree runs up then down with every thread (all_reduce.h v2.8.4-1
+/// l.361-391). An edge's rate is its slower end's: up edges the 70%, down edges the 30% (the
+/// root's full block never decides). LL and LL128 move a line per thread, so their per-channel
+/// rate is the threads'. Simple (an even split plus 64) is left whole: its copies are not what
+/// limits a channel.
+pub fn tree_thread_split(v: NcclVersion, p: Proto, threads: u32) -> (f64, f64) {
+    let split = match p {
+        Proto::Ll128 => true,
+        Proto::Ll => v >= NcclVersion::V2_18_3,
+        Proto::Simple => false,
+    };
+    if !split || threads < fixed::WARP {
+        return (1.0, 1.0);
+    }
+    let up = (threads * 7 / (10 * fixed::WARP)) * fixed::WARP;
+    let up = up as f64 / threads as f64;
+    (up, 1.0 - up)
+}
+
 /// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
 /// and the most one channel carries (GB/s of data) at full thread count.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -182,6 +206,16 @@ mod tests {
 
     /// prims_ll128.h v2.8.4-1: 20 warps of 640 threads forward 20 x 240 words = 38,400 data
     /// bytes per round; prims_ll.h: 512 threads x one 8-byte word; Simple a whole 512 KiB step.
+    /// NCCL_LL128_SPLIT(640) = 448 reduce threads, 192 broadcast; 2.8.4's LL tree does not split.
+    #[test]
+    fn tree_threads_split_seventy_thirty_for_ll128() {
+        let (up, down) = tree_thread_split(NcclVersion::V2_8_4, Proto::Ll128, 640);
+        assert_eq!((up, down), (448.0 / 640.0, 192.0 / 640.0));
+        assert_eq!(tree_thread_split(NcclVersion::V2_8_4, Proto::Ll, 512), (1.0, 1.0));
+        assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Ll, 512).0, 352.0 / 512.0);
+        assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Simple, 512), (1.0, 1.0));
+    }
+
     #[test]
     fn chains_forward_a_round_of_lines_not_a_step() {
         assert_eq!(forward_unit_bytes(Proto::Ll128, 640), 38_400);
