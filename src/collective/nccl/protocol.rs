@@ -115,8 +115,7 @@ pub fn tree_thread_split(v: NcclVersion, p: Proto, threads: u32) -> (f64, f64) {
         return (1.0, 1.0);
     }
     let up = (threads * 7 / (10 * fixed::WARP)) * fixed::WARP;
-    let up = up as f64 / threads as f64;
-    (up, 1.0 - up)
+    (up as f64 / threads as f64, (threads - up) as f64 / threads as f64)
 }
 
 /// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
