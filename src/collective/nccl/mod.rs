@@ -349,7 +349,8 @@ impl Comm {
     }
 
     /// A hop's latency beyond its route's and its rate cap (wire bytes/ns), for a flow of `mult`
-    /// of the `on_arc` channels crossing this hop.
+    /// of the `on_arc` channels crossing this hop, moved by `threads_frac` of each channel's
+    /// threads (a tree's up or down half; 1 otherwise).
     #[allow(clippy::too_many_arguments)]
     fn hop(
         &self,
@@ -361,6 +362,7 @@ impl Comm {
         on_arc: u32,
         lat_scale: f64,
         rail: u32,
+        threads_frac: f64,
     ) -> Hop {
         let t = self.tables();
         let p = choice.proto;
@@ -393,7 +395,7 @@ impl Comm {
             ),
             None => protocol::Ceilings { route_fraction: 1.0, per_channel_gb_s: f64::INFINITY },
         };
-        let mut data_cap = mult as f64 * ceil.per_channel_gb_s;
+        let mut data_cap = mult as f64 * ceil.per_channel_gb_s * threads_frac;
         data_cap = data_cap.min(info.pair_cap * share);
         if info.transport == Transport::NetSocket {
             let sock = transport::socket_channel_cap_gb_s(&self.transports);
@@ -452,7 +454,7 @@ impl Comm {
                         let key = (a, b, if inter { c.nic.unwrap_or(0) } else { 0 }, inter);
                         let info = self.hop_info(a, b, inter, c.nic);
                         let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
-                        self.hop(choice, Some(f), info, inter, *mult, arcs[&key], lat_scale, rail)
+                        self.hop(choice, Some(f), info, inter, *mult, arcs[&key], lat_scale, rail, 1.0)
                     })
                     .collect();
                 let mut pos = vec![0u32; g as usize];
@@ -526,6 +528,7 @@ impl Comm {
         let nc = choice.channels.max(1);
         let graph_channels = self.tree_graph.summary.channels.max(1) as usize;
         let w = protocol::wire_factor(choice.proto);
+        let split = protocol::tree_thread_split(self.config.version, choice.proto, choice.threads);
         let depth_nccl = g - 1 + log2i(m);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
         let chunk = protocol::tree_chunk_bytes(choice.proto, bytes, nc, depth_nccl, self.ranks, m).max(1);
@@ -603,8 +606,8 @@ impl Comm {
             let down_info = self.hop_info(lp, lc, inter, nic);
             let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
-            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail);
-            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail);
+            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, split.0);
+            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, split.1);
             // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down: the
             // parent sends at d + d_parent.
             edges.push(Edge { src: child, dst: parent, offset: d - (d_parent + 1), bytes, hop: up });
@@ -621,8 +624,15 @@ impl Comm {
         let nc = choice.channels.max(1);
         let w = protocol::wire_factor(choice.proto);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
-        let chunk = protocol::pipeline_chunk_bytes(choice.proto);
-        let pieces = per_channel.div_ceil(chunk).max(1) as u32;
+        // Inside a node the next GPU forwards each LL128 round of flagged lines as it lands;
+        // across nodes the proxy sends whole steps. LL stays at steps: per-line forwarding made
+        // ABCI's V100 LL broadcasts (128-512 KiB) 40-47% too fast, against 1-8% at steps.
+        let chunk = if m == 1 && choice.proto == Proto::Ll128 {
+            protocol::forward_unit_bytes(choice.proto, choice.threads)
+        } else {
+            protocol::pipeline_chunk_bytes(choice.proto)
+        };
+        let pieces = per_channel.div_ceil(chunk).clamp(1, protocol::MAX_PIPELINE_PIECES) as u32;
         let piece = per_channel.div_ceil(pieces as u64);
         let pats = Self::patterns(&self.ring, nc);
         // Each pattern's chain: broadcast from the root along the ring; reduce from the root's
@@ -678,7 +688,7 @@ impl Comm {
                 let &(src, dst, inter) = h;
                 let info = self.hop_info(src % g, dst % g, inter, c.nic);
                 let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
-                let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail);
+                let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail, 1.0);
                 let bytes = ((piece * *mult as u64) as f64 * w).round() as u64;
                 edges.push(Edge { src, dst, offset: k as u32, bytes, hop });
             }
@@ -708,7 +718,7 @@ impl Comm {
             let info = self.hop_info(src % g, dst % g, inter, nic);
             // No rail: under this model the engine routes point-to-point traffic between nodes the
             // way NCCL's net transport does (`Machine::p2p_route`: the receiver's NIC, by PXN).
-            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, NO_RAIL);
+            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, NO_RAIL, 1.0);
             transfers.push(super::Transfer {
                 src,
                 dst,

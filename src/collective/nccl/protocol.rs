@@ -4,7 +4,7 @@
 //! ceilings and link fractions NCCL's tuner uses, from [`super::version::Tables`]). Pure functions
 //! of the version's constants; nothing is fitted here.
 
-use super::version::{fixed, Arch, CpuVendor, Func, NcclAlgo, Proto, Tables};
+use super::version::{fixed, Arch, CpuVendor, Func, NcclAlgo, NcclVersion, Proto, Tables};
 
 /// Wire bytes per data byte.
 pub fn wire_factor(p: Proto) -> f64 {
@@ -65,9 +65,57 @@ pub fn tree_chunk_bytes(p: Proto, bytes: u64, channels: u32, depth: u32, ranks: 
     }
 }
 
-/// Data bytes of one piece of a broadcast or reduce pipelined along the ring (chunk steps 1).
+/// Data bytes of one piece of a broadcast or reduce pipelined along the ring (chunk steps 1) when
+/// a hop crosses the network: the proxy posts a send only once the GPU has filled a whole buffer
+/// step (net.cc v2.8.4-1 l.289-324, `sizesFifo` per step), so pieces are steps.
 pub fn pipeline_chunk_bytes(p: Proto) -> u64 {
     step_data_bytes(p)
+}
+
+/// Data bytes a GPU forwards at once along a chain inside a node, with `threads` threads: LL and
+/// LL128 carry a flag in every line, so the next GPU reads (and forwards) each round of lines as
+/// it lands rather than waiting for the step. LL: one 8-byte word per thread per round
+/// (prims_ll.h v2.8.4-1 l.119-129, `offset += nthreads`); LL128: `ELEMINC` = 240 data words per
+/// warp per round (prims_ll128.h v2.8.4-1 l.242-289: `LL128INC` = 32 x 8 words less one flag word
+/// in 16). Simple signals a whole slice (one step for broadcast and reduce) at once.
+pub fn forward_unit_bytes(p: Proto, threads: u32) -> u64 {
+    let warps = (threads / fixed::WARP).max(1) as u64;
+    match p {
+        Proto::Ll => threads.max(1) as u64 * 8,
+        Proto::Ll128 => {
+            let inc = fixed::WARP as u64 * fixed::LL128_SHMEM_ELEMS_PER_THREAD;
+            (inc - inc / (fixed::LL128_LINE_BYTES / 8)) * 8 * warps
+        }
+        Proto::Simple => step_data_bytes(p),
+    }
+}
+
+/// Most pieces a pipelined chain is cut into: beyond this, the fill and drain of the pipeline
+/// (span - 1 pieces) is under a thousandth of the time for any span up to a few ranks per piece, and
+/// finer pieces only cost simulation steps.
+pub const MAX_PIPELINE_PIECES: u64 = 1024;
+
+/// The shares of a channel's threads that move a tree all-reduce's data up (reduce) and down
+/// (broadcast). Every rank but the root splits its block: LL128 gives the reduce
+/// `(nt x 7 / (10 x 32)) x 32` threads and the broadcast the rest ("Use 70% for reduce and 30% for
+/// bcast", `NCCL_LL128_SPLIT`, devcomm.h v2.8.4-1 l.71-73; all_reduce.h v2.8.4-1 l.549-590), and
+/// from 2.18 LL does the same (all_reduce.h v2.18.3-1 l.186-193, device/all_reduce.h v2.21.5-1
+/// l.157-165); 2.8.4's LL tree runs up then down with every thread (all_reduce.h v2.8.4-1
+/// l.361-391). An edge's rate is its slower end's: up edges the 70%, down edges the 30% (the
+/// root's full block never decides). LL and LL128 move a line per thread, so their per-channel
+/// rate is the threads'. Simple (an even split plus 64) is left whole: its copies are not what
+/// limits a channel.
+pub fn tree_thread_split(v: NcclVersion, p: Proto, threads: u32) -> (f64, f64) {
+    let split = match p {
+        Proto::Ll128 => true,
+        Proto::Ll => v >= NcclVersion::V2_18_3,
+        Proto::Simple => false,
+    };
+    if !split || threads < fixed::WARP {
+        return (1.0, 1.0);
+    }
+    let up = (threads * 7 / (10 * fixed::WARP)) * fixed::WARP;
+    (up as f64 / threads as f64, (threads - up) as f64 / threads as f64)
 }
 
 /// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
@@ -153,6 +201,26 @@ mod tests {
         assert_eq!(step_data_bytes(Proto::Ll), 32 << 10);
         assert_eq!(step_data_bytes(Proto::Ll128), 614_400 * 120 / 128);
         assert_eq!(step_data_bytes(Proto::Simple), 512 << 10);
+    }
+
+    /// prims_ll128.h v2.8.4-1: 20 warps of 640 threads forward 20 x 240 words = 38,400 data
+    /// bytes per round; prims_ll.h: 512 threads x one 8-byte word; Simple a whole 512 KiB step.
+    /// NCCL_LL128_SPLIT(640) = 448 reduce threads, 192 broadcast; 2.8.4's LL tree does not split.
+    #[test]
+    fn tree_threads_split_seventy_thirty_for_ll128() {
+        let (up, down) = tree_thread_split(NcclVersion::V2_8_4, Proto::Ll128, 640);
+        assert_eq!((up, down), (448.0 / 640.0, 192.0 / 640.0));
+        assert_eq!(tree_thread_split(NcclVersion::V2_8_4, Proto::Ll, 512), (1.0, 1.0));
+        assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Ll, 512).0, 352.0 / 512.0);
+        assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Simple, 512), (1.0, 1.0));
+    }
+
+    #[test]
+    fn chains_forward_a_round_of_lines_not_a_step() {
+        assert_eq!(forward_unit_bytes(Proto::Ll128, 640), 38_400);
+        assert_eq!(forward_unit_bytes(Proto::Ll128, 320), 19_200);
+        assert_eq!(forward_unit_bytes(Proto::Ll, 512), 4096);
+        assert_eq!(forward_unit_bytes(Proto::Simple, 512), 512 << 10);
     }
 
     #[test]

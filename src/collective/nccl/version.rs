@@ -579,6 +579,10 @@ pub mod fixed {
     pub const ALLREDUCE_CHUNKSTEPS: u64 = 4;
     /// `WARP_SIZE`.
     pub const WARP: u32 = 32;
+    /// `NCCL_LL128_SHMEM_ELEMS_PER_THREAD` (devcomm.h v2.8.4-1 l.76, device.h v2.18.3-1 l.75,
+    /// v2.21.5-1 l.77): 8-byte words each thread moves per LL128 round, so a warp moves
+    /// `LL128INC` = 32 x 8 words (2 KiB of lines, 1,920 data bytes) per round (prims_ll128.h).
+    pub const LL128_SHMEM_ELEMS_PER_THREAD: u64 = 8;
     /// PCIe Gen3 x16 in NCCL's units, the threshold for 256 Simple threads (`PCI_WIDTH`).
     pub const PCI_WIDTH: f64 = 12.0;
 }
