@@ -105,7 +105,43 @@ pub struct ParallelPlan {
     /// Set by [`ParallelPlan::folded`] only: the CP degree folded into `dp` (1 otherwise). Each
     /// rank then takes 1/cp_folded of every sequence of its micro-batch.
     pub cp_folded: u32,
+    /// How each GPU's host thread launches its kernels (`host=eager|graphs|off`).
+    pub host: HostLaunch,
 }
+
+/// How the framework's host thread feeds a GPU (`dag::plan`'s host model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostLaunch {
+    /// PyTorch eager (Megatron-Core, PyTorch FSDP): every kernel is launched by the host thread
+    /// in program order at [`EAGER_LAUNCH_NS`] each, and the host blocks where the framework
+    /// reads a GPU value (an MoE router's token counts, the gradient norm before the optimizer
+    /// step).
+    #[default]
+    Eager,
+    /// CUDA graphs captured per layer and pass: one launch per block and pass; syncs as eager.
+    Graphs,
+    /// The host always runs ahead of the GPU (no host tasks).
+    Off,
+}
+
+impl HostLaunch {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostLaunch::Eager => "eager",
+            HostLaunch::Graphs => "graphs",
+            HostLaunch::Off => "off",
+        }
+    }
+}
+
+/// Host time to issue one kernel from PyTorch eager code: ~7 us per operation with autograd
+/// recording (`y = 2 * x` on a one-element tensor with `requires_grad=True`: 6.8 s for a million,
+/// pytorch/pytorch issue #41383, 2020; 5 us without autograd; a maintainer there puts a plain
+/// tensor op at ~2 us, half of it Python). Those were timed on CPU tensors, so the
+/// `cudaLaunchKernel` call a GPU op adds comes on top: a floor for the host cost of a training
+/// op, not fitted to any row.
+pub const EAGER_LAUNCH_NS: u64 = 7_000;
 
 impl Default for ParallelPlan {
     fn default() -> Self {
@@ -130,6 +166,7 @@ impl Default for ParallelPlan {
             moe: MoeRouting::default(),
             cp: 1,
             cp_folded: 1,
+            host: HostLaunch::Eager,
         }
     }
 }
@@ -229,6 +266,14 @@ impl ParallelPlan {
                     p.recompute = Recompute::parse(&value)
                         .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
                 }
+                "host" => {
+                    p.host = match value.as_str() {
+                        "eager" => HostLaunch::Eager,
+                        "graphs" | "cuda-graphs" => HostLaunch::Graphs,
+                        "off" => HostLaunch::Off,
+                        v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
+                    }
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -237,7 +282,8 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
+                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
+                         host"
                     )))
                 }
             }
@@ -289,6 +335,9 @@ impl ParallelPlan {
         }
         if self.flash == Some(false) {
             s += ",flash=off";
+        }
+        if self.host != HostLaunch::Eager {
+            s += &format!(",host={}", self.host.name());
         }
         s
     }
