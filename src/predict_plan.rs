@@ -366,7 +366,7 @@ impl PlanSetup {
                 }
             }
         }
-        Some(HostModel { launch_ns: EAGER_LAUNCH_NS, layers })
+        Some(HostModel { launch_ns: self.plan.host_launch_ns.unwrap_or(EAGER_LAUNCH_NS), layers })
     }
 
     /// The setup as the DAG builder sees it under context parallelism: CP folded into DP

@@ -69,9 +69,7 @@ fn step(host: Option<HostModel>) -> u64 {
 }
 
 fn host(kernels: u32, sync_at: Option<usize>) -> Option<HostModel> {
-    let layers = (0..L)
-        .map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) })
-        .collect();
+    let layers = (0..L).map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) }).collect();
     Some(HostModel { launch_ns: C, layers })
 }
 

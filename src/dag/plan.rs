@@ -724,7 +724,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Pass::Forward => x.forward,
                                 Pass::Backward => x.backward,
                             });
-                            let launch = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
+                            let launch =
+                                host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
                             b.add_edge(launch, t);
                             // Reading the layer's result: the host launches the rest of the layer,
                             // waits for the GPU to finish it, then launches what follows (its

@@ -107,6 +107,9 @@ pub struct ParallelPlan {
     pub cp_folded: u32,
     /// How each GPU's host thread launches its kernels (`host=eager|graphs|off`).
     pub host: HostLaunch,
+    /// Host time per launch, ns, replacing [`EAGER_LAUNCH_NS`] (`host-launch-us=`, e.g. one
+    /// measured on the user's own host).
+    pub host_launch_ns: Option<u64>,
 }
 
 /// How the framework's host thread feeds a GPU (`dag::plan`'s host model).
@@ -167,6 +170,7 @@ impl Default for ParallelPlan {
             cp: 1,
             cp_folded: 1,
             host: HostLaunch::Eager,
+            host_launch_ns: None,
         }
     }
 }
@@ -274,6 +278,7 @@ impl ParallelPlan {
                         v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
                     }
                 }
+                "host-launch-us" | "host_launch_us" => p.host_launch_ns = Some((number(&value)? * 1e3).round() as u64),
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -283,7 +288,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         host"
+                         host, host-launch-us"
                     )))
                 }
             }
@@ -338,6 +343,9 @@ impl ParallelPlan {
         }
         if self.host != HostLaunch::Eager {
             s += &format!(",host={}", self.host.name());
+        }
+        if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
+            s += &format!(",host-launch-us={}", ns as f64 / 1e3);
         }
         s
     }
@@ -574,6 +582,8 @@ mod tests {
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
             ("moe-dispatcher=nccl", "alltoall or flex"),
+            ("host=jit", "eager, graphs or off"),
+            ("host-launch-us=0", "positive number"),
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
