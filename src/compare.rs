@@ -30,6 +30,8 @@ fn category(phase: Phase) -> usize {
         | Phase::PipelineTransfer
         | Phase::ExpertParallel
         | Phase::ContextParallel => 5,
+        // Host launches are not GPU time (skipped below).
+        Phase::Host => usize::MAX,
     }
 }
 
@@ -116,6 +118,9 @@ fn exposed_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 
             continue;
         }
         let c = category(task.phase);
+        if c == usize::MAX {
+            continue;
+        }
         let gpus: Vec<usize> = match (task.gpu, task.work) {
             (Some(g), _) => vec![g as usize],
             (None, Work::Collective { group, .. }) => dag.group(group).iter().map(|&r| r as usize).collect(),

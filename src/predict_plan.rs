@@ -5,12 +5,12 @@
 
 use crate::collective::{CollectiveModel, Layout};
 use crate::dag::build::{build_dag, BuildInput};
-use crate::dag::plan::PlanLayout;
+use crate::dag::plan::{HostModel, PlanLayout};
 use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{ParallelPlan, Sharding};
+use crate::parallel::{HostLaunch, ParallelPlan, Sharding, EAGER_LAUNCH_NS};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -348,7 +348,26 @@ impl PlanSetup {
             dp_block,
             expert_grads: Vec::new(),
             fsdp_units,
+            host: None,
         }
+    }
+
+    /// The host model of the plan's framework over `cost`'s layers (see [`HostModel`]): eager
+    /// PyTorch launches every kernel the cost model times; CUDA graphs one graph per block and
+    /// pass; none with `host=off`.
+    pub fn host_model(&self, cost: &TransformerCost) -> Option<HostModel> {
+        let mut layers = cost.launches(self.plan.recompute);
+        match self.plan.host {
+            HostLaunch::Off => return None,
+            HostLaunch::Eager => {}
+            HostLaunch::Graphs => {
+                for x in &mut layers {
+                    x.forward = x.forward.min(1);
+                    x.backward = x.backward.min(1);
+                }
+            }
+        }
+        Some(HostModel { launch_ns: self.plan.host_launch_ns.unwrap_or(EAGER_LAUNCH_NS), layers })
     }
 
     /// The setup as the DAG builder sees it under context parallelism: CP folded into DP
@@ -405,6 +424,7 @@ impl PlanSetup {
         // The routed experts' gradients, which an EP plan reduces over the expert-DP group.
         let layout_of = |symmetric| PlanLayout {
             expert_grads: cost.expert_grad_tensors(self.plan.grad_bytes),
+            host: self.host_model(&cost),
             ..self.layout(&machine, &workload, symmetric)
         };
         let mut layout = layout_of(symmetric);

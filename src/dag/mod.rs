@@ -79,6 +79,9 @@ pub enum Phase {
     ExpertParallel,
     /// Keys and values of the whole sequence exchanged over a context-parallel group.
     ContextParallel,
+    /// The host thread of a GPU's process launching its kernels (an eager framework); not GPU
+    /// time: the breakdown leaves it out (a GPU waiting for its host is idle).
+    Host,
 }
 
 /// The three kinds of busy time in the breakdown.
@@ -88,11 +91,13 @@ pub enum Category {
     Compute,
     Communication,
     Io,
+    /// The host CPU's own work (kernel launches): no GPU category.
+    Host,
 }
 
 impl Phase {
     /// Every phase, in a fixed order (for reports that lay out one track or colour per phase).
-    pub const ALL: [Phase; 18] = [
+    pub const ALL: [Phase; 19] = [
         Phase::Io,
         Phase::HostToDevice,
         Phase::Forward,
@@ -111,6 +116,7 @@ impl Phase {
         Phase::ParamGather,
         Phase::ExpertParallel,
         Phase::ContextParallel,
+        Phase::Host,
     ];
 
     pub fn category(self) -> Category {
@@ -130,6 +136,7 @@ impl Phase {
             | Phase::ContextParallel => Category::Communication,
             Phase::PeerToPeer => Category::Io,
             Phase::Codec => Category::Compute,
+            Phase::Host => Category::Host,
         }
     }
 
@@ -153,6 +160,7 @@ impl Phase {
             Phase::ParamGather => "param-gather",
             Phase::ExpertParallel => "ep",
             Phase::ContextParallel => "cp",
+            Phase::Host => "host",
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{Coords, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
 use crate::units::Nanos;
+use crate::workload::llm::Launches;
 use crate::workload::{CommGroup, TpCollective, TpComm, Workload};
 use std::collections::HashMap;
 
@@ -61,6 +62,26 @@ pub struct PlanLayout {
     /// its parameters are gathered together before its first layer runs and its gradients
     /// reduce-scattered together once its last backward layer is done. Empty: each layer alone.
     pub fsdp_units: Vec<u32>,
+    /// The host thread that launches each GPU's kernels one by one (an eager framework); None:
+    /// the host always runs ahead of the GPU.
+    pub host: Option<HostModel>,
+}
+
+/// Each simulated GPU's host thread as the DAG sees it: one chain of launch tasks per GPU, in
+/// program order. A GPU task of a layer waits for the launch of its first kernel; the host goes
+/// on with the rest of the layer's launches while the GPU runs it, so a block of many short
+/// kernels takes the host's time, not the GPU's. Where the framework reads a value off the GPU
+/// the host blocks: after a layer marked `sync` in its forward pass (the next launch waits for
+/// the layer's GPU task, and the layer's collectives for that launch), and before each
+/// iteration's first launch (the gradient norm's `.item()` before the optimizer step,
+/// Megatron-Core core_v0.14.0 megatron/core/optimizer/clip_grads.py l.133: the host waits for
+/// the update, which the next forward waits for anyway).
+#[derive(Debug, Clone)]
+pub struct HostModel {
+    /// Host time per kernel launch.
+    pub launch_ns: Nanos,
+    /// Per workload layer: its kernels per pass and whether the host syncs after its forward.
+    pub layers: Vec<Launches>,
 }
 
 impl PlanLayout {
@@ -77,6 +98,7 @@ impl PlanLayout {
             dp_block: gpus,
             expert_grads: Vec::new(),
             fsdp_units: Vec::new(),
+            host: None,
         }
     }
 
@@ -531,6 +553,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len() + expert_groups.len()];
     let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
     let gather_params = plan.sharding.shards_params() && dp > 1;
+    // The host model: per GPU, the host's last task (or the GPU task it last waited for) and the
+    // launch time still owed for the kernels of the last GPU task it started.
+    let host = layout.host.as_ref();
+    let mut host_prev: Vec<Option<TaskId>> = vec![None; n as usize];
+    let mut host_owed: Vec<Nanos> = vec![0; n as usize];
 
     for it in 0..iterations {
         // Per GPU: the backward task of every layer in each micro-batch, the update, and where
@@ -678,6 +705,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     };
                     let before = last.clone();
                     let mut made = Vec::with_capacity(members.len());
+                    let mut host_sync: Vec<Option<TaskId>> = vec![None; members.len()];
                     for (k, &g) in members.iter().enumerate() {
                         let gi = g as usize;
                         let t = b.add_task(task(
@@ -690,6 +718,28 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         ));
                         if let Some(p) = last[k] {
                             b.add_edge(p, t);
+                        }
+                        if let Some(h) = host {
+                            let kernels = h.layers.get(l).map_or(1, |x| match step.pass {
+                                Pass::Forward => x.forward,
+                                Pass::Backward => x.backward,
+                            });
+                            let launch =
+                                host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
+                            b.add_edge(launch, t);
+                            // Reading the layer's result: the host launches the rest of the layer,
+                            // waits for the GPU to finish it, then launches what follows (its
+                            // collectives wait for that launch).
+                            if step.pass == Pass::Forward && h.layers.get(l).is_some_and(|x| x.sync) {
+                                if host_owed[gi] > 0 {
+                                    let rest = host_owed[gi] - h.launch_ns;
+                                    host_owed[gi] = rest;
+                                    host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 0, g, it, l);
+                                }
+                                let wait = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 0, g, it, l);
+                                b.add_edge(t, wait);
+                                host_sync[k] = Some(wait);
+                            }
                         }
                         // A TP group simulated through its first rank waits for every member's gather.
                         for &(r, ag) in &gathered {
@@ -763,7 +813,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                             .collect()
                                     })
                                     .clone();
-                                for x in last.iter().flatten() {
+                                for x in last.iter().chain(&host_sync).flatten() {
                                     for &c in &colls {
                                         b.add_edge(*x, c);
                                     }
@@ -863,6 +913,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 ));
                 if let Some(p) = last[k] {
                     b.add_edge(p, upd);
+                }
+                // The optimizer's launches; the next iteration's wait for the gradient norm.
+                if let Some(h) = host {
+                    let launch = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 1, g, it, 0);
+                    b.add_edge(launch, upd);
+                    host_prev[gi] = Some(upd);
+                    host_owed[gi] = 0;
                 }
                 updates[gi] = upd;
                 prev_first_fwd[gi] = first_compute[k];
@@ -1110,6 +1167,38 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         iteration_end.extend_from_slice(&updates);
     }
     b.build(DagMeta { gpus: n, iterations, iteration_end })
+}
+
+/// Adds the host's next launch task on GPU `g`: the launches still owed for the last GPU task,
+/// then the first of `kernels` (none: a wait, which launches what follows), after the host's last
+/// task; what it leaves owed is the rest of `kernels`.
+#[allow(clippy::too_many_arguments)]
+fn host_task(
+    b: &mut DagBuilder,
+    h: &HostModel,
+    prev: &mut Option<TaskId>,
+    owed: &mut Nanos,
+    kernels: u32,
+    g: u32,
+    iteration: u32,
+    layer: usize,
+) -> TaskId {
+    let ns = *owed + h.launch_ns;
+    let t = b.add_task(Task {
+        work: Work::Fixed { ns },
+        queue: None,
+        phase: Phase::Host,
+        gpu: Some(g),
+        iteration,
+        layer: Some(layer as u32),
+        priority: 0,
+    });
+    if let Some(p) = *prev {
+        b.add_edge(p, t);
+    }
+    *prev = Some(t);
+    *owed = kernels.saturating_sub(1) as Nanos * h.launch_ns;
+    t
 }
 
 /// A map's entries in key order, values borrowed.

@@ -110,7 +110,46 @@ pub struct ParallelPlan {
     /// `--grad-reduce-in-bf16`, Apex DistributedFusedAdam's `grad_sync_dtype`).
     #[serde(skip_serializing_if = "fp32_grads")]
     pub grad_bytes: u64,
+    /// How each GPU's host thread launches its kernels (`host=eager|graphs|off`).
+    pub host: HostLaunch,
+    /// Host time per launch, ns, replacing [`EAGER_LAUNCH_NS`] (`host-launch-us=`, e.g. one
+    /// measured on the user's own host).
+    pub host_launch_ns: Option<u64>,
 }
+
+/// How the framework's host thread feeds a GPU (`dag::plan`'s host model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostLaunch {
+    /// PyTorch eager (Megatron-Core, PyTorch FSDP): every kernel is launched by the host thread
+    /// in program order at [`EAGER_LAUNCH_NS`] each, and the host blocks where the framework
+    /// reads a GPU value (an MoE router's token counts, the gradient norm before the optimizer
+    /// step).
+    #[default]
+    Eager,
+    /// CUDA graphs captured per layer and pass: one launch per block and pass; syncs as eager.
+    Graphs,
+    /// The host always runs ahead of the GPU (no host tasks).
+    Off,
+}
+
+impl HostLaunch {
+    pub fn name(self) -> &'static str {
+        match self {
+            HostLaunch::Eager => "eager",
+            HostLaunch::Graphs => "graphs",
+            HostLaunch::Off => "off",
+        }
+    }
+}
+
+/// Host time to issue one kernel from PyTorch eager code: ~7 us per operation with autograd
+/// recording (`y = 2 * x` on a one-element tensor with `requires_grad=True`: 6.8 s for a million,
+/// pytorch/pytorch issue #41383, 2020; 5 us without autograd; a maintainer there puts a plain
+/// tensor op at ~2 us, half of it Python). Those were timed on CPU tensors, so the
+/// `cudaLaunchKernel` call a GPU op adds comes on top: a floor for the host cost of a training
+/// op, not fitted to any row.
+pub const EAGER_LAUNCH_NS: u64 = 7_000;
 
 impl Default for ParallelPlan {
     fn default() -> Self {
@@ -136,6 +175,8 @@ impl Default for ParallelPlan {
             cp: 1,
             cp_folded: 1,
             grad_bytes: crate::workload::llm::GRAD_BYTES,
+            host: HostLaunch::Eager,
+            host_launch_ns: None,
         }
     }
 }
@@ -246,6 +287,15 @@ impl ParallelPlan {
                         v => return Err(err(format!("grad-reduce={v}: expected fp32 or bf16 (or fp16)"))),
                     }
                 }
+                "host" => {
+                    p.host = match value.as_str() {
+                        "eager" => HostLaunch::Eager,
+                        "graphs" | "cuda-graphs" => HostLaunch::Graphs,
+                        "off" => HostLaunch::Off,
+                        v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
+                    }
+                }
+                "host-launch-us" | "host_launch_us" => p.host_launch_ns = Some((number(&value)? * 1e3).round() as u64),
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -255,7 +305,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce"
+                         grad-reduce, host, host-launch-us"
                     )))
                 }
             }
@@ -310,6 +360,12 @@ impl ParallelPlan {
         }
         if self.grad_bytes == 2 {
             s += ",grad-reduce=bf16";
+        }
+        if self.host != HostLaunch::Eager {
+            s += &format!(",host={}", self.host.name());
+        }
+        if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
+            s += &format!(",host-launch-us={}", ns as f64 / 1e3);
         }
         s
     }
@@ -546,6 +602,8 @@ mod tests {
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
             ("moe-dispatcher=nccl", "alltoall or flex"),
+            ("host=jit", "eager, graphs or off"),
+            ("host-launch-us=0", "positive number"),
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),

@@ -79,7 +79,7 @@ pub fn breakdown_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[N
     let rank = |p: Phase| match p.category() {
         Category::Compute => 0u8,
         Category::Communication => 1,
-        Category::Io => 2,
+        Category::Io | Category::Host => 2,
     };
     exposed(dag, run, window, 3, &rank).into_iter().map(|t| [t[0], t[1], t[2], t[3]]).collect()
 }
@@ -102,7 +102,8 @@ pub fn exposed(
     let mut shared: Vec<(Nanos, Nanos, u8, Option<u32>)> = Vec::new();
     for (t, task) in dag.tasks().iter().enumerate() {
         let (s, e) = (run.start[t].max(a), run.end[t].min(b));
-        if s >= e {
+        // The host's launches are not GPU time: a GPU waiting for them is idle.
+        if s >= e || task.phase == Phase::Host {
             continue;
         }
         let r = category(task.phase);

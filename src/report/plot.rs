@@ -96,6 +96,7 @@ fn phase_color(p: Phase) -> RGBColor {
         Phase::ContextParallel => RGBColor(199, 199, 199),
         Phase::PipelineTransfer => RGBColor(196, 156, 148),
         Phase::ParamGather => RGBColor(247, 182, 210),
+        Phase::Host => RGBColor(255, 187, 120),
     }
 }
 

@@ -236,6 +236,16 @@ impl Device {
     }
 }
 
+/// Kernels [`Device::te_fp8_casts`] times, (forward, backward): one per cast, transpose or fused
+/// cast-transpose it charges.
+fn te_fp8_cast_kernels(module: TeModule, sp: bool) -> (u32, u32) {
+    match (module, sp) {
+        (TeModule::LayerNormLinear, _) => (0, 2),
+        (TeModule::Linear, false) => (1, 1),
+        (TeModule::Linear, true) => (1, 3),
+    }
+}
+
 /// The Transformer Engine module that runs a weight GEMM (Megatron-Core's layer spec,
 /// megatron/core/models/gpt/gpt_layer_specs.py l.59-61 and l.119-120 @ core_r0.8.0), which
 /// decides the FP8 casts around it.
@@ -247,6 +257,15 @@ enum TeModule {
     Linear,
 }
 
+/// Kernels one workload layer launches per micro-batch (see [`TransformerCost::launches`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Launches {
+    pub forward: u32,
+    pub backward: u32,
+    /// The host waits for the layer's forward pass to end on the GPU before launching on.
+    pub sync: bool,
+}
+
 /// One operation's cost for one micro-batch on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OpCost {
@@ -256,6 +275,18 @@ pub struct OpCost {
     /// Matmul FLOPs as the model defines them (full s x s attention, backward = 2 x forward).
     pub forward_flops: f64,
     pub backward_flops: f64,
+    /// Kernels the op launches in the forward and the backward pass: one per kernel this model
+    /// times (each charged the GPU-side `LAUNCH_NS`), which the host launches one by one in an
+    /// eager framework (`dag::plan`'s host model).
+    #[serde(skip)]
+    pub kernels: (u32, u32),
+}
+
+impl OpCost {
+    pub(super) fn with_kernels(mut self, forward: u32, backward: u32) -> Self {
+        self.kernels = (forward, backward);
+        self
+    }
 }
 
 /// A block (attention or MLP half of a layer, embedding, output layer) of one TP rank.
@@ -395,12 +426,14 @@ pub fn cost_moe(
         let mask = if dropout { x } else { 0.0 };
         (d.stream(3.0 * x * e + mask), d.stream(3.0 * x * e + mask))
     };
+    // One memory-bound kernel each way unless said otherwise.
     let op = |name, (forward_ns, backward_ns): (f64, f64), forward_flops: f64| OpCost {
         name,
         forward_ns,
         backward_ns,
         forward_flops,
         backward_flops: 2.0 * forward_flops,
+        kernels: (1, 1),
     };
     // A weight GEMM y[t x n] = x[t x k] W[k x n] and its two backward GEMMs (input and weight
     // gradients), each timed by its own shape.
@@ -410,7 +443,8 @@ pub fn cost_moe(
         let (dx, _) = d.gemm(1, tokens, k, n, d.matmul);
         let (dw, _) = d.gemm(1, k, n, tokens, d.matmul);
         let (cf, cb) = if fp8 { d.te_fp8_casts(module, tokens, tokens.div_ceil(tp), n, k, sp) } else { (0.0, 0.0) };
-        op(name, (f + cf, dx + dw + cb), flops)
+        let (kf, kb) = if fp8 { te_fp8_cast_kernels(module, sp) } else { (0, 0) };
+        op(name, (f + cf, dx + dw + cb), flops).with_kernels(1 + kf, 2 + kb)
     };
     let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward, group: CommGroup::Tensor })
@@ -448,7 +482,8 @@ pub fn cost_moe(
                 if dropout { (d.stream(2.0 * n * e + n), d.stream(2.0 * n * e + n)) } else { (0.0, 0.0) };
             let fwd = qk + sm_f + dr_f + av;
             let bwd = 2.0 * qk_b1 + sm_b + dr_b + 2.0 * av_b1;
-            (op("attention", (fwd, bwd), attn_flops), fwd)
+            let drop = u32::from(dropout);
+            (op("attention", (fwd, bwd), attn_flops).with_kernels(3 + drop, 5 + drop), fwd)
         }
         flash => {
             let causal = if cfg.causal { 0.5 } else { 1.0 };
@@ -561,7 +596,7 @@ pub fn cost_moe(
         let (f, flops) = d.gemm_in(1, tokens, n, k, rate, e);
         let (dx, _) = d.gemm_in(1, tokens, k, n, rate, e);
         let (dw, _) = d.gemm_in(1, k, n, tokens, rate, e);
-        op("logits", (f, dx + dw), flops)
+        op("logits", (f, dx + dw), flops).with_kernels(1, 2)
     };
     head_ops.push(logits16(t, v_l, h));
     head_ops.push(op("loss", (d.stream(logits * (e + 4.0 + 4.0)), d.stream(logits * (4.0 + 4.0 + e))), 0.0));
@@ -816,6 +851,41 @@ impl TransformerCost {
             }
         }
         v.push(Vec::new()); // head
+        v
+    }
+
+    /// Per layer of [`Self::to_workload`] (same order): the kernels its forward and its backward
+    /// pass launch, the backward's including what `recompute` runs again, and whether the host
+    /// waits for the layer's forward pass to finish on the GPU before it goes on (an MoE
+    /// router's token counts, see [`MoeCost::host_sync`]).
+    pub fn launches(&self, recompute: Recompute) -> Vec<Launches> {
+        let of = |b: &BlockCost, sync: bool| {
+            let forward: u32 = b.ops.iter().map(|o| o.kernels.0).sum();
+            let again: u32 = match recompute {
+                Recompute::None => 0,
+                Recompute::Full => forward,
+                // Only the unfused attention core is recomputed (flash attention has nothing to redo).
+                Recompute::Selective if b.recompute_ns > 0.0 => {
+                    b.ops.iter().filter(|o| o.name == "attention").map(|o| o.kernels.0).sum()
+                }
+                Recompute::Selective => 0,
+            };
+            Launches { forward, backward: b.ops.iter().map(|o| o.kernels.1).sum::<u32>() + again, sync }
+        };
+        let mut v = vec![of(&self.embedding, false)];
+        for i in 0..self.layers {
+            v.push(of(&self.attention, false));
+            if let Some(c) = &self.context {
+                v.push(of(c, false));
+            }
+            match &self.moe {
+                Some(m) if i >= m.dense_layers => {
+                    v.extend([of(&m.router, m.host_sync), of(&m.experts, false), of(&m.combine, false)])
+                }
+                _ => v.push(of(&self.mlp, false)),
+            }
+        }
+        v.push(of(&self.head, false));
         v
     }
 

@@ -199,6 +199,20 @@ pub struct MoeCost {
     /// The routed experts' weight tensors among the `experts` block's (parameters): Megatron-Core
     /// reduces their gradients over the expert-data-parallel group when ep > 1 (`dag::plan`).
     pub expert_tensors: Vec<u64>,
+    /// The host waits for the GPU after the router's forward pass, to read how many tokens each
+    /// expert got: dropless routing (and token dropping without padding) sizes the permutation,
+    /// the all-to-all splits and the grouped GEMM's `m_splits` on the host. Megatron-Core
+    /// core_v0.14.0 `MoEAlltoAllTokenDispatcher.preprocess` (megatron/core/transformer/moe/
+    /// token_dispatcher.py l.428-549) sets its `cuda_sync_point` to "before_ep_alltoall" (ep or
+    /// tp > 1), "before_finish" otherwise, or "before_permutation_1" with a capacity factor but no
+    /// padding, and `_maybe_dtoh_and_synchronize` (l.821-860) blocks on `d2h_event.synchronize()`
+    /// there; padded to capacity (`drop_and_pad`) the sizes are known on the host and nothing
+    /// syncs. The flex dispatcher syncs too: DeepEP's `buffer.dispatch` returns the received
+    /// counts as a Python list ("the CPU will wait for GPU's signal to arrive", fused_a2a.py
+    /// l.103 @ core_v0.15.3), HybridEP's `dispatch_with_permute` blocks unless
+    /// `num_permuted_tokens` is given (fused_a2a.py l.365-367 @ core_v0.16.0).
+    #[serde(skip)]
+    pub host_sync: bool,
 }
 
 impl MoeCost {
@@ -246,6 +260,14 @@ pub(super) fn te_grouped_linear_overhead(d: &Device, local: u64, copies: u64, n:
     (forward, backward)
 }
 
+/// Kernels [`te_grouped_linear_overhead`] times beyond the first GEMM of each pass, (forward,
+/// backward): the other experts' GEMMs and, under FP8 current scaling, the quantisation kernels.
+fn te_grouped_linear_kernels(local: u64, fp8: bool) -> (u32, u32) {
+    let extra = local.saturating_sub(1) as u32;
+    let quantize = if fp8 { CS_QUANTIZE_KERNELS as u32 * local as u32 } else { 0 };
+    (extra + quantize, 2 * extra + quantize)
+}
+
 /// Costs one MoE layer's MLP on `d` for options `o` (its TP degree and sequence parallelism give
 /// the tokens each GPU routes) under `x` (EP degree and routing).
 pub(super) fn moe_blocks(
@@ -291,6 +313,7 @@ pub(super) fn moe_blocks(
         backward_ns,
         forward_flops,
         backward_flops: 2.0 * forward_flops,
+        kernels: (1, 1),
     };
     // A weight GEMM on `tokens` rows, `batch` at once (a grouped GEMM of equal groups), with its
     // input- and weight-gradient GEMMs; model FLOPs for `flops_tokens` rows.
@@ -298,7 +321,7 @@ pub(super) fn moe_blocks(
         let (f, _) = d.gemm(batch, rows, n, k, d.matmul);
         let (dx, _) = d.gemm(batch, rows, k, n, d.matmul);
         let (dw, _) = d.gemm(batch, k, n, rows, d.matmul);
-        op(name, f, dx + dw, 2.0 * (flops_rows * n) as f64 * k as f64)
+        op(name, f, dx + dw, 2.0 * (flops_rows * n) as f64 * k as f64).with_kernels(1, 2)
     };
     let x_bytes = (tokens * h) as f64 * e;
     let copies_bytes = (busiest * h) as f64 * e;
@@ -330,7 +353,8 @@ pub(super) fn moe_blocks(
         let (f, b) = te_grouped_linear_overhead(d, local, busiest, n, k, fp8);
         g.forward_ns += f;
         g.backward_ns += b;
-        g
+        let (kf, kb) = te_grouped_linear_kernels(local, fp8);
+        g.with_kernels(1 + kf, 2 + kb)
     };
     let mut expert_ops =
         vec![grouped("expert-fc1", gates * fe, h), op("expert-activation", af, ab, 0.0), grouped("expert-fc2", h, fe)];
@@ -403,5 +427,6 @@ pub(super) fn moe_blocks(
         local_experts: local as u32,
         routed_tokens: busiest,
         expert_tensors: vec![local * gates * fe * h, local * fe * h],
+        host_sync: !(x.routing.capacity_factor.is_some() && x.routing.pad_to_capacity),
     })
 }
