@@ -256,7 +256,8 @@ fn main() {
 
     let mut failed = 0;
     let mut passed = 0;
-    for target in targets::all().into_iter().chain([targets::strategy_target()]) {
+    let flag_targets: Vec<&str> = targets::flag_targets().iter().map(|t| t.name).collect();
+    for target in targets::all().into_iter().chain(targets::flag_targets()) {
         if args.only.as_deref().is_some_and(|o| o != target.name) {
             continue;
         }
@@ -298,11 +299,11 @@ fn main() {
                     errors += 1;
                     // Errors must say where they come from (the input's name).
                     // The input's name, or another file it refers to (an I/O error names that file),
-                    // or the engine's overflow report naming the task; strategy specs are flags.
+                    // or the engine's overflow report naming the task; flag values name the flag.
                     let named = msg.contains(targets::INPUT_NAME)
                         || msg.contains("(os error")
                         || msg.starts_with("overflow: simulated time in task")
-                        || target.name == "strategy";
+                        || flag_targets.contains(&target.name);
                     if !named && unnamed.len() < 3 && !unnamed.contains(&msg) {
                         unnamed.push(msg);
                     }

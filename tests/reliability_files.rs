@@ -1,0 +1,61 @@
+//! Outputs are never left half-written (issue 18, item 6): an interrupted run removes the
+//! temporary file it was writing and leaves no output behind. The writer itself (fsync of the file
+//! and of its directory, removal on error) is unit-tested in `src/atomic_file.rs`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+/// SIGINT while a large timeline is being written: exit 130, no temporary, no output file.
+#[test]
+fn an_interrupt_while_writing_removes_the_temporary_and_leaves_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("big.json");
+    let repo = env!("CARGO_MANIFEST_DIR");
+    // Tries larger timelines until one is caught mid-write (each is a few seconds of writing).
+    for iterations in ["40", "160", "640"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dagsim"))
+            .current_dir(repo)
+            .args(["timeline", "--trace", "traces/alexnet_k80.csv", "--topology", "k80-cluster", "--gpus", "16"])
+            .args(["--iterations", iterations, "--detail", "full", "--max-size", "0", "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let mut caught = false;
+        while started.elapsed() < Duration::from_secs(120) {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if !temporaries(dir.path()).is_empty() {
+                let ok = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success();
+                caught = ok;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let o = child.wait_with_output().unwrap();
+        if !caught || o.status.success() {
+            // Finished before the signal landed: clean up and try a larger one.
+            let _ = std::fs::remove_file(&out);
+            assert!(temporaries(dir.path()).is_empty(), "a finished run left {:?}", temporaries(dir.path()));
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(130), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(temporaries(dir.path()).is_empty(), "left {:?}", temporaries(dir.path()));
+        assert!(!out.exists(), "a half-written output was left in place");
+        return;
+    }
+    panic!("no run was caught while writing; make the timeline larger");
+}
