@@ -659,7 +659,7 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
     // Mixture of experts: expert parallelism, routing and context parallelism that cannot run.
     for (spec, msg) in [
         ("dp=8,ep=3", "ep"),
-        ("tp=2,dp=4,ep=1,sp=on", "ep"),
+        ("tp=2,dp=4,ep=1,sp=on", "GiB per GPU"),
         ("dp=8,ep=16", "ep"),
         ("dp=8,ep=8,etp=2", "etp"),
         ("dp=8,ep=8,moe-pad=on", "moe-pad"),
@@ -799,7 +799,7 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
         ("--degrade-link", "n0.nic99:switch=0.5", "--degrade-link"),
         ("--degrade-link", "n0.gpu0:n1.gpu0=0.5", "--degrade-link"),
     ] {
-        push(format!("fault {flag} {v}"), vec![], predict(&[flag, v]), &[flag, msg]);
+        push(format!("fault {flag} {v}"), vec![], predict(&[&format!("{flag}={v}")]), &[flag, msg]);
     }
     // Collective model and NCCL settings.
     for (flag, v) in [
@@ -832,14 +832,19 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
         ("io+wfbp+runtime=horovod+cycle_ms=-1", "cycle_ms"),
         ("io+wfbp+runtime=horovod+cycle_ms=nan", "cycle_ms"),
         ("io+wfbp+runtime=horovod+cycle_ms=1e300", "cycle_ms"),
+        ("io+wfbp+runtime=horovod+call_us=1e300", "call_us"),
         ("io+wfbp+runtime=ddp+bucket_mb=0", "bucket_mb"),
         ("io+wfbp+runtime=ddp+bucket_mb=x", "bucket_mb"),
+        ("io+wfbp+runtime=ddp+bucket_mb=1e300", "bucket_mb"),
+        ("io+wfbp+runtime=gloo+sum_gbps=1e-300", "sum_gbps"),
+        ("io+wfbp+runtime=gloo+sum_gbps=inf", "sum_gbps"),
         ("runtime=ps+servers=0", "servers"),
         ("runtime=ps+servers=99999999999", "servers"),
-        ("io+wfbp+runtime=ddp+runtime=gloo", "runtime"),
+        ("io+wfbp+runtime=gloo+cycle_ms=1", "does not take `cycle_ms`"),
         ("io+wfbp+runtime=", "runtime"),
+        ("io+wfbp+runtime=ddp+runtime=gloo", "two runtimes"),
     ] {
-        push(format!("runtime {spec}"), vec![], predict(&["--strategy", spec]), &["--strategy", msg]);
+        push(format!("runtime {spec}"), vec![], predict(&["--strategy", spec]), &["strategy", msg]);
     }
     // Chakra traces cut short at several points: an error at the file, never a shorter workload.
     let mut real = Vec::new();
