@@ -288,6 +288,16 @@ fn main() {
             }
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| (target.run)(&input)));
             progress.fetch_add(1, Ordering::Relaxed);
+            if (run + 1) % 100_000 == 0 {
+                // A long run that is stopped still tells how far each target got.
+                eprintln!(
+                    "fuzz target {}: {} runs, {} panics, {:.0} s",
+                    target.name,
+                    run + 1,
+                    crashes,
+                    started.elapsed().as_secs_f64()
+                );
+            }
             match result {
                 Ok(Ok(())) => {
                     ok += 1;
