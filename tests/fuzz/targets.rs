@@ -495,6 +495,26 @@ fn sweep_table(input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The sweep `tests/fixtures/sweep_small.journal` was written by (its first three points).
+const JOURNAL_SWEEP: &str =
+    "[base]\niterations = 3\nworkload.trace = \"t.csv\"\n[grid]\ngpus = [1, 2]\nstrategy = [\"none\", \"io+wfbp\"]\n";
+
+/// A resumed sweep's journal (one JSON record a line, checked against the sweep file).
+fn sweep_journal(input: &[u8]) -> Result<(), String> {
+    let sweep = dagsim::sweep::Sweep::parse(JOURNAL_SWEEP, &path_in("tests/fixtures", "toml")).map_err(err)?;
+    thread_local! {
+        static DIR: tempfile::TempDir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    }
+    let p = DIR.with(|d| d.path().join(format!("{INPUT_NAME}.partial")));
+    std::fs::write(&p, input).map_err(|e| e.to_string())?;
+    for shard in ["0/1", "1/2"] {
+        let shard = dagsim::sweep::Shard::parse(shard).map_err(err)?;
+        let j = dagsim::sweep::run::read_journal(&p, &sweep, shard).map_err(err)?;
+        let _ = (j.records.len(), j.fresh);
+    }
+    Ok(())
+}
+
 pub fn all() -> Vec<Target> {
     use dagsim::workload::import::ProfileFormat as F;
     use dagsim::workload::TraceFormat as T;
@@ -574,6 +594,14 @@ pub fn all() -> Vec<Target> {
         Target { name: "hybrid-table", seeds: || read(&["traces/dettmers_alexnet_titanx.csv"]), run: hybrid },
         Target { name: "hf-config", seeds: hf_config_seeds, run: hf_config },
         Target { name: "sweep-table", seeds: sweep_table_seeds, run: sweep_table },
+        Target {
+            name: "sweep-journal",
+            seeds: || {
+                let j = read(&["tests/fixtures/sweep_small.journal"]).remove(0);
+                vec![[b"{\"store\":\"fresh\"}\n".to_vec(), j.clone()].concat(), j]
+            },
+            run: sweep_journal,
+        },
     ]
 }
 
