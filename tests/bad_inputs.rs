@@ -866,7 +866,6 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
         push(format!("chakra truncated at {frac}%"), vec![], args, &["cut.et", "truncated"]);
         chakra_files.push(real[..cut].to_vec());
     }
-    drop(push);
     let n = out.len();
     for (c, bytes) in out[n - chakra_files.len()..].iter_mut().zip(chakra_files) {
         c.files.push(("cut.et".into(), bytes));
