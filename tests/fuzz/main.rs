@@ -288,7 +288,7 @@ fn main() {
             }
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| (target.run)(&input)));
             progress.fetch_add(1, Ordering::Relaxed);
-            if (run + 1) % 100_000 == 0 {
+            if (run + 1) % 25_000 == 0 {
                 // A long run that is stopped still tells how far each target got.
                 eprintln!(
                     "fuzz target {}: {} runs, {} panics, {:.0} s",
