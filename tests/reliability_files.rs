@@ -59,3 +59,48 @@ fn an_interrupt_while_writing_removes_the_temporary_and_leaves_no_output() {
     }
     panic!("no run was caught while writing; make the timeline larger");
 }
+
+/// The output is fsynced before it is renamed into place, and its directory after (so the rename
+/// survives a crash), seen through `strace` where it is installed (skipped, saying so, elsewhere).
+#[test]
+fn an_output_is_fsynced_renamed_and_its_directory_fsynced() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("strace.txt");
+    let o = Command::new("strace")
+        .args(["-f", "-e", "trace=openat,fsync,fdatasync,rename,renameat,renameat2", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_dagsim"))
+        .current_dir(dir.path())
+        .arg("predict")
+        .arg("--trace")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/alexnet_k80.csv"))
+        .args(["--gpus", "2", "--format", "json", "-o", "p.json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // The descriptor a matching openat returned.
+    let fd_of = |l: &str| l.rsplit("= ").next().unwrap().trim().to_string();
+    let tmp_open =
+        lines.iter().position(|l| l.contains("openat(") && l.contains(".p.json.") && l.contains(".tmp")).expect(&text);
+    let tmp_fd = fd_of(lines[tmp_open]);
+    let rename = lines.iter().position(|l| l.contains("rename") && l.contains("\"p.json\"")).expect(&text);
+    let synced_before = lines[tmp_open..rename]
+        .iter()
+        .any(|l| l.contains(&format!("fsync({tmp_fd})")) || l.contains(&format!("fdatasync({tmp_fd})")));
+    assert!(synced_before, "the temporary is not fsynced before the rename:\n{text}");
+    let dir_open = lines[rename..]
+        .iter()
+        .position(|l| l.contains("openat(") && l.contains("O_RDONLY") && !l.contains(".tmp"))
+        .expect(&text);
+    let dir_fd = fd_of(lines[rename + dir_open]);
+    assert!(
+        lines[rename + dir_open..].iter().any(|l| l.contains(&format!("fsync({dir_fd})"))),
+        "the directory is not fsynced after the rename:\n{text}"
+    );
+}
