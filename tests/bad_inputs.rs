@@ -650,6 +650,8 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
         (&["--micro-batch", "3", "--global-batch", "8"][..], "--micro-batch"),
         (&["--micro-batch", "0"][..], "--micro-batch"),
         (&["--micro-batch", "4294967295"][..], "--micro-batch"),
+        // Laid out its 2^30-step schedule until memory ran out (found by the `parallel` fuzz target).
+        (&["--global-batch", "2147483648"][..], "--limit tasks="),
         (&["--matmul-tflops", "0"][..], "--matmul-tflops"),
         (&["--matmul-tflops", "nan"][..], "--matmul-tflops"),
         (&["--seq-len", "0"][..], "seq"),
