@@ -104,3 +104,16 @@ fn an_output_is_fsynced_renamed_and_its_directory_fsynced() {
         "the directory is not fsynced after the rename:\n{text}"
     );
 }
+
+/// A byte-order mark before a trace is stripped: the trace reads as the same workload, never as
+/// another format (a second mark, or an unknown header, is an error: tests/bad_inputs.rs).
+#[test]
+fn a_byte_order_mark_is_stripped_never_read_as_another_format() {
+    use dagsim::workload::{read_trace_str, TraceFormat};
+    for p in ["traces/alexnet_k80.csv", "traces/alexnet_titanx_caffe.csv"] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(p)).unwrap();
+        let plain = read_trace_str(&text, Path::new(p), TraceFormat::Auto).unwrap();
+        let marked = read_trace_str(&format!("\u{feff}{text}"), Path::new(p), TraceFormat::Auto).unwrap();
+        assert_eq!(format!("{plain:?}"), format!("{marked:?}"), "{p}");
+    }
+}
