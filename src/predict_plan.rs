@@ -104,7 +104,15 @@ impl PlanSetup {
         };
         let mut plan = ParallelPlan::parse(r.spec)?;
         plan.micro_batch = r.micro_batch.unwrap_or(1);
-        plan.global_batch = r.global_batch.unwrap_or(plan.micro_batch * plan.dp);
+        plan.global_batch = match r.global_batch {
+            Some(g) => g,
+            None => plan.micro_batch.checked_mul(plan.dp).ok_or_else(|| {
+                Error::invalid(
+                    "--micro-batch",
+                    format!("{} x dp={} sequences per step do not fit a 32-bit count", plan.micro_batch, plan.dp),
+                )
+            })?,
+        };
         plan.check(r.gpus.unwrap_or(plan.gpus()), model.layers)?;
         let strategy = match &scenario.strategy {
             Some(s) => Strategy::parse(s)?,

@@ -11,7 +11,7 @@ use std::time::Duration;
 struct Case {
     name: String,
     /// Files to create (name, content) in a fresh directory.
-    files: Vec<(String, String)>,
+    files: Vec<(String, Vec<u8>)>,
     args: Vec<String>,
     /// Every one must appear in stderr.
     expect: Vec<String>,
@@ -20,7 +20,7 @@ struct Case {
 fn case(name: impl Into<String>, files: Vec<(&str, String)>, args: &[&str], expect: &[&str]) -> Case {
     Case {
         name: name.into(),
-        files: files.into_iter().map(|(n, c)| (n.to_string(), c)).collect(),
+        files: files.into_iter().map(|(n, c)| (n.to_string(), c.into_bytes())).collect(),
         args: args.iter().map(|s| s.to_string()).collect(),
         expect: expect.iter().map(|s| s.to_string()).collect(),
     }
@@ -592,6 +592,288 @@ fn validation_and_sweep_cases(out: &mut Vec<Case>) {
     }
 }
 
+/// The LLM and MoE plans, Hugging Face configs, fat-tree fabrics, faults, NCCL and runtime
+/// settings, and truncated Chakra traces added since the first cases.
+fn plan_and_fabric_cases(out: &mut Vec<Case>) {
+    let plan = |model: &str, spec: &str, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["predict", "--model", model, "--topology", "dgx-h100", "--parallel", spec]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let mut push = |name: String, files: Vec<(&str, String)>, args: Vec<String>, expect: &[&str]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        out.push(case(name, files, &args, expect));
+    };
+    // --parallel specs: each bad key or value, and plans that do not fit the model or machine.
+    for (spec, msg) in [
+        ("tp=0", "tp=0"),
+        ("tp=x", "tp=x"),
+        ("tp=-2", "tp=-2"),
+        ("tp=1.5", "tp=1.5"),
+        ("tp", "not key=value"),
+        ("zero=4", "zero=4"),
+        ("fsdp=half", "fsdp=half"),
+        ("fsdp-wrap=module", "fsdp-wrap=module"),
+        ("sp=maybe", "sp=maybe"),
+        ("recompute=some", "recompute=some"),
+        ("schedule=zigzag", "schedule=zigzag"),
+        ("pipeline=2", "unknown key `pipeline`"),
+        ("tp=65536,pp=65536", "beyond the limit"),
+        ("tp=4294967295", "beyond the limit"),
+        ("dp=4294967295,pp=2", "beyond the limit"),
+        ("pp=2,vp=4294967295", "vp=4294967295"),
+        ("shard-group=99999999", "shard-group"),
+        ("tp=3,dp=1", "tp"),
+        ("pp=7", "pp x vp"),
+        ("pp=2,vp=3", "pp x vp"),
+        ("vp=2", "interleaved"),
+        ("sp=on", "sp=on needs tp"),
+        ("tp=2,tp-overlap=on", "tp-overlap"),
+        ("tp=16", "tp=16"),
+        ("pp=2,dp=2,zero=3", "pipeline"),
+        ("moe-capacity=0", "moe-capacity=0"),
+        ("moe-capacity=nan", "moe-capacity=nan"),
+        ("moe-capacity=inf", "moe-capacity=inf"),
+        ("moe-imbalance=-1", "moe-imbalance=-1"),
+        ("moe-dispatcher=ring", "moe-dispatcher=ring"),
+        ("ep=0", "ep=0"),
+        ("cp=0", "cp=0"),
+    ] {
+        push(format!("parallel {spec}"), vec![], plan("llama2-7b", spec, &[]), &["--parallel", msg]);
+    }
+    for (extra, flag) in [
+        (&["--gpus", "16"][..], "--gpus"),
+        (&["--global-batch", "7"][..], "--global-batch"),
+        (&["--micro-batch", "3", "--global-batch", "8"][..], "--micro-batch"),
+        (&["--micro-batch", "0"][..], "--micro-batch"),
+        (&["--micro-batch", "4294967295"][..], "--micro-batch"),
+        // Laid out its 2^30-step schedule until memory ran out (found by the `parallel` fuzz target).
+        (&["--global-batch", "2147483648"][..], "--limit tasks="),
+        (&["--matmul-tflops", "0"][..], "--matmul-tflops"),
+        (&["--matmul-tflops", "nan"][..], "--matmul-tflops"),
+        (&["--seq-len", "0"][..], "seq"),
+    ] {
+        push(format!("parallel dp=2 {}", extra.join(" ")), vec![], plan("llama2-7b", "dp=2", extra), &[flag]);
+    }
+    // Mixture of experts: expert parallelism, routing and context parallelism that cannot run.
+    for (spec, msg) in [
+        ("dp=8,ep=3", "ep"),
+        ("tp=2,dp=4,ep=1,sp=on", "GiB per GPU"),
+        ("dp=8,ep=16", "ep"),
+        ("dp=8,ep=8,etp=2", "etp"),
+        ("dp=8,ep=8,moe-pad=on", "moe-pad"),
+        ("dp=8,ep=8,moe-imbalance=0.5", "moe-imbalance"),
+        ("dp=8,ep=8,moe-capacity=1.5,moe-dispatcher=flex", "moe-capacity"),
+        ("tp=2,dp=4,ep=4", "sp=on"),
+    ] {
+        push(format!("moe {spec}"), vec![], plan("mixtral-8x7b", spec, &[]), &["--parallel", msg]);
+    }
+    for (spec, msg) in [("dp=4,ep=2", "ep"), ("cp=2,dp=4,flash=off", "cp"), ("cp=3,dp=1", "cp")] {
+        push(format!("plan {spec} on a dense model"), vec![], plan("llama2-7b", spec, &[]), &["--parallel", msg]);
+    }
+    // Hugging Face config.json: each field bad, missing or beyond its range.
+    let llama = r#"{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096}"#;
+    let hf = |text: String| vec![("cfg.json", text)];
+    let hf_args = |spec: &str| plan("cfg.json", spec, &[]);
+    for (field, v, msg) in [
+        ("hidden_size", "0", "positive integer"),
+        ("hidden_size", "-4096", "positive integer"),
+        ("hidden_size", "4096.5", "positive integer"),
+        ("hidden_size", "\"4096\"", "positive integer"),
+        ("hidden_size", "null", "missing"),
+        ("hidden_size", "1e30", "positive integer"),
+        ("hidden_size", "18446744073709551615", "beyond the supported maximum"),
+        ("hidden_size", "4100", "do not divide"),
+        ("num_attention_heads", "4294967296", "too large"),
+        ("num_attention_heads", "0", "positive integer"),
+        ("num_key_value_heads", "5", "do not divide"),
+        ("num_hidden_layers", "4294967295", "beyond the"),
+        ("num_hidden_layers", "0", "positive integer"),
+        ("intermediate_size", "1000000000000", "beyond the supported maximum"),
+        ("vocab_size", "1000000000000", "beyond the supported maximum"),
+        ("vocab_size", "true", "positive integer"),
+        ("max_position_embeddings", "-1", "positive integer"),
+    ] {
+        let text = llama.replacen(&format!("\"{field}\": "), &format!("\"{field}\": {v}, \"_old_{field}\": "), 1);
+        push(format!("hf config {field}={v}"), hf(text), hf_args("dp=8"), &["cfg.json", msg]);
+    }
+    for (name, text, msg) in [
+        ("no model_type", llama.replace("\"model_type\": \"llama\", ", ""), "model_type"),
+        ("unsupported model_type", llama.replace("\"llama\"", "\"t5\""), "`t5` is not supported"),
+        ("not an object", "[1, 2]".to_string(), "JSON object"),
+        ("truncated", llama[..llama.len() / 2].to_string(), "cfg.json:"),
+        ("empty", String::new(), "cfg.json"),
+        ("bom", format!("\u{feff}{llama}"), "cfg.json"),
+        (
+            "too many parameters",
+            llama.replace("\"num_hidden_layers\": 32", "\"num_hidden_layers\": 90000").replace("4096,", "1048576,"),
+            "parameters",
+        ),
+        (
+            "moe top-k beyond the experts",
+            llama.replace("\"llama\"", "\"mixtral\"").replace("}", ", \"num_local_experts\": 4, \"num_experts_per_tok\": 8}"),
+            "top_k",
+        ),
+        (
+            "moe experts beyond the maximum",
+            llama.replace("\"llama\"", "\"mixtral\"").replace("}", ", \"num_local_experts\": 100000000, \"num_experts_per_tok\": 2}"),
+            "experts",
+        ),
+        (
+            "moe missing top-k",
+            llama.replace("\"llama\"", "\"mixtral\"").replace("}", ", \"num_local_experts\": 8}"),
+            "num_experts_per_tok",
+        ),
+        ("mpt expansion_ratio 0", r#"{"model_type": "mpt", "d_model": 2048, "n_heads": 16, "n_layers": 24, "max_seq_len": 2048, "vocab_size": 50368, "expansion_ratio": 0}"#.to_string(), "expansion_ratio"),
+        ("mpt expansion_ratio 1e300", r#"{"model_type": "mpt", "d_model": 2048, "n_heads": 16, "n_layers": 24, "max_seq_len": 2048, "vocab_size": 50368, "expansion_ratio": 1e300}"#.to_string(), "beyond the supported maximum"),
+        ("gpt2 huge n_embd", r#"{"model_type": "gpt2", "n_embd": 9223372036854775807, "n_head": 1, "n_layer": 2, "n_positions": 1024, "vocab_size": 50257}"#.to_string(), "beyond the supported maximum"),
+    ] {
+        push(format!("hf config {name}"), hf(text), hf_args("dp=8"), &["cfg.json", msg]);
+    }
+    // Fat-tree fabrics: every tier's fields.
+    let fabric = |leaf: &str, spine: &str, rest: &str| {
+        format!(r#"{{"name": "ft", "base": "dgx-h100", "fabric": {{"leaf": {leaf}, "spine": {spine}{rest}}}}}"#)
+    };
+    let good_leaf = r#"{"nodes": 2}"#;
+    let good_spine = r#"{"switches": 2}"#;
+    for (name, text) in [
+        ("leaf nodes 0", fabric(r#"{"nodes": 0}"#, good_spine, "")),
+        ("leaf nodes -1", fabric(r#"{"nodes": -1}"#, good_spine, "")),
+        ("leaf nodes huge", fabric(r#"{"nodes": 1000000000}"#, good_spine, "")),
+        ("leaf oversubscription 0", fabric(r#"{"nodes": 2, "oversubscription": 0}"#, good_spine, "")),
+        ("leaf oversubscription -2", fabric(r#"{"nodes": 2, "oversubscription": -2}"#, good_spine, "")),
+        ("leaf oversubscription 1e300", fabric(r#"{"nodes": 2, "oversubscription": 1e300}"#, good_spine, "")),
+        ("leaf unknown key", fabric(r#"{"nodes": 2, "ports": 64}"#, good_spine, "")),
+        ("spine switches 0", fabric(good_leaf, r#"{"switches": 0}"#, "")),
+        ("spine latency -1", fabric(good_leaf, r#"{"switches": 2, "latency_us": -1}"#, "")),
+        ("spine latency 1e300", fabric(good_leaf, r#"{"switches": 2, "latency_us": 1e300}"#, "")),
+        ("spine leaf_groups 0", fabric(good_leaf, r#"{"switches": 2, "leaf_groups": 0}"#, "")),
+        ("spine switches text", fabric(good_leaf, r#"{"switches": "two"}"#, "")),
+        ("core switches 0", fabric(good_leaf, good_spine, r#", "core": {"switches": 0}"#)),
+        ("core latency nan", fabric(good_leaf, good_spine, r#", "core": {"switches": 2, "latency_us": "nan"}"#)),
+        ("ecmp unknown", fabric(good_leaf, good_spine, r#", "ecmp": "random""#)),
+        ("rails text", fabric(good_leaf, good_spine, r#", "rails": "yes""#)),
+        ("no spine", format!(r#"{{"name": "ft", "base": "dgx-h100", "fabric": {{"leaf": {good_leaf}}}}}"#)),
+        (
+            "unknown base",
+            r#"{"name": "ft", "base": "dgx-z900", "fabric": {"leaf": {"nodes": 2}, "spine": {"switches": 2}}}"#
+                .to_string(),
+        ),
+    ] {
+        push(
+            format!("fabric {name}"),
+            vec![("ft.json", text)],
+            ["predict", "--trace", "../t.csv", "--topology", "ft.json", "--gpus", "32"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            &["ft.json"],
+        );
+    }
+    // Faults.
+    let predict = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["predict", "--trace", "../t.csv", "--topology", "dgx-h100", "--gpus", "16"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    for (flag, v, msg) in [
+        ("--slow-gpu", "3", "INDEX=FACTOR"),
+        ("--slow-gpu", "x=2", "not an index"),
+        ("--slow-gpu", "3=x", "not a number"),
+        ("--slow-gpu", "3=0.5", "from 1 to 1e6"),
+        ("--slow-gpu", "3=nan", "from 1 to 1e6"),
+        ("--slow-gpu", "3=1e300", "from 1 to 1e6"),
+        ("--slow-gpu", "99=2", "does not exist"),
+        ("--slow-gpu", "-1=2", "not an index"),
+        ("--straggler-node", "9=2", "does not exist"),
+        ("--straggler-node", "0=inf", "from 1 to 1e6"),
+        ("--degrade-link", "n0.nic0=0.5", "DEVICE:DEVICE=FACTOR"),
+        ("--degrade-link", "n0.nic0:switch", "DEVICE:DEVICE=FACTOR"),
+        ("--degrade-link", "n0.nic0:switch=2", "from 0.001 to 1"),
+        ("--degrade-link", "n0.nic0:switch=0", "from 0.001 to 1"),
+        ("--degrade-link", "n0.nic0:switch=1e-300", "from 0.001 to 1"),
+        ("--degrade-link", "n0.nic99:switch=0.5", "--degrade-link"),
+        ("--degrade-link", "n0.gpu0:n1.gpu0=0.5", "--degrade-link"),
+    ] {
+        push(format!("fault {flag} {v}"), vec![], predict(&[&format!("{flag}={v}")]), &[flag, msg]);
+    }
+    // Collective model and NCCL settings.
+    for (flag, v) in [
+        ("--collective-model", "mpi"),
+        ("--collective-model", ""),
+        ("--nccl-version", "x"),
+        ("--nccl-version", "2"),
+        ("--nccl-version", "99.0.0"),
+        ("--nccl-version", "2.-1.0"),
+        ("--nccl-version", "1.0.0"),
+        ("--nccl-algo", "butterfly"),
+        ("--nccl-proto", "fast"),
+        ("--nccl-algo", ""),
+    ] {
+        push(format!("nccl {flag} {v:?}"), vec![], predict(&[flag, v]), &[flag]);
+    }
+    for (flag, v) in [("--nccl-algo", "ring"), ("--nccl-proto", "ll"), ("--nccl-version", "2.18.3")] {
+        push(
+            format!("nccl {flag} under the ideal model"),
+            vec![],
+            predict(&["--collective-model", "ideal", flag, v]),
+            &[flag],
+        );
+    }
+    // Runtimes and their settings.
+    for (spec, msg) in [
+        ("io+wfbp+runtime=tensorflow-xla", "runtime"),
+        ("io+wfbp+runtime=gloo+threads=0", "threads"),
+        ("io+wfbp+runtime=gloo+speed=2", "speed"),
+        ("io+wfbp+runtime=horovod+cycle_ms=-1", "cycle_ms"),
+        ("io+wfbp+runtime=horovod+cycle_ms=nan", "cycle_ms"),
+        ("io+wfbp+runtime=horovod+cycle_ms=1e300", "cycle_ms"),
+        ("io+wfbp+runtime=horovod+call_us=1e300", "call_us"),
+        ("io+wfbp+runtime=ddp+bucket_mb=0", "bucket_mb"),
+        ("io+wfbp+runtime=ddp+bucket_mb=x", "bucket_mb"),
+        ("io+wfbp+runtime=ddp+bucket_mb=1e300", "bucket_mb"),
+        ("io+wfbp+runtime=gloo+sum_gbps=1e-300", "sum_gbps"),
+        ("io+wfbp+runtime=gloo+sum_gbps=inf", "sum_gbps"),
+        ("runtime=ps+servers=0", "servers"),
+        ("runtime=ps+servers=99999999999", "servers"),
+        ("io+wfbp+runtime=gloo+cycle_ms=1", "does not take `cycle_ms`"),
+        ("io+wfbp+runtime=", "runtime"),
+        ("io+wfbp+runtime=ddp+runtime=gloo", "two runtimes"),
+    ] {
+        push(format!("runtime {spec}"), vec![], predict(&["--strategy", spec]), &["strategy", msg]);
+    }
+    // Chakra traces cut short at several points: an error at the file, never a shorter workload.
+    let mut real = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(
+            &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/chakra/feeder_tests_chakra.0.et.gz"))
+                .unwrap()[..],
+        ),
+        &mut real,
+    )
+    .unwrap();
+    let mut chakra_files = Vec::new();
+    for frac in [3, 10, 25, 50, 75, 90, 99] {
+        let cut = real.len() * frac / 100 + 1;
+        let args: Vec<String> = ["predict", "--trace", "cut.et", "--profile-format", "chakra", "--gpus", "2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        push(format!("chakra truncated at {frac}%"), vec![], args, &["cut.et", "truncated"]);
+        chakra_files.push(real[..cut].to_vec());
+    }
+    let n = out.len();
+    for (c, bytes) in out[n - chakra_files.len()..].iter_mut().zip(chakra_files) {
+        c.files.push(("cut.et".into(), bytes));
+    }
+}
+
 fn all_cases() -> Vec<Case> {
     let mut out = Vec::new();
     native_trace_cases(&mut out);
@@ -603,6 +885,7 @@ fn all_cases() -> Vec<Case> {
     scenario_cases(&mut out);
     cli_cases(&mut out);
     validation_and_sweep_cases(&mut out);
+    plan_and_fabric_cases(&mut out);
     out
 }
 

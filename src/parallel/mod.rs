@@ -313,6 +313,20 @@ impl ParallelPlan {
         if p.vp > 1 && !schedule_given {
             p.schedule = Schedule::Interleaved;
         }
+        // Degrees beyond the GPU limit would make their products (GPU count, pp x vp, ranks)
+        // wrap around in u32 arithmetic: refuse them here, in u64, naming the limit's flag.
+        let gpus = [p.tp, p.cp, p.pp, p.dp].iter().map(|&d| d as u64).product::<u64>();
+        crate::limits::check("gpus", gpus).map_err(|e| err(format!("tp x cp x pp x dp = {gpus} GPUs: {e}")))?;
+        for (key, v) in [("vp", p.vp), ("shard-group", p.shard_group), ("ep", p.ep), ("etp", p.etp)] {
+            crate::limits::check("gpus", v as u64).map_err(|e| err(format!("{key}={v}: {e}")))?;
+        }
+        if p.pp as u64 * p.vp as u64 > crate::limits::get().layers {
+            return Err(err(format!(
+                "pp x vp = {} chunks is more than the limit of {} layers",
+                p.pp as u64 * p.vp as u64,
+                crate::limits::get().layers
+            )));
+        }
         Ok(p)
     }
 
@@ -465,6 +479,16 @@ impl ParallelPlan {
                 ),
             );
         }
+        // Each micro-batch is a forward and a backward step of every stage's chunks: a schedule
+        // whose steps alone pass the task limit is refused before it is laid out (2^31 sequences
+        // per step would otherwise fill memory with the schedule).
+        let steps = 2 * self.micro_batches() as u64 * self.pp as u64 * self.vp as u64;
+        crate::limits::check("tasks", steps).map_err(|e| {
+            Error::invalid(
+                "--global-batch",
+                format!("{} micro-batches per pipeline per step: {e}", self.micro_batches()),
+            )
+        })?;
         if self.schedule == Schedule::Interleaved && self.micro_batches() % self.pp != 0 {
             return bad(
                 "--global-batch",

@@ -274,7 +274,12 @@ impl Strategy {
                     s.allreduce = Algorithm::parse(v)
                         .ok_or_else(|| bad(format!("unknown all-reduce algorithm `{v}` (known: ring)")))?
                 }
-                Some(("runtime", v)) => runtime_name = Some(v.to_string()),
+                Some(("runtime", v)) => {
+                    if let Some(first) = &runtime_name {
+                        return Err(bad(format!("two runtimes, `{first}` and `{v}`; give one")));
+                    }
+                    runtime_name = Some(v.to_string())
+                }
                 Some((k, v)) if runtime::SETTINGS.contains(&k) => runtime_settings.push((k.to_string(), v.to_string())),
                 Some(("comm", "model")) => s.comm_source = CommSource::Model,
                 Some(("comm", "trace")) => s.comm_source = CommSource::Trace,

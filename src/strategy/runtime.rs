@@ -276,9 +276,9 @@ impl Runtime {
                 Some(v) => v
                     .parse::<f64>()
                     .ok()
-                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .filter(|x| x.is_finite() && *x >= 0.0 && *x <= crate::units::MAX_DURATION_US)
                     .map(crate::units::us_to_ns)
-                    .ok_or_else(|| bad(k, v, "a non-negative time in microseconds")),
+                    .ok_or_else(|| bad(k, v, "a non-negative time in microseconds, at most 1e12")),
             }
         };
         let bytes = |k: &str, default: u64| -> Result<u64> {
@@ -314,10 +314,21 @@ impl Runtime {
             }
         };
         let call_ns = non_negative_us("call_us", CALL_NS)?;
-        let sum = |default: f64| -> Result<f64> { Ok(positive("sum_gbps", default / 1e9)? * 1e9) };
+        // Rates and sizes within the ranges of every input (docs/limits.md).
+        let sum = |default: f64| -> Result<f64> {
+            let x = positive("sum_gbps", default / 1e9)?;
+            crate::units::check_rate_gb_s(x / 8.0).map_err(|m| {
+                bad("sum_gbps", get("sum_gbps").unwrap_or(""), &format!("a rate in Gbit/s in range ({m})"))
+            })?;
+            Ok(x * 1e9)
+        };
         let mb = |k: &str, default: u64| -> Result<u64> {
             let x = positive(k, default as f64 / (1u64 << 20) as f64)?;
-            Ok((x * (1u64 << 20) as f64).round().max(1.0) as u64)
+            let bytes = (x * (1u64 << 20) as f64).round().max(1.0);
+            if bytes > crate::units::MAX_BYTES as f64 {
+                return Err(bad(k, get(k).unwrap_or(""), "a size in MiB of at most 2^30 (1 PiB)"));
+            }
+            Ok(bytes as u64)
         };
         Ok(match name {
             "caffe-mpi" => Runtime::CaffeMpi,
@@ -334,8 +345,8 @@ impl Runtime {
                     Some(v) => v
                         .parse::<f64>()
                         .ok()
-                        .filter(|x| x.is_finite() && *x >= 0.0)
-                        .ok_or_else(|| bad("cycle_ms", v, "a non-negative time in milliseconds"))?,
+                        .filter(|x| x.is_finite() && *x >= 0.0 && *x * 1e3 <= crate::units::MAX_DURATION_US)
+                        .ok_or_else(|| bad("cycle_ms", v, "a non-negative time in milliseconds, at most 1e9"))?,
                 };
                 let cache = match get("cache") {
                     None => true,

@@ -232,14 +232,20 @@ pub fn merge(paths: &[PathBuf], on_conflict: OnConflict) -> Result<Table> {
             }
         }
     }
-    let mut records: Vec<Record> = by_key.into_values().map(|(r, _)| r).collect();
-    records.sort_by_key(|r| r.point);
-    if let Some(w) = records.windows(2).find(|w| w[0].point == w[1].point) {
+    let mut records: Vec<(Record, &Path)> = by_key.into_values().collect();
+    records.sort_by_key(|(r, _)| r.point);
+    if let Some(w) = records.windows(2).find(|w| w[0].0.point == w[1].0.point) {
+        let (a, b) = (w[0].1.display(), w[1].1.display());
+        let files = if a.to_string() == b.to_string() { format!("in {a}") } else { format!("in {a} and {b}") };
         return Err(Error::invalid(
             "merged sweep",
-            format!("point {} names two different scenarios (the inputs come from different sweeps)", w[0].point),
+            format!(
+                "point {} names two different scenarios {files} (the inputs come from different sweeps)",
+                w[0].0.point
+            ),
         ));
     }
+    let records: Vec<Record> = records.into_iter().map(|(r, _)| r).collect();
     Ok(Table::from_records(&records))
 }
 

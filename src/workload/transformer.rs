@@ -244,6 +244,45 @@ impl TransformerConfig {
                 return Err(bad(field, "must be at least 1".into()));
             }
         }
+        // Upper bounds (docs/limits.md), far above any published model (PaLM 540B: hidden 18,432,
+        // FFN 73,728, Chowdhery et al. 2022 Table 1; Gemma: 256,000-token vocabulary; DeepSeek-V3:
+        // 256 routed experts) and low enough that parameter, byte and FLOP counts cannot wrap.
+        let positions = match self.position {
+            Position::Learned { max_positions } => max_positions,
+            _ => 0,
+        };
+        let (experts, expert_ffn, shared_ffn) =
+            self.moe.as_ref().map_or((0, 0, 0), |m| (m.experts as u64, m.expert_ffn, m.shared_ffn));
+        for (field, v, max) in [
+            ("layers", self.layers as u64, crate::limits::get().layers),
+            ("hidden", self.hidden, 1 << 20),
+            ("heads", self.heads as u64, 1 << 16),
+            ("kv_heads", self.kv_heads as u64, 1 << 16),
+            ("head_dim", self.head_dim.unwrap_or(0), 1 << 16),
+            ("ffn_hidden", self.ffn_hidden, 1 << 22),
+            ("vocab", self.vocab, 1 << 24),
+            ("seq_len", self.seq_len as u64, 1 << 24),
+            ("max_positions", positions, 1 << 24),
+            ("token_types", self.token_types, 1 << 16),
+            ("experts", experts, 1 << 16),
+            ("expert_ffn", expert_ffn, 1 << 22),
+            ("shared_ffn", shared_ffn, 1 << 22),
+        ] {
+            if v > max {
+                return Err(bad(field, format!("{v} is beyond the supported maximum of {max}")));
+            }
+        }
+        let (h, l) = (self.hidden as f64, self.layers as f64);
+        let q = self.heads as f64 * self.head_dim.map_or(h / self.heads as f64, |d| d as f64);
+        let estimate = l
+            * (4.0 * h * q + 3.0 * h * (self.ffn_hidden + shared_ffn) as f64 + 3.0 * h * (experts * expert_ffn) as f64)
+            + 2.0 * (self.vocab + positions + self.token_types) as f64 * h;
+        if estimate > MAX_PARAMS {
+            return Err(bad(
+                "hidden",
+                format!("the model would have about {estimate:.3e} parameters, beyond the supported {MAX_PARAMS:.0e}"),
+            ));
+        }
         if self.head_dim.is_none() && self.hidden % self.heads as u64 != 0 {
             return Err(bad("heads", format!("{} heads do not divide the hidden size {}", self.heads, self.hidden)));
         }
@@ -854,6 +893,11 @@ pub static NAMED: &[Named] = &[
     },
 ];
 
+/// The largest model [`TransformerConfig::check`] accepts, in parameters (10^15, 1,000 times
+/// today's largest dense models): every count below it fits u64 with room for byte and FLOP
+/// products.
+pub const MAX_PARAMS: f64 = 1e15;
+
 /// Reads a Hugging Face `config.json` (model types `gpt2`, `llama`, `mistral`, `mpt`, `bloom`,
 /// `bert`). Errors name the file and the field.
 pub fn read_hf_config(path: &Path) -> Result<TransformerConfig> {
@@ -956,7 +1000,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                         })
                     }
                 },
-                head_dim: int(&["head_dim"])?.filter(|&d| d * heads != hidden),
+                head_dim: int(&["head_dim"])?.filter(|&d| d.checked_mul(heads) != Some(hidden)),
                 source,
             }
         }
@@ -971,7 +1015,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 hidden,
                 heads: u32_of(heads, "n_head")?,
                 kv_heads: u32_of(heads, "n_head")?,
-                ffn_hidden: int(&["n_inner"])?.unwrap_or(4 * hidden),
+                ffn_hidden: int(&["n_inner"])?.unwrap_or(hidden.saturating_mul(4)),
                 vocab: need(&["vocab_size"])?,
                 seq_len: u32_of(int(&["n_ctx"])?.unwrap_or(positions), "n_ctx")?,
                 gated_mlp: false,
@@ -1034,7 +1078,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 hidden,
                 heads: u32_of(heads, "n_head")?,
                 kv_heads: u32_of(heads, "n_head")?,
-                ffn_hidden: 4 * hidden,
+                ffn_hidden: hidden.saturating_mul(4),
                 vocab: need(&["vocab_size"])?,
                 seq_len: u32_of(int(&["seq_length"])?.unwrap_or(2048), "seq_length")?,
                 gated_mlp: false,

@@ -256,7 +256,8 @@ fn main() {
 
     let mut failed = 0;
     let mut passed = 0;
-    for target in targets::all().into_iter().chain([targets::strategy_target()]) {
+    let flag_targets: Vec<&str> = targets::flag_targets().iter().map(|t| t.name).collect();
+    for target in targets::all().into_iter().chain(targets::flag_targets()) {
         if args.only.as_deref().is_some_and(|o| o != target.name) {
             continue;
         }
@@ -287,6 +288,16 @@ fn main() {
             }
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| (target.run)(&input)));
             progress.fetch_add(1, Ordering::Relaxed);
+            if (run + 1) % 25_000 == 0 {
+                // A long run that is stopped still tells how far each target got.
+                eprintln!(
+                    "fuzz target {}: {} runs, {} panics, {:.0} s",
+                    target.name,
+                    run + 1,
+                    crashes,
+                    started.elapsed().as_secs_f64()
+                );
+            }
             match result {
                 Ok(Ok(())) => {
                     ok += 1;
@@ -298,11 +309,11 @@ fn main() {
                     errors += 1;
                     // Errors must say where they come from (the input's name).
                     // The input's name, or another file it refers to (an I/O error names that file),
-                    // or the engine's overflow report naming the task; strategy specs are flags.
+                    // or the engine's overflow report naming the task; flag values name the flag.
                     let named = msg.contains(targets::INPUT_NAME)
                         || msg.contains("(os error")
                         || msg.starts_with("overflow: simulated time in task")
-                        || target.name == "strategy";
+                        || flag_targets.contains(&target.name);
                     if !named && unnamed.len() < 3 && !unnamed.contains(&msg) {
                         unnamed.push(msg);
                     }

@@ -153,6 +153,8 @@ fn chakra_seeds() -> Vec<Vec<u8>> {
             ),
         ],
     };
+    // (The shipped 152 KB trace of a real run is not a seed: each mutant would take 15 ms; its
+    // truncations are bad_inputs.rs cases.)
     vec![dagsim::workload::import::write_chakra_et(&dagsim::bench::alexnet_k80()), encode_chakra_et(&foreign)]
 }
 
@@ -217,6 +219,10 @@ fn topology_toml_seeds() -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// A model-zoo scenario with the NCCL settings given, and one under the Gloo runtime.
+const SCENARIO_NCCL: &str = "gpus = [8, 16]\niterations = 3\nstrategy = \"io+wfbp+runtime=ddp\"\n\n[workload]\nmodel = \"resnet50\"\ngpu = \"V100\"\nbatch_per_gpu = 32\nprecision = \"fp16\"\n\n[machine]\ntopology = \"dgx1-v100\"\ncollective_model = \"nccl\"\nnccl_version = \"2.18.3\"\nnccl_algo = \"ring\"\nnccl_proto = \"simple\"\n";
+const SCENARIO_GLOO: &str = "gpus = [4]\nstrategy = \"io+wfbp+runtime=gloo\"\n\n[workload]\ntrace = \"../traces/alexnet_k80.csv\"\nupdate_us = 1500\n\n[machine]\ntopology = \"k80-cluster\"\ncollective_model = \"ideal\"\n";
 
 fn scenario(input: &[u8]) -> Result<(), String> {
     let s = dagsim::scenario::Scenario::parse(&text(input), &path_in("scenarios", "toml")).map_err(err)?;
@@ -337,6 +343,178 @@ fn strategy(input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Hugging Face `config.json` files (`--model FILE`): the shipped Megatron configs and small ones of
+/// every model type, each costed on an H100 the way a plan does (MoE layers included).
+fn hf_config_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = glob("validation/models", "json");
+    for extra in [
+        r#"{"model_type":"mixtral","hidden_size":512,"num_attention_heads":8,"num_key_value_heads":2,"max_position_embeddings":4096,"num_hidden_layers":4,"intermediate_size":1024,"vocab_size":32000,"num_local_experts":8,"num_experts_per_tok":2}"#,
+        r#"{"model_type":"deepseek","hidden_size":512,"num_attention_heads":8,"max_position_embeddings":4096,"num_hidden_layers":4,"intermediate_size":2048,"moe_intermediate_size":256,"vocab_size":32000,"n_routed_experts":16,"n_shared_experts":2,"num_experts_per_tok":4,"first_k_dense_replace":1}"#,
+        r#"{"model_type":"qwen2_moe","hidden_size":256,"num_attention_heads":4,"max_position_embeddings":2048,"num_hidden_layers":2,"intermediate_size":512,"moe_intermediate_size":128,"shared_expert_intermediate_size":512,"vocab_size":1000,"num_experts":8,"num_experts_per_tok":2,"head_dim":64}"#,
+        r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"n_layer":12,"n_positions":1024,"vocab_size":50257}"#,
+        r#"{"model_type":"mpt","d_model":2048,"n_heads":16,"n_layers":24,"max_seq_len":2048,"vocab_size":50368,"expansion_ratio":4,"attn_config":{"alibi":true,"kv_n_heads":16}}"#,
+        r#"{"model_type":"bloom","hidden_size":1024,"n_head":16,"n_layer":24,"vocab_size":250880,"seq_length":2048}"#,
+        r#"{"model_type":"bert","hidden_size":1024,"num_attention_heads":16,"num_hidden_layers":24,"intermediate_size":4096,"max_position_embeddings":512,"vocab_size":30522,"type_vocab_size":2}"#,
+    ] {
+        seeds.push(extra.as_bytes().to_vec());
+    }
+    seeds
+}
+
+fn llm_cost(cfg: &dagsim::workload::transformer::TransformerConfig, tp: u32, ep: u32) -> Result<(), String> {
+    use dagsim::workload::llm::{cost_moe, CostOptions, Recompute};
+    use dagsim::workload::moe::MoeOptions;
+    let gpu = dagsim::workload::GpuSpec::by_name("H100").map_err(err)?;
+    let opts = CostOptions {
+        micro_batch: 1,
+        seq_len: cfg.seq_len,
+        precision: dagsim::workload::Precision::Bf16,
+        tp,
+        sequence_parallel: tp > 1,
+        recompute: Recompute::None,
+        flash_attention: true,
+        matmul_tflops: None,
+    };
+    let c = cost_moe(cfg, gpu, &opts, &MoeOptions { ep, ..Default::default() }).map_err(err)?;
+    let _ = (c.single_gpu_step_ns(), c.model_flops_per_token());
+    use_workload(&c.to_workload());
+    Ok(())
+}
+
+fn hf_config(input: &[u8]) -> Result<(), String> {
+    let cfg = dagsim::workload::transformer::parse_hf_config(&text(input), &path("json")).map_err(err)?;
+    let _ = (cfg.params().total(), cfg.params().active());
+    llm_cost(&cfg, 1, 1)
+}
+
+/// `--parallel` plans (a flag: errors name it): line 1 the spec, line 2 `MICRO GLOBAL` batches,
+/// line 3 a shipped model; checked, costed and sized for memory as `predict --parallel` does.
+fn parallel_seeds() -> Vec<Vec<u8>> {
+    [
+        "tp=4,pp=2,dp=2,sp=on\n1 16\nllama2-7b",
+        "tp=8,pp=8,dp=16,vp=3,sp=on,recompute=selective\n1 1536\ngpt3-175b",
+        "tp=2,dp=4,ep=4,sp=on,moe-capacity=1.25,moe-pad=on,moe-imbalance=1.5\n1 8\nmixtral-8x7b",
+        "tp=2,dp=4,ep=8,sp=on,moe-dispatcher=flex\n2 16\nmixtral-8x7b",
+        "dp=8,fsdp=hybrid,shard-group=4,fsdp-wrap=layer\n2 32\nllama2-7b",
+        "tp=2,cp=2,dp=2,sp=on,tp-overlap=on,zero=1\n1 8\nllama2-7b",
+        "tp=2,pp=4,schedule=gpipe,zero=1,flash=off,tp-across-nodes=on\n4 64\ngpt3-175b",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+fn parallel(input: &[u8]) -> Result<(), String> {
+    use dagsim::parallel::ParallelPlan;
+    let t = text(input);
+    let mut lines = t.lines();
+    let mut plan = ParallelPlan::parse(lines.next().unwrap_or("")).map_err(err)?;
+    let mut batches = lines.next().unwrap_or("").split_whitespace().map(|v| v.parse::<u32>().ok());
+    plan.micro_batch = batches.next().flatten().unwrap_or(1);
+    plan.global_batch = batches.next().flatten().unwrap_or(plan.micro_batch.saturating_mul(plan.dp));
+    let model = lines
+        .next()
+        .and_then(dagsim::workload::transformer::TransformerConfig::named)
+        .unwrap_or_else(|| dagsim::workload::transformer::TransformerConfig::named("llama2-7b").unwrap());
+    plan.check(plan.gpus(), model.layers).map_err(err)?;
+    let setup = dagsim::predict_plan::PlanSetup {
+        seq_len: model.seq_len,
+        model,
+        gpu: dagsim::workload::GpuSpec::by_name("H100").map_err(err)?,
+        precision: dagsim::workload::Precision::Bf16,
+        strategy: dagsim::predict_plan::default_plan_strategy(&plan),
+        plan,
+        topology: load_topology("dgx-h100").map_err(err)?,
+        iterations: 2,
+        calibrate_throughput: None,
+        matmul_tflops: None,
+    };
+    let _ = setup.plan.name();
+    let _ = setup.memory(8);
+    setup.cost().map_err(err)?;
+    Ok(())
+}
+
+/// Faults (flags: errors name them): one `FLAG VALUE` a line, applied to a two-node H100 machine.
+fn faults_seeds() -> Vec<Vec<u8>> {
+    [
+        "--slow-gpu 3=1.5",
+        "--straggler-node 1=2\n--slow-gpu 0=1.1",
+        "--degrade-link n0.nic0:switch=0.5",
+        "--degrade-link n1.gpu2:n1.nvswitch=0.25\n--slow-gpu 15=4",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect()
+}
+
+fn faults(input: &[u8]) -> Result<(), String> {
+    use dagsim::hw::faults::Faults;
+    let mut t = load_topology("dgx-h100").map_err(err)?;
+    for line in text(input).lines() {
+        let (flag, value) = line.split_once(' ').unwrap_or((line, ""));
+        match flag {
+            "--slow-gpu" | "--straggler-node" => {
+                let (who, f) = Faults::parse_slow(flag, value).map_err(err)?;
+                if flag == "--slow-gpu" {
+                    t.faults.slow_gpus.push((who, f))
+                } else {
+                    t.faults.slow_nodes.push((who, f))
+                }
+            }
+            _ => t.faults.degraded_links.push(Faults::parse_link(value).map_err(err)?),
+        }
+    }
+    let m = t.instantiate(16).map_err(err)?;
+    let _ = m.shortest_path(m.gpus[0].device, m.gpus[15].device);
+    Ok(())
+}
+
+/// Sweep results as `sweep merge` and `sweep plot` read them back.
+fn sweep_table_seeds() -> Vec<Vec<u8>> {
+    vec![
+        b"point,grid.strategy,gpus,speedup,compute_s,communication_s,io_s,idle_s\n0,none,1,1,1,0,0,0\n1,io,2,1.9,1,0.1,0,0\n"
+            .to_vec(),
+        b"point,grid.topology,grid.strategy,gpus,iteration_time_s,speedup,util_gpu0\n0,k80,io,1,0.5,1,0.9\n1,k80,io,2,0.26,1.92,0.88\n2,v100,io,2,0.1,1.9,\n"
+            .to_vec(),
+    ]
+}
+
+fn sweep_table(input: &[u8]) -> Result<(), String> {
+    // One file per process, rewritten each run, in memory where there is a tmpfs (a disk write
+    // per run costs more than the run).
+    thread_local! {
+        static DIR: tempfile::TempDir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    }
+    let p = DIR.with(|d| d.path().join(format!("{INPUT_NAME}.csv")));
+    std::fs::write(&p, input).map_err(|e| e.to_string())?;
+    let t = dagsim::sweep::table::Table::read_csv(&p).map_err(err)?;
+    t.records(&p).map_err(err)?;
+    // The file merged with itself: every row meets its twin, which must not conflict.
+    dagsim::sweep::table::merge(&[p.clone(), p], dagsim::sweep::table::OnConflict::Refuse).map_err(err)?;
+    Ok(())
+}
+
+/// The sweep `tests/fixtures/sweep_small.journal` was written by (its first three points).
+const JOURNAL_SWEEP: &str =
+    "[base]\niterations = 3\nworkload.trace = \"t.csv\"\n[grid]\ngpus = [1, 2]\nstrategy = [\"none\", \"io+wfbp\"]\n";
+
+/// A resumed sweep's journal (one JSON record a line, checked against the sweep file).
+fn sweep_journal(input: &[u8]) -> Result<(), String> {
+    let sweep = dagsim::sweep::Sweep::parse(JOURNAL_SWEEP, &path_in("tests/fixtures", "toml")).map_err(err)?;
+    thread_local! {
+        static DIR: tempfile::TempDir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    }
+    let p = DIR.with(|d| d.path().join(format!("{INPUT_NAME}.partial")));
+    std::fs::write(&p, input).map_err(|e| e.to_string())?;
+    for shard in ["0/1", "1/2"] {
+        let shard = dagsim::sweep::Shard::parse(shard).map_err(err)?;
+        let j = dagsim::sweep::run::read_journal(&p, &sweep, shard).map_err(err)?;
+        let _ = (j.records.len(), j.fresh);
+    }
+    Ok(())
+}
+
 pub fn all() -> Vec<Target> {
     use dagsim::workload::import::ProfileFormat as F;
     use dagsim::workload::TraceFormat as T;
@@ -386,6 +564,9 @@ pub fn all() -> Vec<Target> {
                     "scenarios/scaledn_alexnet.toml",
                     "tests/fixtures/sweep_small.toml",
                 ])
+                .into_iter()
+                .chain([SCENARIO_NCCL.as_bytes().to_vec(), SCENARIO_GLOO.as_bytes().to_vec()])
+                .collect()
             },
             run: scenario,
         },
@@ -411,11 +592,29 @@ pub fn all() -> Vec<Target> {
         Target { name: "sweep", seeds: || glob("sweeps", "toml"), run: sweep },
         Target { name: "validate-report", seeds: report_seeds, run: report },
         Target { name: "hybrid-table", seeds: || read(&["traces/dettmers_alexnet_titanx.csv"]), run: hybrid },
+        Target { name: "hf-config", seeds: hf_config_seeds, run: hf_config },
+        Target { name: "sweep-table", seeds: sweep_table_seeds, run: sweep_table },
+        Target {
+            name: "sweep-journal",
+            seeds: || {
+                let j = read(&["tests/fixtures/sweep_small.journal"]).remove(0);
+                vec![[b"{\"store\":\"fresh\"}\n".to_vec(), j.clone()].concat(), j]
+            },
+            run: sweep_journal,
+        },
     ]
 }
 
-/// Strategy specs are command-line values, not files: their errors name the flag instead.
-pub fn strategy_target() -> Target {
+/// Command-line values, not files: their errors name the flag instead.
+pub fn flag_targets() -> Vec<Target> {
+    vec![
+        strategy_target(),
+        Target { name: "parallel", seeds: parallel_seeds, run: parallel },
+        Target { name: "faults", seeds: faults_seeds, run: faults },
+    ]
+}
+
+fn strategy_target() -> Target {
     Target {
         name: "strategy",
         seeds: || {
@@ -425,6 +624,11 @@ pub fn strategy_target() -> Target {
                 "master+split+preload+weights=3to1",
                 "mps=4+util=0.5+threads=50",
                 "fusion=4M+grads=8bit",
+                "io+wfbp+runtime=ddp",
+                "io+wfbp+runtime=horovod+cycle_ms=0.1",
+                "io+wfbp+runtime=gloo",
+                "runtime=ps+servers=2",
+                "io+wfbp+fusion=64M+runtime=openmpi",
             ]
             .iter()
             .map(|s| s.as_bytes().to_vec())
