@@ -800,7 +800,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::LogAxis;
+    use super::{speedup_axis_floor, LabelPlacer, LogAxis};
 
     #[test]
     fn scatter_labels_never_overlap_and_stay_inside() {
