@@ -34,6 +34,9 @@ const HELP_SKIPS: [(&str, &str); 5] = [
     ("every case", "the whole benchmark (minutes of CPU on up to 8,192 GPUs) is run by hand, not in tests"),
 ];
 
+/// Subcommands that exist only in a build with `--features cuda`.
+const CUDA_ONLY: [&str; 1] = ["replay"];
+
 /// Seconds one documented command may run before it counts as hung.
 const COMMAND_TIMEOUT_S: u32 = 300;
 
@@ -493,6 +496,87 @@ fn help_examples(sandbox: &Sandbox, path: &[String]) -> Vec<String> {
     commands
 }
 
+/// Commands quoted in prose: inline code spans starting with `dagsim `, outside fenced blocks
+/// (line, command).
+fn inline_commands(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        if in_code {
+            continue;
+        }
+        for (k, span) in line.split('`').enumerate() {
+            if k % 2 == 1 && span.starts_with("dagsim ") {
+                out.push((n + 1, span.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// `flag` (`--name` or `-x`) appears in `help` as an option, not as part of a longer one.
+fn help_lists(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        let before = help[..i].chars().next_back();
+        let after = help[i + flag.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '-')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+/// What is wrong with a command quoted in prose: a subcommand or flag `dagsim` does not have.
+fn inline_command_errors(
+    sandbox: &Sandbox,
+    pages: &std::collections::BTreeSet<Vec<String>>,
+    helps: &mut std::collections::BTreeMap<Vec<String>, String>,
+    command: &str,
+) -> Vec<String> {
+    let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+    // The subcommand: the longest run of words (after global flags) that names a --help page.
+    let mut path: Vec<String> = Vec::new();
+    for w in &words {
+        if w.starts_with('-') || w.contains('=') || (path.is_empty() && !pages.contains(&vec![w.to_string()])) {
+            if path.is_empty() {
+                continue;
+            }
+            break;
+        }
+        let mut next = path.clone();
+        next.push(w.to_string());
+        if !pages.contains(&next) {
+            break;
+        }
+        path = next;
+    }
+    let first = words.iter().find(|w| !w.starts_with('-') && !w.contains('='));
+    if path.is_empty() && first.is_some_and(|w| CUDA_ONLY.contains(w)) && !cfg!(feature = "cuda") {
+        return Vec::new(); // checked by the `--features cuda` run of this test
+    }
+    if path.is_empty() && first.is_some_and(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-')) {
+        return vec![format!("`{command}`: `{}` is not a dagsim subcommand", first.unwrap())];
+    }
+    let mut help_of = |p: &Vec<String>| -> String {
+        helps
+            .entry(p.clone())
+            .or_insert_with(|| sandbox.run(&format!("COLUMNS=1000 dagsim {} --help", p.join(" "))).1)
+            .clone()
+    };
+    let (page, root) = (help_of(&path), help_of(&Vec::new()));
+    let mut errors = Vec::new();
+    for w in &words {
+        let w = w.trim_start_matches('[').trim_end_matches([']', ',', '.', ')']);
+        let flag = w.split(['=', '[']).next().unwrap_or("");
+        let is_flag = (flag.starts_with("--") && flag.len() > 2) || (flag.len() == 2 && flag.starts_with('-'));
+        if is_flag && !help_lists(&page, flag) && !help_lists(&root, flag) {
+            errors.push(format!("`{command}`: `dagsim {} --help` has no `{flag}`", path.join(" ")));
+        }
+    }
+    errors
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = Vec::new();
@@ -526,6 +610,7 @@ fn main() {
     let mut seen = std::collections::BTreeSet::new();
     let mut pages = subcommands(&sandbox, &[]);
     pages.sort();
+    let pages_all = pages.clone();
     let mut families: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for path in pages {
         let page = format!("dagsim {} --help", path.join(" "));
@@ -545,6 +630,25 @@ fn main() {
             families.entry(path[0].clone()).or_default().push(c);
         }
     }
+    // Commands quoted in prose name real subcommands and flags.
+    let known: std::collections::BTreeSet<Vec<String>> = pages_all.into_iter().collect();
+    trials.push(Trial::ignorable_test("commands quoted in prose name real subcommands and flags", move || {
+        let sandbox = Sandbox::new();
+        let mut helps = Default::default();
+        let mut failures = Vec::new();
+        for rel in documents() {
+            let text = std::fs::read_to_string(root().join(&rel)).unwrap();
+            for (n, c) in inline_commands(&text) {
+                for e in inline_command_errors(&sandbox, &known, &mut helps, &c) {
+                    failures.push(format!("{}:{n}: {e}", rel.display()));
+                }
+            }
+        }
+        match failures.is_empty() {
+            true => Ok(Completion::Completed),
+            false => Err(failures.join("\n").into()),
+        }
+    }));
     for (family, examples) in families {
         let name = format!("dagsim {family} --help examples run");
         trials.push(Trial::ignorable_test(name, move || {

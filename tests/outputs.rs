@@ -595,9 +595,10 @@ fn every_new_subcommand_has_examples_and_completions_work() {
     let o = dagsim().args(["completions", "bash"]).output().unwrap();
     let script = String::from_utf8(o.stdout).unwrap();
     assert!(script.contains("_dagsim") && script.contains("timeline") && script.contains("merge"));
-    let o = dagsim().args(["timeline", "--trace", trace().to_str().unwrap(), "--iteration", "9"]).output().unwrap();
+    let o =
+        dagsim().args(["timeline", "--trace", trace().to_str().unwrap(), "--gantt-iteration", "9"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--iteration"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--gantt-iteration"));
 }
 
 #[test]

@@ -118,7 +118,7 @@ fn an_imported_profile_drives_predict() {
         .args([
             "trace",
             "import",
-            "--format",
+            "--profile-format",
             "pipedream",
             "traces/profiles/pipedream/vgg16/graph.txt",
             "--batch",

@@ -32,7 +32,7 @@ On top of an earlier calibration (--calibration), with the engine in the loop:
       --calibration abci-v-2node.cal.json --algorithm hierarchical --check
 
 Reads nccl-tests tables (rank count and hosts from their `# Rank` lines) and OSU latency tables
-(give --ranks and --hosts). Fits the links of one kind (default: the slowest kind on the ring's
+(give --gpus and --nodes). Fits the links of one kind (default: the slowest kind on the ring's
 routes) to the measured ring all-reduce, then simulates every measured size on the calibrated
 machine and prints measured vs model time. With --hold-out, only every other size is fitted and
 the rest are predictions. The summary gives median and worst |error| for 1 KiB..32 MiB.
@@ -52,7 +52,7 @@ form, one curve per kind from the per-size form, checked by simulating each pair
 
 With --gpu (a build with `--features cuda`), measures this machine instead:
   dagsim calibrate --gpu -o cal.json
-  dagsim calibrate --gpu --devices 0,1 --repetitions 50 -o cal.json \\
+  dagsim calibrate --gpu --devices 0,1 --repeat 50 -o cal.json \\
       --topology-out my-node.json --base-topology v100-cluster
   dagsim calibrate --gpu --from cal.json --topology-out my-node.json --base-topology k80-cluster
   dagsim calibrate --gpu --from cal.json --calibration-out links.cal.json --nccl-table ar.nccl
@@ -90,11 +90,12 @@ pub struct Args {
     /// Fit every other size only and predict the others.
     #[arg(long)]
     hold_out: bool,
-    /// Ranks that ran, when the file does not say (OSU).
-    #[arg(long, value_name = "N")]
+    /// GPUs (ranks) that ran, when the file does not say (OSU); `--gpus` as in `collective`,
+    /// `--ranks` is its old name.
+    #[arg(long = "gpus", alias = "ranks", value_name = "N")]
     ranks: Option<u32>,
-    /// Hosts the ranks ran on, when the file does not say (OSU).
-    #[arg(long, value_name = "N")]
+    /// Nodes (hosts) the GPUs ran on, when the file does not say (OSU); `--hosts` is its old name.
+    #[arg(long = "nodes", alias = "hosts", value_name = "N")]
     hosts: Option<u32>,
     /// Calibration to start from (links inside nodes, other efficiencies); kept in the output.
     #[arg(long, value_name = "FILE")]
@@ -200,8 +201,8 @@ fn run_on_top(args: &Args, mut m: Measurement, topology: &Topology, kind: Option
     m.hosts = args.hosts.unwrap_or(m.hosts.max(1));
     if m.ranks < 2 {
         return Err(Error::invalid(
-            "--ranks",
-            format!("{}: the file does not say how many ranks ran; give --ranks (at least 2)", m.input),
+            "--gpus",
+            format!("{}: the file does not say how many ranks ran; give --gpus (at least 2)", m.input),
         ));
     }
     let base = args.calibration.as_deref().map(Calibration::load).transpose()?;
@@ -352,7 +353,7 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
 }
 
 fn write_csv(w: &mut dyn Write, points: &[FitPoint]) -> std::io::Result<()> {
-    writeln!(w, "input,op,ranks,bytes,measured_us,predicted_us,error,held_out")?;
+    writeln!(w, "input,op,gpus,bytes,measured_us,predicted_us,error,held_out")?;
     for p in points {
         writeln!(
             w,

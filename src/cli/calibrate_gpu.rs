@@ -29,8 +29,9 @@ pub struct Args {
     /// Untimed runs before each measured point.
     #[arg(long, default_value_t = 3, value_name = "N")]
     warmup: u32,
-    /// Timed runs per point (the median is reported).
-    #[arg(long, default_value_t = 20, value_name = "N")]
+    /// Timed runs per point (the median is reported). `--repeat` as in `replay` and `bench`;
+    /// `--repetitions` is its old name.
+    #[arg(long = "repeat", alias = "repetitions", default_value_t = 20, value_name = "N")]
     repetitions: u32,
     /// Square GEMM sizes n.
     #[arg(long, value_delimiter = ',', default_value = "256,512,1024,2048,4096,8192", value_name = "N,...")]
@@ -65,7 +66,7 @@ pub struct Args {
 /// with `--from`, only if given) and the other outputs the flags ask for.
 pub fn run(args: Args, output: Option<&Path>) -> Result<u8> {
     if args.repetitions == 0 {
-        return Err(Error::invalid("--repetitions", "must be at least 1"));
+        return Err(Error::invalid("--repeat", "must be at least 1"));
     }
     if args.min_bytes == 0 || args.min_bytes > args.max_bytes {
         return Err(Error::invalid("--min-bytes", "must be at least 1 and at most --max-bytes"));

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 const EXAMPLES: &str = "\
 Examples:
   dagsim timeline --trace traces/alexnet_k80.csv --gpus 4 -o run.json
-      then open run.json in https://ui.perfetto.dev or chrome://tracing
+      then open run.json in https://ui.perfetto.dev or Chrome DevTools' Performance panel
   dagsim timeline --trace traces/alexnet_k80.csv --gpus 8 --topology v100-cluster --gantt gantt.png -o run.json
   dagsim timeline --scenario scenarios/alexnet_k80_scaling.toml --gpus 4 --format csv -o spans.csv
   dagsim timeline --trace traces/alexnet_k80.csv --gpus 4 --format text
@@ -84,8 +84,9 @@ pub struct Args {
     /// Also draw a Gantt chart of one iteration (.png or .svg).
     #[arg(long, value_name = "FILE")]
     gantt: Option<PathBuf>,
-    /// Iteration shown in the Gantt chart (0 is the warm-up).
-    #[arg(long, value_name = "I", default_value_t = 1)]
+    /// Iteration shown in the Gantt chart (0 is the warm-up; `--iterations` is how many run).
+    /// `--iteration` is its old name.
+    #[arg(long = "gantt-iteration", alias = "iteration", value_name = "I", default_value_t = 1)]
     iteration: u32,
     /// GPU ranks shown, e.g. `0-7` or `0,1,64-71` (default: all); the run still simulates every
     /// GPU. Their hosts, transfers and links are shown with them.
@@ -157,7 +158,7 @@ pub fn run(args: Args) -> Result<u8> {
     let (_, setup) = args.setup.setup(args.strategy.as_deref())?;
     if args.iteration >= setup.iterations {
         return Err(Error::invalid(
-            "--iteration",
+            "--gantt-iteration",
             format!("{} is past the last simulated iteration ({})", args.iteration, setup.iterations - 1),
         ));
     }

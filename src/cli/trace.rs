@@ -20,9 +20,9 @@ const EXAMPLES: &str = "\
 Examples:
   dagsim trace gen --model resnet50 --gpu v100-pcie --batch 64 -o resnet50_v100.csv
   dagsim trace gen --model resnet50 --gpu v100-pcie --batch 64 --precision fp16 --calibrate-throughput 253
-  dagsim trace import --format pipedream traces/profiles/pipedream/vgg16/graph.txt --batch 128 -o vgg16.csv
+  dagsim trace import --profile-format pipedream traces/profiles/pipedream/vgg16/graph.txt --batch 128 -o vgg16.csv
   dagsim trace export-chakra --trace traces/alexnet_k80.csv -o alexnet_k80.et
-  dagsim trace import --format chakra alexnet_k80.et -o alexnet_from_chakra.csv
+  dagsim trace import --profile-format chakra alexnet_k80.et -o alexnet_from_chakra.csv
   dagsim trace compare
   dagsim trace memory --model bert-large --gpu v100 --batch 16
   dagsim trace list";
@@ -114,8 +114,8 @@ struct ExportChakraArgs {
 
 #[derive(Debug, clap::Args)]
 struct ImportArgs {
-    /// Profile format.
-    #[arg(long, value_name = "FORMAT")]
+    /// Profile format (`--profile-format` as in `predict`; `--format` is its old name).
+    #[arg(long = "profile-format", alias = "format", value_name = "FORMAT")]
     format: ProfileFormat,
     /// The profile file.
     file: PathBuf,

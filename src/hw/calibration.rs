@@ -108,6 +108,9 @@ pub struct CollectiveEfficiency {
 pub struct FitPoint {
     pub input: String,
     pub op: CollectiveOp,
+    /// GPUs (ranks) that ran it (`ranks` in files written before `gpus` was the one name; read
+    /// still).
+    #[serde(rename = "gpus", alias = "ranks")]
     pub ranks: u32,
     pub bytes: u64,
     pub measured_us: f64,

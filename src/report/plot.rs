@@ -252,6 +252,7 @@ where
         let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
         let max_x = points().map(|p| p.0).fold(1.0, f64::max);
         let (lo_y, hi_y) = points().fold((1.0f64, max_x), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+        let lo_y = speedup_axis_floor(lo_y);
         let x_axis = LogAxis { powers_only: true, ..LogAxis::new(2.0, 1.0, max_x) };
         let y_axis = LogAxis::new(2.0, lo_y, hi_y);
         let entries: Vec<LegendEntry> = std::iter::once(LegendEntry::dashed("ideal", BLACK))
@@ -291,6 +292,18 @@ where
     }
     root.present()?;
     Ok(())
+}
+
+/// The bottom of a speedup axis whose slowest point is `lo` (at most 1): down to the power of two
+/// below it, so a run slower than one GPU (speedup 0.6) sits above a labelled tick (0.5), not below
+/// the lowest label (1); a point just under a power (0.98) reads against that power's label.
+fn speedup_axis_floor(lo: f64) -> f64 {
+    let e = lo.log2();
+    if e - e.floor() < 0.8 {
+        2f64.powf(e.floor())
+    } else {
+        lo
+    }
 }
 
 /// Horizontal stacked bars of where an iteration's time goes (ScaleDNN Fig. 3 style), one panel
@@ -507,6 +520,8 @@ where
         }
         chart.draw_series(DashedLineSeries::new([(a, a), (b, b)], 8, 6, BLACK.stroke_width(1)))?;
         let area = chart.plotting_area();
+        let (xs, ys) = area.get_pixel_range();
+        let mut placed = LabelPlacer::new((xs.start, xs.end), (ys.start, ys.end));
         for p in panel.points.iter().filter(|p| p.measured > 0.0 && p.predicted > 0.0) {
             let at = (axis.at(p.measured), axis.at(p.predicted));
             if p.hollow {
@@ -514,14 +529,62 @@ where
             } else {
                 draw_marker(area, at, p.series)?;
             }
-            if let Some(l) = &p.label {
-                area.draw(&(EmptyElement::at(at) + Text::new(l.clone(), (7, -6), (FONT, 12))))?;
+            placed.avoid_point(chart.backend_coord(&at));
+        }
+        // Labels after every marker, each where it overlaps no other label, marker or the panel's
+        // edge; one that fits nowhere is left out (the report lists every row).
+        for p in panel.points.iter().filter(|p| p.measured > 0.0 && p.predicted > 0.0) {
+            let Some(l) = &p.label else { continue };
+            let at = (axis.at(p.measured), axis.at(p.predicted));
+            if let Some(offset) = placed.place(chart.backend_coord(&at), l) {
+                area.draw(&(EmptyElement::at(at) + Text::new(l.clone(), offset, (FONT, 12))))?;
             }
         }
         draw_legend(&legend, &entries)?;
     }
     root.present()?;
     Ok(())
+}
+
+/// Places point labels (12-pixel text) beside their points where they overlap nothing placed yet
+/// (labels, markers) and stay inside the plotting area.
+struct LabelPlacer {
+    x: (i32, i32),
+    y: (i32, i32),
+    /// Occupied boxes in pixels: (left, top, right, bottom).
+    boxes: Vec<(i32, i32, i32, i32)>,
+}
+
+impl LabelPlacer {
+    /// Width of one character of the 12-pixel font, in pixels (a little over its mean advance).
+    const CHAR_PX: i32 = 7;
+    const HEIGHT_PX: i32 = 13;
+
+    fn new(x: (i32, i32), y: (i32, i32)) -> Self {
+        LabelPlacer { x, y, boxes: Vec::new() }
+    }
+
+    fn avoid_point(&mut self, (px, py): (i32, i32)) {
+        self.boxes.push((px - 5, py - 5, px + 5, py + 5));
+    }
+
+    /// The offset (from the point, in pixels) of the label's top-left corner, or None if no
+    /// position beside the point is free.
+    fn place(&mut self, (px, py): (i32, i32), label: &str) -> Option<(i32, i32)> {
+        let w = Self::CHAR_PX * label.chars().count() as i32;
+        let h = Self::HEIGHT_PX;
+        let candidates = [(7, -h - 1), (7, 2), (-w - 7, -h - 1), (-w - 7, 2), (-w / 2, -h - 8), (-w / 2, 8)];
+        for (dx, dy) in candidates {
+            let b = (px + dx, py + dy, px + dx + w, py + dy + h);
+            let inside = b.0 >= self.x.0 && b.2 <= self.x.1 && b.1 >= self.y.0 && b.3 <= self.y.1;
+            let free = self.boxes.iter().all(|o| b.2 <= o.0 || o.2 <= b.0 || b.3 <= o.1 || o.3 <= b.1);
+            if inside && free {
+                self.boxes.push(b);
+                return Some((dx, dy));
+            }
+        }
+        None
+    }
 }
 
 /// A panel of a faceted chart: its own title and at most [`MAX_SERIES_PER_PANEL`] series.
@@ -738,7 +801,32 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::LogAxis;
+    use super::{speedup_axis_floor, LabelPlacer, LogAxis};
+
+    #[test]
+    fn scatter_labels_never_overlap_and_stay_inside() {
+        let mut p = LabelPlacer::new((0, 400), (0, 300));
+        p.avoid_point((100, 100));
+        let a = p.place((100, 100), "llama3_8b_25.11").unwrap();
+        let b = p.place((102, 101), "llama3_8b_25.09").unwrap();
+        assert_ne!(a, b, "a second label beside the same spot goes elsewhere");
+        assert!(p.boxes.iter().all(|b| b.0 >= 0 && b.2 <= 400 && b.1 >= 0 && b.3 <= 300));
+        // At the right edge the label goes to the left of its point.
+        let (dx, _) = p.place((395, 200), "edge").unwrap();
+        assert!(dx < 0);
+        // Crowded out: every side taken.
+        let mut q = LabelPlacer::new((0, 400), (0, 300));
+        q.boxes.push((0, 0, 400, 300));
+        assert_eq!(q.place((200, 150), "x"), None);
+    }
+
+    #[test]
+    fn speedup_axes_reach_a_labelled_power_below_the_slowest_point() {
+        assert_eq!(speedup_axis_floor(1.0), 1.0);
+        assert_eq!(speedup_axis_floor(0.605), 0.5);
+        assert_eq!(speedup_axis_floor(0.3), 0.25);
+        assert_eq!(speedup_axis_floor(0.98), 0.98, "just under 1: the label 1 is close enough");
+    }
 
     #[test]
     fn log_axes_label_powers_and_switch_to_decades_for_wide_ranges() {

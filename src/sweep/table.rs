@@ -310,7 +310,12 @@ pub fn write_plots(table: &Table, title: &str, dir: &Path) -> Result<Vec<PathBuf
         let v = values(row);
         let title = column.map(|c| format!("{}={}", names[c], v[c])).unwrap_or_default();
         let bar = Bar {
-            label: format!("{} | {} GPUs", describe(&names, &v, column), row[gpus]),
+            label: format!(
+                "{} | {} GPU{}",
+                describe(&names, &v, column),
+                row[gpus],
+                if row[gpus] == "1" { "" } else { "s" }
+            ),
             seconds: parts.map(|i| num(row, i)),
         };
         match bar_panels.iter_mut().find(|p| p.0 == title) {

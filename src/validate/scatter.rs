@@ -84,6 +84,7 @@ pub fn scatter_panels(path: &Path, rows: &[ReportedRow], label_beyond: f64) -> R
         }
         let title = match r.metric.as_str() {
             "iteration_time" => "iteration time".to_string(),
+            "tokens_per_s_per_gpu" => "tokens/s per GPU".to_string(),
             m => m.to_string(),
         };
         let k = match panels.iter().position(|p| p.title == title && p.unit == r.unit) {
