@@ -139,6 +139,7 @@ impl PlanSetup {
             sequence_parallel: self.plan.sp,
             recompute: self.plan.recompute,
             flash_attention: self.flash(),
+            attention: self.plan.attn,
             matmul_tflops: self.matmul_tflops,
         };
         let moe = MoeOptions { ep: self.plan.ep, routing: self.plan.moe, cp: self.plan.cp_folded };

@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::Recompute;
+pub use crate::workload::llm::{AttnKernel, Recompute};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -82,6 +82,10 @@ pub struct ParallelPlan {
     pub schedule: Schedule,
     /// Fused flash attention (default on GPUs that run it).
     pub flash: Option<bool>,
+    /// Which fused attention kernels the stack runs (default: FlashAttention-2 on Ampere, -3 on
+    /// Hopper and later).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attn: Option<AttnKernel>,
     /// Let a TP group span nodes (otherwise refused when `tp` exceeds the GPUs per node).
     pub tp_across_nodes: bool,
     /// GPUs per FSDP shard group under hybrid sharding (0: the GPUs per node).
@@ -122,6 +126,7 @@ impl Default for ParallelPlan {
             recompute: Recompute::None,
             schedule: Schedule::OneFOneB,
             flash: None,
+            attn: None,
             tp_across_nodes: false,
             shard_group: 0,
             fsdp_wrap_layer: false,
@@ -186,6 +191,12 @@ impl ParallelPlan {
                 "sp" => p.sp = on_off(&value)?,
                 "tp-overlap" | "tp_overlap" => p.tp_overlap = on_off(&value)?,
                 "flash" => p.flash = Some(on_off(&value)?),
+                "attn" => {
+                    p.attn = Some(
+                        AttnKernel::parse(&value)
+                            .ok_or_else(|| err(format!("attn={value}: expected fa2, fa3 or cudnn")))?,
+                    )
+                }
                 "tp-across-nodes" | "tp_across_nodes" => p.tp_across_nodes = on_off(&value)?,
                 "zero" => {
                     p.sharding = match value.as_str() {
@@ -237,7 +248,7 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
+                         fsdp-wrap, recompute, schedule, flash, attn, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
                     )))
                 }
             }
@@ -289,6 +300,9 @@ impl ParallelPlan {
         }
         if self.flash == Some(false) {
             s += ",flash=off";
+        }
+        if let Some(k) = self.attn {
+            s += &format!(",attn={}", k.name());
         }
         s
     }

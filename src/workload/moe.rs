@@ -365,6 +365,7 @@ pub(super) fn moe_blocks(
             forward,
             backward,
             group: super::CommGroup::Expert,
+            ring: None,
         })
     };
     let all = TpCollective::AllToAll;
