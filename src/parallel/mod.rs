@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::{AttnKernel, Recompute};
+pub use crate::workload::llm::{AttnKernel, CpComm, Recompute};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -106,6 +106,10 @@ pub struct ParallelPlan {
     /// Context parallelism: every sequence split over `cp` GPUs, which exchange keys and values
     /// in each attention block (Megatron's rank order tp, cp, dp, pp).
     pub cp: u32,
+    /// How the CP group exchanges keys and values: Transformer Engine's `all_gather` (default,
+    /// not overlapped) or its `p2p` ring.
+    #[serde(skip_serializing_if = "CpComm::is_default")]
+    pub cp_comm: CpComm,
     /// Set by [`ParallelPlan::folded`] only: the CP degree folded into `dp` (1 otherwise). Each
     /// rank then takes 1/cp_folded of every sequence of its micro-batch.
     pub cp_folded: u32,
@@ -134,6 +138,7 @@ impl Default for ParallelPlan {
             etp: 1,
             moe: MoeRouting::default(),
             cp: 1,
+            cp_comm: CpComm::AllGather,
             cp_folded: 1,
         }
     }
@@ -197,6 +202,10 @@ impl ParallelPlan {
                             .ok_or_else(|| err(format!("attn={value}: expected fa2, fa3 or cudnn")))?,
                     )
                 }
+                "cp-comm" | "cp_comm" => {
+                    p.cp_comm = CpComm::parse(&value)
+                        .ok_or_else(|| err(format!("cp-comm={value}: expected p2p or all-gather")))?
+                }
                 "tp-across-nodes" | "tp_across_nodes" => p.tp_across_nodes = on_off(&value)?,
                 "zero" => {
                     p.sharding = match value.as_str() {
@@ -248,7 +257,7 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, attn, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
+                         fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher"
                     )))
                 }
             }
@@ -303,6 +312,9 @@ impl ParallelPlan {
         }
         if let Some(k) = self.attn {
             s += &format!(",attn={}", k.name());
+        }
+        if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
+            s += &format!(",cp-comm={}", self.cp_comm.name());
         }
         s
     }

@@ -83,6 +83,43 @@ impl AttnKernel {
     }
 }
 
+/// How context parallelism exchanges keys and values (`--parallel cp-comm=`), named as
+/// Transformer Engine's `cp_comm_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpComm {
+    /// Keys and values of the whole sequence all-gathered over the CP group before the attention
+    /// kernel, not overlapped with it; their gradients reduce-scattered after the backward kernel
+    /// (TE's `all_gather`, `AttnFuncWithCPAndKVAllGather`, TE 1.10 and later: "KV all-gather
+    /// between CP ranks is exposed"; dagsim's model before the ring, and still the default).
+    #[default]
+    AllGather,
+    /// TE's ring (`p2p`, `AttnFuncWithCP`, the only kind before TE 1.10): the attention in cp
+    /// steps, each beside a send of keys and values to the next CP rank.
+    P2p,
+}
+
+impl CpComm {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpComm::AllGather => "all-gather",
+            CpComm::P2p => "p2p",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all-gather" | "all_gather" | "allgather" => Some(CpComm::AllGather),
+            "p2p" | "ring" => Some(CpComm::P2p),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == CpComm::default()
+    }
+}
+
 /// What to cost.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostOptions {
@@ -432,9 +469,11 @@ pub fn cost_moe(
     }
     let (b, s, h) = (o.micro_batch as u64, o.seq_len as u64, cfg.hidden);
     let s_kv = s * cp;
-    // The sequence length a fused kernel runs over: the whole sequence, or under the CP ring this
-    // GPU's share (each step's kernel takes its queries against one rank's keys).
-    let kernel_seq = s.min(u32::MAX as u64) as u32;
+    let ring = cp > 1 && moe_opts.cp_comm == CpComm::P2p;
+    // The sequence length a fused kernel runs over: the whole sequence (all-gathered keys and
+    // values under CP), or under the CP ring this GPU's share (each step's kernel takes its
+    // queries against one rank's keys).
+    let kernel_seq = if ring { s } else { s_kv }.min(u32::MAX as u64) as u32;
     let t = b * s; // tokens of the micro-batch
     let sp = o.sequence_parallel && tp > 1;
     let t_norm = if sp { t.div_ceil(tp) } else { t }; // tokens in the norm/dropout regions
@@ -543,15 +582,15 @@ pub fn cost_moe(
                 }
             };
             // Under the CP ring, one kernel per ring step.
-            let launches = cp as f64 * LAUNCH_NS;
+            let launches = if ring { cp as f64 * LAUNCH_NS } else { LAUNCH_NS };
             let fwd = executed / (d.peak16 * fwd_frac) + launches;
             let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + launches;
             // The kernel recomputes scores itself; selective recomputation has nothing to redo.
             (op("flash-attention", (fwd, bwd), attn_flops), 0.0)
         }
     };
-    // Under context parallelism the attention core runs in the CP ring's layer (below).
-    let ring_core = if cp > 1 {
+    // Under the CP ring the attention core runs in the ring's layer (below).
+    let ring_core = if ring {
         Some(core)
     } else {
         attn_ops.push(core);
@@ -681,7 +720,7 @@ pub fn cost_moe(
     // each sending the keys and values (not after the last step) and the accumulated key-value
     // gradients (not at the first), and waiting for that exchange before the next step. Keys and
     // values stay 16-bit under FP8 (v1.3's DotProductAttention has no FP8 path, l.2641).
-    let context = ring_core.map(|core| {
+    let ring_context = ring_core.map(|core| {
         let kv = b * s * kv_l * o.precision.bytes().max(2);
         let steps = cp as usize;
         let forward: Vec<u64> = (0..steps).map(|i| if i + 1 < steps { kv } else { 0 }).collect();
@@ -706,6 +745,39 @@ pub fn cost_moe(
                 ring: Some(super::CpRing { forward, backward }),
             }),
         }
+    });
+    // Context parallelism with `cp-comm=all-gather` (the default): the keys and values of the
+    // whole sequence all-gathered over the CP group (this TP rank's heads) before the attention
+    // kernel, their gradients reduce-scattered in the backward pass, which gathers them again
+    // first; none of it overlapped with the kernels. The same bytes per GPU as the ring.
+    let context = ring_context.or_else(|| {
+        (cp > 1).then(|| {
+            let all = |fwd: bool| {
+                let mut v = Vec::new();
+                if !fwd && o.recompute == Recompute::Full {
+                    v.push(TpCollective::AllGather);
+                }
+                v.push(TpCollective::AllGather);
+                if !fwd {
+                    v.push(TpCollective::ReduceScatter);
+                }
+                v
+            };
+            BlockCost {
+                name: "context",
+                ops: vec![],
+                recompute_ns: 0.0,
+                params: 0,
+                tensors: vec![],
+                tp: Some(TpComm {
+                    bytes: b * s_kv * kv_l * o.precision.bytes(),
+                    forward: all(true),
+                    backward: all(false),
+                    group: CommGroup::Context,
+                    ring: None,
+                }),
+            }
+        })
     });
     let layers = cfg.layers as f64;
     let moe_layers = moe.as_ref().map_or(0.0, |m| (cfg.layers - m.dense_layers) as f64);
@@ -984,6 +1056,7 @@ mod tests {
                     ep,
                     routing: super::super::moe::MoeRouting { imbalance, ..Default::default() },
                     cp: 1,
+                    ..Default::default()
                 };
                 let c = cost_moe(&cfg, GpuSpec::by_name("h100").unwrap(), &o, &x).unwrap();
                 let got = c.model_flops_per_token();
@@ -1006,6 +1079,7 @@ mod tests {
                 ep,
                 routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, ..Default::default() },
                 cp: 1,
+                ..Default::default()
             };
             cost_moe(&cfg, h100, &opts(1), &x).unwrap().moe.unwrap()
         };
@@ -1073,7 +1147,12 @@ mod tests {
         let h100 = GpuSpec::by_name("h100").unwrap();
         let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
         let run = |dispatcher| {
-            let x = MoeOptions { ep: 16, routing: MoeRouting { dispatcher, ..Default::default() }, cp: 1 };
+            let x = MoeOptions {
+                ep: 16,
+                routing: MoeRouting { dispatcher, ..Default::default() },
+                cp: 1,
+                ..Default::default()
+            };
             cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap()
         };
         let (plain, flex) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex));
@@ -1083,7 +1162,9 @@ mod tests {
         assert_eq!(plain.experts.ops, flex.experts.ops);
         // Token drop needs Megatron's alltoall dispatcher.
         let drop = MoeRouting { capacity_factor: Some(1.0), dispatcher: Dispatcher::Flex, ..Default::default() };
-        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1 }).unwrap_err().to_string();
+        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1, ..Default::default() })
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("moe-dispatcher=alltoall"), "{e}");
     }
 
@@ -1119,14 +1200,16 @@ mod tests {
     #[test]
     fn context_parallelism_keeps_flops_per_token_and_runs_the_ring() {
         // Each of cp GPUs holds seq / cp tokens of every sequence: per token, the same model FLOPs
-        // as the whole sequence on one GPU; the attention core runs in the CP ring's layer, which
-        // sends this GPU's K and V of its share to the next CP rank at each step.
+        // as the whole sequence on one GPU; with cp-comm=p2p the attention core runs in the CP
+        // ring's layer, which sends this GPU's K and V of its share to the next CP rank at each
+        // step.
         let cfg = TransformerConfig::named("llama3-8b").unwrap();
         let h100 = GpuSpec::by_name("h100").unwrap();
         let whole = cost(&cfg, h100, &CostOptions { seq_len: 32768, ..opts(2) }).unwrap();
         for cp in [2u32, 4, 8] {
             let o = CostOptions { seq_len: 32768 / cp, ..opts(2) };
-            let c = cost_moe(&cfg, h100, &o, &MoeOptions { cp, ..Default::default() }).unwrap();
+            let x = MoeOptions { cp, cp_comm: CpComm::P2p, ..Default::default() };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap();
             let (a, b) = (c.model_flops_per_token(), whole.model_flops_per_token());
             assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
             let ring = c.context.as_ref().unwrap();
@@ -1149,6 +1232,21 @@ mod tests {
             // every key) but its MLP exactly its share of tokens.
             let attn = c.attention.forward_ns() + ring.forward_ns();
             assert!(attn > whole.attention.forward_ns() / cp as f64);
+            // The default, cp-comm=all-gather: the attention core stays in the attention block,
+            // and the exchange gathers this TP rank's K and V of the whole sequence (2 x 8 KV heads
+            // x 128 over tp 2, 32768 tokens, 2 bytes each), gradients reduce-scattered.
+            let g = cost_moe(&cfg, h100, &o, &MoeOptions { cp, ..Default::default() }).unwrap();
+            let (a, b) = (g.model_flops_per_token(), whole.model_flops_per_token());
+            assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
+            assert!(g.attention.ops.iter().any(|o| o.name == "flash-attention"));
+            let gather = g.context.as_ref().unwrap();
+            assert!(gather.ops.is_empty());
+            let comm = gather.tp.as_ref().unwrap();
+            assert_eq!(comm.bytes, 32768 * (2 * 8 * 128 / 2) * 2);
+            assert_eq!(comm.forward, vec![TpCollective::AllGather]);
+            assert_eq!(comm.backward, vec![TpCollective::AllGather, TpCollective::ReduceScatter]);
+            assert!(comm.ring.is_none());
+            assert!(g.attention.forward_ns() > whole.attention.forward_ns() / cp as f64);
         }
         assert!(whole.context.is_none());
         let e = cost_moe(
