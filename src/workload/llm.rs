@@ -408,8 +408,10 @@ pub struct TransformerCost {
     /// The MoE layers' MLP (their router, experts and combine blocks), for an MoE model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeCost>,
-    /// Under context parallelism, each layer's attention core run as Transformer Engine's ring
-    /// over the CP group (its kernels in cp steps, each beside a send to the next CP rank).
+    /// Under context parallelism, each layer's key-value exchange over the CP group: by default
+    /// (`cp-comm=all-gather`) collectives after the attention block, no compute of its own; with
+    /// `cp-comm=p2p` the attention core run as Transformer Engine's ring (its kernels in cp
+    /// steps, each beside a send to the next CP rank).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<BlockCost>,
     /// Model FLOPs of one micro-batch for the whole model (all TP ranks), forward and backward,
