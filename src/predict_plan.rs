@@ -148,9 +148,15 @@ impl PlanSetup {
             sequence_parallel: self.plan.sp,
             recompute: self.plan.recompute,
             flash_attention: self.flash(),
+            attention: self.plan.attn,
             matmul_tflops: self.matmul_tflops,
         };
-        let moe = MoeOptions { ep: self.plan.ep, routing: self.plan.moe, cp: self.plan.cp_folded };
+        let moe = MoeOptions {
+            ep: self.plan.ep,
+            routing: self.plan.moe,
+            cp: self.plan.cp_folded,
+            cp_comm: self.plan.cp_comm,
+        };
         let mut c = cost_moe(&self.model, self.gpu, &opts, &moe)?;
         if let Some(x) = self.calibrate_throughput {
             // The single-GPU number is for the whole model without TP or EP: calibrate on that

@@ -57,6 +57,11 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
     );
     fails(&["--parallel", "tp=1,pp=1,dp=8", "--global-batch", "8"], &["needs", "GiB per GPU", "40.0 GiB"]);
     fails(&["--parallel", "tp=8,pq=1"], &["unknown key `pq`", "tp, pp, dp"]);
+    // The attention kernels: an unknown implementation, and one without published rates on A100.
+    fails(&["--parallel", "tp=8,attn=fa4"], &["--parallel", "attn=fa4", "fa2, fa3 or cudnn"]);
+    fails(&["--parallel", "tp=8,attn=fa3"], &["--parallel attn", "attn=fa3", "use attn=fa2"]);
+    // The CP exchange: only Transformer Engine's two kinds.
+    fails(&["--parallel", "tp=4,cp=2,cp-comm=a2a"], &["--parallel", "cp-comm=a2a", "p2p or all-gather"]);
     fails(&["--parallel", "tp=8,pp=1,dp=2", "--gpus", "16,32"], &["--gpus", "one GPU count"]);
     fails(&["--parallel", "tp=8", "--gpu", "h100"], &["--gpu", "contradicts topology `dgx-a100`", "--force-gpu"]);
     fails_with(&["predict", "--model", "nosuch", "--parallel", "dp=8"], &["unknown model `nosuch`", "llama2-70b"]);

@@ -53,7 +53,11 @@ pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
     match op {
         CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
         CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => (n - 1.0) / n,
-        CollectiveOp::Broadcast | CollectiveOp::Reduce | CollectiveOp::Gather | CollectiveOp::Scatter => 1.0,
+        CollectiveOp::Broadcast
+        | CollectiveOp::Reduce
+        | CollectiveOp::Gather
+        | CollectiveOp::Scatter
+        | CollectiveOp::SendRecv => 1.0,
     }
 }
 

@@ -24,7 +24,7 @@ Sizes as nccl-tests' -b/-e/-f take them (a byte count, or with K, M, G: powers o
 is nccl-tests' size: the buffer per rank for all-reduce, broadcast and reduce, the gathered
 buffer for all-gather, the reduced input for reduce-scatter; algbw = bytes / time and busbw =
 algbw times nccl-tests' bus factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
-(n-1)/n; broadcast, reduce 1). `ran` says what the collective model ran (NCCL: algorithm/protocol
+(n-1)/n; broadcast, reduce, send-recv 1; send-recv: each rank's buffer to the next rank). `ran` says what the collective model ran (NCCL: algorithm/protocol
 and channels). --check reads an nccl-tests output (the collective, ranks and hosts from its
 header and `# Rank` lines), predicts every size in it and prints the error per size.";
 

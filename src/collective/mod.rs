@@ -38,10 +38,13 @@ pub enum CollectiveOp {
     ReduceScatter,
     /// Every rank sends a distinct 1/N of its `bytes` to every other rank.
     AllToAll,
+    /// Every rank sends its `bytes` to the next rank of the group and receives the previous
+    /// rank's: one ring step of point-to-point sends (a context-parallel ring's exchange).
+    SendRecv,
 }
 
 impl CollectiveOp {
-    pub const ALL: [CollectiveOp; 8] = [
+    pub const ALL: [CollectiveOp; 9] = [
         CollectiveOp::AllReduce,
         CollectiveOp::Broadcast,
         CollectiveOp::Reduce,
@@ -50,6 +53,7 @@ impl CollectiveOp {
         CollectiveOp::AllGather,
         CollectiveOp::ReduceScatter,
         CollectiveOp::AllToAll,
+        CollectiveOp::SendRecv,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +66,7 @@ impl CollectiveOp {
             CollectiveOp::AllGather => "all-gather",
             CollectiveOp::ReduceScatter => "reduce-scatter",
             CollectiveOp::AllToAll => "all-to-all",
+            CollectiveOp::SendRecv => "send-recv",
         }
     }
 }
@@ -304,6 +309,7 @@ impl Plan {
                 Plan::Ring { ranks, chunk: share, steps: ranks - 1 }
             }
             (CollectiveOp::AllToAll, _) => Plan::AllToAll { ranks, chunk: share, steps: 1 },
+            (CollectiveOp::SendRecv, _) => Plan::Ring { ranks, chunk: bytes, steps: 1 },
         }
     }
 
@@ -585,6 +591,10 @@ mod tests {
         for op in CollectiveOp::ALL {
             assert!(!op.name().is_empty());
         }
+        // A send-recv moves the whole buffer one step round the ring, in both directions on 2.
+        let p = Plan::lower(CollectiveOp::SendRecv, Algorithm::Ring, 2, 1000);
+        assert_eq!(steps(&p), vec![vec![t(0, 1, 1000), t(1, 0, 1000)]]);
+        assert_eq!(Plan::lower(CollectiveOp::SendRecv, Algorithm::Ring, 4, 1000).bytes_sent_per_rank(), 1000);
     }
 
     #[test]

@@ -706,10 +706,16 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     let before = last.clone();
                     let mut made = Vec::with_capacity(members.len());
                     let mut host_sync: Vec<Option<TaskId>> = vec![None; members.len()];
+                    // A context-parallel ring splits the layer's compute into its steps (the
+                    // first made here, the others with the ring's sends below).
+                    let ring = layer.tp.as_ref().and_then(|c| c.ring.as_ref());
+                    let total_ns = s.compute_ns(ns);
+                    let steps = ring.map_or(1, |r| r.steps().max(1)) as u64;
+                    let chunk_ns = |j: u64| total_ns * (j + 1) / steps - total_ns * j / steps;
                     for (k, &g) in members.iter().enumerate() {
                         let gi = g as usize;
                         let t = b.add_task(task(
-                            Work::Fixed { ns: s.compute_ns(ns) },
+                            Work::Fixed { ns: chunk_ns(0) },
                             Some(compute_q[gi]),
                             phase,
                             Some(g),
@@ -786,6 +792,91 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         let mut all: Vec<u32> = tp_ranks.iter().map(|&r| lg.index(r)).collect();
                         all.sort_unstable();
                         all.dedup();
+                        if let Some(ring) = &comm.ring {
+                            // Transformer Engine's CP ring: at each step the chunk's kernels and the
+                            // send of keys and values (and their gradients) to the next CP rank
+                            // start together; the next step waits for both on every rank.
+                            let sends = if step.pass == Pass::Forward { &ring.forward } else { &ring.backward };
+                            let forward = step.pass == Pass::Forward;
+                            let mut start = before.clone();
+                            let mut comp = made.clone();
+                            for (j, &bytes) in sends.iter().enumerate() {
+                                if j > 0 {
+                                    comp = members
+                                        .iter()
+                                        .enumerate()
+                                        .map(|(k, &g)| {
+                                            let t = b.add_task(task(
+                                                Work::Fixed { ns: chunk_ns(j as u64) },
+                                                Some(compute_q[g as usize]),
+                                                phase,
+                                                Some(g),
+                                                it,
+                                                Some(l),
+                                            ));
+                                            if let Some(p) = start[k] {
+                                                b.add_edge(p, t);
+                                            }
+                                            t
+                                        })
+                                        .collect();
+                                }
+                                let mut sent: HashMap<u32, TaskId> = HashMap::new();
+                                if bytes > 0 {
+                                    for &idx in &all {
+                                        let key = (lg.kind, stage, idx, l, step.micro_batch, forward, j);
+                                        let colls = group_colls
+                                            .entry(key)
+                                            .or_insert_with(|| {
+                                                lg.images(idx)
+                                                    .map(|i| {
+                                                        let (group, queue) = group_ids[&(lg.kind, stage, i)];
+                                                        b.add_task(task(
+                                                            Work::Collective {
+                                                                group,
+                                                                op: CollectiveOp::SendRecv,
+                                                                algorithm: s.allreduce,
+                                                                bytes,
+                                                            },
+                                                            Some(queue),
+                                                            lg.phase(),
+                                                            None,
+                                                            it,
+                                                            Some(l),
+                                                        ))
+                                                    })
+                                                    .collect()
+                                            })
+                                            .clone();
+                                        for x in start.iter().flatten() {
+                                            for &c in &colls {
+                                                b.add_edge(*x, c);
+                                            }
+                                        }
+                                        sent.insert(idx, colls[0]);
+                                    }
+                                }
+                                for k in 0..members.len() {
+                                    start[k] = Some(match sent.get(&own[k]) {
+                                        Some(&x) => {
+                                            let join = b.add_task(task(
+                                                Work::Fixed { ns: 0 },
+                                                None,
+                                                lg.phase(),
+                                                None,
+                                                it,
+                                                Some(l),
+                                            ));
+                                            b.add_edge(comp[k], join);
+                                            b.add_edge(x, join);
+                                            join
+                                        }
+                                        None => comp[k],
+                                    });
+                                }
+                            }
+                            last = start;
+                        }
                         for (pos, &op) in ops.iter().enumerate() {
                             let mut first: HashMap<u32, TaskId> = HashMap::new();
                             for &idx in &all {

@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::Recompute;
+pub use crate::workload::llm::{AttnKernel, CpComm, Recompute};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -82,6 +82,10 @@ pub struct ParallelPlan {
     pub schedule: Schedule,
     /// Fused flash attention (default on GPUs that run it).
     pub flash: Option<bool>,
+    /// Which fused attention kernels the stack runs (default: FlashAttention-2 on Ampere, -3 on
+    /// Hopper and later).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attn: Option<AttnKernel>,
     /// Let a TP group span nodes (otherwise refused when `tp` exceeds the GPUs per node).
     pub tp_across_nodes: bool,
     /// GPUs per FSDP shard group under hybrid sharding (0: the GPUs per node).
@@ -102,6 +106,10 @@ pub struct ParallelPlan {
     /// Context parallelism: every sequence split over `cp` GPUs, which exchange keys and values
     /// in each attention block (Megatron's rank order tp, cp, dp, pp).
     pub cp: u32,
+    /// How the CP group exchanges keys and values: Transformer Engine's `all_gather` (default,
+    /// not overlapped) or its `p2p` ring.
+    #[serde(skip_serializing_if = "CpComm::is_default")]
+    pub cp_comm: CpComm,
     /// Set by [`ParallelPlan::folded`] only: the CP degree folded into `dp` (1 otherwise). Each
     /// rank then takes 1/cp_folded of every sequence of its micro-batch.
     pub cp_folded: u32,
@@ -166,6 +174,7 @@ impl Default for ParallelPlan {
             recompute: Recompute::None,
             schedule: Schedule::OneFOneB,
             flash: None,
+            attn: None,
             tp_across_nodes: false,
             shard_group: 0,
             fsdp_wrap_layer: false,
@@ -173,6 +182,7 @@ impl Default for ParallelPlan {
             etp: 1,
             moe: MoeRouting::default(),
             cp: 1,
+            cp_comm: CpComm::AllGather,
             cp_folded: 1,
             grad_bytes: crate::workload::llm::GRAD_BYTES,
             host: HostLaunch::Eager,
@@ -237,6 +247,16 @@ impl ParallelPlan {
                 "sp" => p.sp = on_off(&value)?,
                 "tp-overlap" | "tp_overlap" => p.tp_overlap = on_off(&value)?,
                 "flash" => p.flash = Some(on_off(&value)?),
+                "attn" => {
+                    p.attn = Some(
+                        AttnKernel::parse(&value)
+                            .ok_or_else(|| err(format!("attn={value}: expected fa2, fa3 or cudnn")))?,
+                    )
+                }
+                "cp-comm" | "cp_comm" => {
+                    p.cp_comm = CpComm::parse(&value)
+                        .ok_or_else(|| err(format!("cp-comm={value}: expected p2p or all-gather")))?
+                }
                 "tp-across-nodes" | "tp_across_nodes" => p.tp_across_nodes = on_off(&value)?,
                 "zero" => {
                     p.sharding = match value.as_str() {
@@ -304,7 +324,7 @@ impl ParallelPlan {
                 other => {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
-                         fsdp-wrap, recompute, schedule, flash, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
+                         fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
                          grad-reduce, host, host-launch-us"
                     )))
                 }
@@ -380,6 +400,12 @@ impl ParallelPlan {
         }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
+        }
+        if let Some(k) = self.attn {
+            s += &format!(",attn={}", k.name());
+        }
+        if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
+            s += &format!(",cp-comm={}", self.cp_comm.name());
         }
         s
     }

@@ -50,6 +50,76 @@ impl Recompute {
     }
 }
 
+/// The fused attention kernels a stack runs (`--parallel attn=`): each is timed at its own
+/// published H100 rates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnKernel {
+    /// FlashAttention-2 (flash-attn 2.x; Transformer Engine's `FlashAttention` backend).
+    Fa2,
+    /// FlashAttention-3 (Hopper only; flash-attn 3, Transformer Engine 1.11 and later).
+    Fa3,
+    /// cuDNN's fused attention (Transformer Engine's `FusedAttention`, its choice on sm90 from
+    /// v1.3 to v1.8 whenever cuDNN's arbitrary-sequence backend takes the shape).
+    Cudnn,
+}
+
+impl AttnKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnKernel::Fa2 => "fa2",
+            AttnKernel::Fa3 => "fa3",
+            AttnKernel::Cudnn => "cudnn",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "fa2" | "flash2" => Some(AttnKernel::Fa2),
+            "fa3" | "flash3" => Some(AttnKernel::Fa3),
+            "cudnn" => Some(AttnKernel::Cudnn),
+            _ => None,
+        }
+    }
+}
+
+/// How context parallelism exchanges keys and values (`--parallel cp-comm=`), named as
+/// Transformer Engine's `cp_comm_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpComm {
+    /// Keys and values of the whole sequence all-gathered over the CP group before the attention
+    /// kernel, not overlapped with it; their gradients reduce-scattered after the backward kernel
+    /// (TE's `all_gather`, `AttnFuncWithCPAndKVAllGather`, TE 1.10 and later: "KV all-gather
+    /// between CP ranks is exposed"; dagsim's model before the ring, and still the default).
+    #[default]
+    AllGather,
+    /// TE's ring (`p2p`, `AttnFuncWithCP`, the only kind before TE 1.10): the attention in cp
+    /// steps, each beside a send of keys and values to the next CP rank.
+    P2p,
+}
+
+impl CpComm {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpComm::AllGather => "all-gather",
+            CpComm::P2p => "p2p",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all-gather" | "all_gather" | "allgather" => Some(CpComm::AllGather),
+            "p2p" | "ring" => Some(CpComm::P2p),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == CpComm::default()
+    }
+}
+
 /// What to cost.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostOptions {
@@ -64,6 +134,8 @@ pub struct CostOptions {
     pub recompute: Recompute,
     /// Fused attention (FlashAttention-2 on Ampere, -3 on Hopper and later): no s x s tensors.
     pub flash_attention: bool,
+    /// Which fused kernels (None: FlashAttention-2 on Ampere, -3 on Hopper and later).
+    pub attention: Option<AttnKernel>,
     /// Measured best matmul rate (TFLOP/s) replacing the table's for this GPU and precision.
     pub matmul_tflops: Option<f64>,
 }
@@ -96,6 +168,20 @@ const TILE: u64 = 128;
 const FA3_FORWARD_TFLOPS: &[(u32, f64)] =
     &[(512, 430.32), (1024, 517.1), (2048, 565.54), (4096, 590.23), (8192, 614.23), (16384, 620.73)];
 const FA3_REFERENCE_PEAK: f64 = 989.4;
+/// FlashAttention-2 and cuDNN attention on an H100 SXM5, BF16, head dim 128, causal mask,
+/// B x S = 16k tokens, hidden 2048 (Shah et al. 2024, "FlashAttention-3", arXiv 2407.08608,
+/// Fig. 5(d) forward and Fig. 6 backward, head dim 128; cuDNN as released mid 2024):
+/// (sequence length, TFLOP/s), counting causal FLOPs as half and the backward as 2.5 forwards.
+const FA2_H100_FORWARD_TFLOPS: &[(u32, f64)] =
+    &[(512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0)];
+const FA2_H100_BACKWARD_TFLOPS: &[(u32, f64)] =
+    &[(512, 214.0), (1024, 260.0), (2048, 291.0), (4096, 310.0), (8192, 318.0), (16384, 322.0)];
+const CUDNN_H100_FORWARD_TFLOPS: &[(u32, f64)] =
+    &[(512, 315.0), (1024, 410.0), (2048, 484.0), (4096, 518.0), (8192, 529.0), (16384, 539.0)];
+const CUDNN_H100_BACKWARD_TFLOPS: &[(u32, f64)] =
+    &[(512, 305.0), (1024, 408.0), (2048, 465.0), (4096, 499.0), (8192, 518.0), (16384, 516.0)];
+/// The H100 SXM's dense BF16 peak the figures above are fractions of.
+const H100_BF16_PEAK_TFLOPS: f64 = 989.4;
 /// FlashAttention-2 on an A100 (Dao 2023, arXiv 2307.08691, Sec. 4.1): up to 73% of the
 /// theoretical peak in the forward pass and up to 63% in the backward pass.
 const FA2_FORWARD_FRACTION: f64 = 0.73;
@@ -128,6 +214,8 @@ enum Flash {
     None,
     Ampere,
     Hopper,
+    /// Forward and backward (sequence length, TFLOP/s) tables measured on an H100.
+    Measured(&'static [(u32, f64)], &'static [(u32, f64)]),
 }
 
 impl Device {
@@ -160,11 +248,28 @@ impl Device {
             }
             matmul = t * 1e3;
         }
-        let flash = match (o.flash_attention, gpu.arch) {
-            (false, _) => Flash::None,
-            (true, "Ampere") => Flash::Ampere,
-            (true, "Hopper" | "Blackwell") => Flash::Hopper,
-            (true, arch) => {
+        let attn_err = |msg: String| Err(Error::invalid("--parallel attn", msg));
+        let flash = match (o.flash_attention, gpu.arch, o.attention) {
+            (false, _, _) => Flash::None,
+            (true, "Ampere", None | Some(AttnKernel::Fa2)) => Flash::Ampere,
+            (true, "Ampere", Some(k)) => {
+                return attn_err(format!(
+                    "attn={}: no published {} rates on {} ({}); use attn=fa2",
+                    k.name(),
+                    if k == AttnKernel::Fa3 { "FlashAttention-3 (a Hopper kernel)" } else { "cuDNN attention" },
+                    gpu.name,
+                    gpu.arch
+                ))
+            }
+            // Blackwell: the H100 fractions, for want of a published measurement.
+            (true, "Hopper" | "Blackwell", None | Some(AttnKernel::Fa3)) => Flash::Hopper,
+            (true, "Hopper" | "Blackwell", Some(AttnKernel::Fa2)) => {
+                Flash::Measured(FA2_H100_FORWARD_TFLOPS, FA2_H100_BACKWARD_TFLOPS)
+            }
+            (true, "Hopper" | "Blackwell", Some(AttnKernel::Cudnn)) => {
+                Flash::Measured(CUDNN_H100_FORWARD_TFLOPS, CUDNN_H100_BACKWARD_TFLOPS)
+            }
+            (true, arch, _) => {
                 return Err(Error::invalid(
                     "flash attention",
                     format!("FlashAttention needs an Ampere or newer GPU; {} is {arch} (use flash=off)", gpu.name),
@@ -334,8 +439,10 @@ pub struct TransformerCost {
     /// The MoE layers' MLP (their router, experts and combine blocks), for an MoE model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moe: Option<MoeCost>,
-    /// Under context parallelism, each layer's exchange of keys and values over the CP group
-    /// after its attention block (no compute of its own).
+    /// Under context parallelism, each layer's key-value exchange over the CP group: by default
+    /// (`cp-comm=all-gather`) collectives after the attention block, no compute of its own; with
+    /// `cp-comm=p2p` the attention core run as Transformer Engine's ring (its kernels in cp
+    /// steps, each beside a send to the next CP rank).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<BlockCost>,
     /// Model FLOPs of one micro-batch for the whole model (all TP ranks), forward and backward,
@@ -395,6 +502,11 @@ pub fn cost_moe(
     }
     let (b, s, h) = (o.micro_batch as u64, o.seq_len as u64, cfg.hidden);
     let s_kv = s * cp;
+    let ring = cp > 1 && moe_opts.cp_comm == CpComm::P2p;
+    // The sequence length a fused kernel runs over: the whole sequence (all-gathered keys and
+    // values under CP), or under the CP ring this GPU's share (each step's kernel takes its
+    // queries against one rank's keys).
+    let kernel_seq = if ring { s } else { s_kv }.min(u32::MAX as u64) as u32;
     let t = b * s; // tokens of the micro-batch
     let sp = o.sequence_parallel && tp > 1;
     let t_norm = if sp { t.div_ceil(tp) } else { t }; // tokens in the norm/dropout regions
@@ -447,7 +559,13 @@ pub fn cost_moe(
         op(name, (f + cf, dx + dw + cb), flops).with_kernels(1 + kf, 2 + kb)
     };
     let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
-        (tp > 1).then(|| TpComm { bytes: t * h * o.precision.bytes(), forward, backward, group: CommGroup::Tensor })
+        (tp > 1).then(|| TpComm {
+            bytes: t * h * o.precision.bytes(),
+            forward,
+            backward,
+            group: CommGroup::Tensor,
+            ring: None,
+        })
     };
     // Around each block: all-reduce the output (forward) and the input gradient (backward); with
     // sequence parallelism an all-gather before and a reduce-scatter after, in both passes.
@@ -490,19 +608,31 @@ pub fn cost_moe(
             let executed = attn_flops * causal;
             let (fwd_frac, bwd_frac) = match flash {
                 Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
+                Flash::Measured(fwd, bwd) => (
+                    interpolate(fwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
+                    interpolate(bwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
+                ),
                 _ => {
-                    let f = fa3_forward_fraction((s_kv).min(u32::MAX as u64) as u32);
+                    let f = interpolate(FA3_FORWARD_TFLOPS, kernel_seq) / FA3_REFERENCE_PEAK;
                     // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
                     (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
                 }
             };
-            let fwd = executed / (d.peak16 * fwd_frac) + LAUNCH_NS;
-            let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + LAUNCH_NS;
+            // Under the CP ring, one kernel per ring step.
+            let launches = if ring { cp as f64 * LAUNCH_NS } else { LAUNCH_NS };
+            let fwd = executed / (d.peak16 * fwd_frac) + launches;
+            let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + launches;
             // The kernel recomputes scores itself; selective recomputation has nothing to redo.
             (op("flash-attention", (fwd, bwd), attn_flops), 0.0)
         }
     };
-    attn_ops.push(core);
+    // Under the CP ring the attention core runs in the ring's layer (below).
+    let ring_core = if ring {
+        Some(core)
+    } else {
+        attn_ops.push(core);
+        None
+    };
     attn_ops.push(linear("proj", TeModule::Linear, t, h, h_l));
     attn_ops.push(op("residual", residual(t_norm), 0.0));
 
@@ -618,36 +748,73 @@ pub fn cost_moe(
         Some(m) => Some(moe_blocks(&d, cfg, m, o, moe_opts)?),
         None => None,
     };
-    // Context parallelism as Transformer Engine's `all_gather` exchange: the keys and values of
-    // the whole sequence gathered over the CP group (this TP rank's heads), their gradients
-    // reduce-scattered in the backward pass, which gathers them again first. The same bytes per
-    // GPU as the ring exchange (cp - 1 chunks forward, twice that backward), without its overlap
-    // with the attention kernels.
-    let context = (cp > 1).then(|| {
-        let all = |fwd: bool| {
-            let mut v = Vec::new();
-            if !fwd && o.recompute == Recompute::Full {
-                v.push(TpCollective::AllGather);
-            }
-            v.push(TpCollective::AllGather);
-            if !fwd {
-                v.push(TpCollective::ReduceScatter);
-            }
-            v
-        };
+    // Context parallelism as Transformer Engine's ring (`cp_comm_type` p2p, the only kind in
+    // TE v1.3, `AttnFuncWithCP` in transformer_engine/pytorch/attention.py): each sequence in 2 cp
+    // chunks, GPU r holding chunks r and 2cp-1-r (l.447 views q, k, v as the two halves), so every
+    // step's causal work is alike. Forward (l.472-490): cp steps; at each, once the previous
+    // step's keys and values have arrived, send them on to the next CP rank (all but the last
+    // step) while the attention of the ones held runs. Backward (l.703-722, l.908): cp steps,
+    // each sending the keys and values (not after the last step) and the accumulated key-value
+    // gradients (not at the first), and waiting for that exchange before the next step. Keys and
+    // values stay 16-bit under FP8 (v1.3's DotProductAttention has no FP8 path, l.2641).
+    let ring_context = ring_core.map(|core| {
+        let kv = b * s * kv_l * o.precision.bytes().max(2);
+        let steps = cp as usize;
+        let forward: Vec<u64> = (0..steps).map(|i| if i + 1 < steps { kv } else { 0 }).collect();
+        let mut backward: Vec<u64> = (0..steps).map(|i| if i == 0 || i + 1 == steps { kv } else { 2 * kv }).collect();
+        // Full recomputation reruns the forward ring in the backward pass: its sends are charged
+        // beside the same steps.
+        if o.recompute == Recompute::Full {
+            backward.iter_mut().zip(&forward).for_each(|(b, f)| *b += f);
+        }
+        let recompute_ns = if o.recompute == Recompute::Full { core.forward_ns } else { 0.0 };
         BlockCost {
             name: "context",
-            ops: vec![],
-            recompute_ns: 0.0,
+            ops: vec![core],
+            recompute_ns,
             params: 0,
             tensors: vec![],
             tp: Some(TpComm {
-                bytes: b * s_kv * kv_l * o.precision.bytes(),
-                forward: all(true),
-                backward: all(false),
+                bytes: kv,
+                forward: vec![],
+                backward: vec![],
                 group: CommGroup::Context,
+                ring: Some(super::CpRing { forward, backward }),
             }),
         }
+    });
+    // Context parallelism with `cp-comm=all-gather` (the default): the keys and values of the
+    // whole sequence all-gathered over the CP group (this TP rank's heads) before the attention
+    // kernel, their gradients reduce-scattered in the backward pass, which gathers them again
+    // first; none of it overlapped with the kernels. The same bytes per GPU as the ring.
+    let context = ring_context.or_else(|| {
+        (cp > 1).then(|| {
+            let all = |fwd: bool| {
+                let mut v = Vec::new();
+                if !fwd && o.recompute == Recompute::Full {
+                    v.push(TpCollective::AllGather);
+                }
+                v.push(TpCollective::AllGather);
+                if !fwd {
+                    v.push(TpCollective::ReduceScatter);
+                }
+                v
+            };
+            BlockCost {
+                name: "context",
+                ops: vec![],
+                recompute_ns: 0.0,
+                params: 0,
+                tensors: vec![],
+                tp: Some(TpComm {
+                    bytes: b * s_kv * kv_l * o.precision.bytes(),
+                    forward: all(true),
+                    backward: all(false),
+                    group: CommGroup::Context,
+                    ring: None,
+                }),
+            }
+        })
     });
     let layers = cfg.layers as f64;
     let moe_layers = moe.as_ref().map_or(0.0, |m| (cfg.layers - m.dense_layers) as f64);
@@ -656,6 +823,7 @@ pub fn cost_moe(
     let model_flops = tpf
         * (embedding.model_flops()
             + layers * attention.model_flops()
+            + layers * context.as_ref().map_or(0.0, |c| c.model_flops())
             + (layers - moe_layers) * mlp.model_flops()
             + moe_layers * moe_flops
             + head.model_flops());
@@ -666,7 +834,10 @@ pub fn cost_moe(
         Recompute::Selective => 0.0,
         Recompute::Full => {
             let moe_fwd = moe.as_ref().map_or(0.0, |m| m.blocks().iter().map(|b| forward_flops(b)).sum::<f64>());
-            layers * forward_flops(&attention) + (layers - moe_layers) * forward_flops(&mlp) + moe_layers * moe_fwd
+            let ring_fwd = context.as_ref().map_or(0.0, forward_flops);
+            layers * (forward_flops(&attention) + ring_fwd)
+                + (layers - moe_layers) * forward_flops(&mlp)
+                + moe_layers * moe_fwd
         }
     };
     let hardware_flops = model_flops + tpf * recompute_flops;
@@ -708,11 +879,10 @@ pub fn cost_moe(
     })
 }
 
-/// FlashAttention-3's forward fraction of peak at a sequence length (interpolated in log length
-/// between the measured points, flat beyond them).
-fn fa3_forward_fraction(seq: u32) -> f64 {
-    let pts = FA3_FORWARD_TFLOPS;
-    let tflops = if seq <= pts[0].0 {
+/// A kernel's TFLOP/s at a sequence length from its measured (length, TFLOP/s) points,
+/// interpolated in log length between them and flat beyond them.
+fn interpolate(pts: &[(u32, f64)], seq: u32) -> f64 {
+    if seq <= pts[0].0 {
         pts[0].1
     } else if seq >= pts[pts.len() - 1].0 {
         pts[pts.len() - 1].1
@@ -721,8 +891,7 @@ fn fa3_forward_fraction(seq: u32) -> f64 {
         let ((x0, y0), (x1, y1)) = (pts[i - 1], pts[i]);
         let w = (seq as f64 / x0 as f64).ln() / (x1 as f64 / x0 as f64).ln();
         y0 + w * (y1 - y0)
-    };
-    tflops / FA3_REFERENCE_PEAK
+    }
 }
 
 impl TransformerCost {
@@ -752,7 +921,7 @@ impl TransformerCost {
         let mut params = self.embedding.params + self.head.params;
         let mut ns = per_layer(&self.embedding) + per_layer(&self.head);
         for i in 0..self.layers {
-            for b in std::iter::once(&self.attention).chain(self.mlp_blocks(i)) {
+            for b in std::iter::once(&self.attention).chain(&self.context).chain(self.mlp_blocks(i)) {
                 params += b.params;
                 ns += per_layer(b);
             }
@@ -908,6 +1077,7 @@ mod tests {
             sequence_parallel: false,
             recompute: Recompute::None,
             flash_attention: true,
+            attention: None,
             matmul_tflops: None,
         }
     }
@@ -962,6 +1132,7 @@ mod tests {
                     ep,
                     routing: super::super::moe::MoeRouting { imbalance, ..Default::default() },
                     cp: 1,
+                    ..Default::default()
                 };
                 let c = cost_moe(&cfg, GpuSpec::by_name("h100").unwrap(), &o, &x).unwrap();
                 let got = c.model_flops_per_token();
@@ -984,6 +1155,7 @@ mod tests {
                 ep,
                 routing: super::super::moe::MoeRouting { imbalance, capacity_factor: capacity, ..Default::default() },
                 cp: 1,
+                ..Default::default()
             };
             cost_moe(&cfg, h100, &opts(1), &x).unwrap().moe.unwrap()
         };
@@ -1051,7 +1223,12 @@ mod tests {
         let h100 = GpuSpec::by_name("h100").unwrap();
         let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
         let run = |dispatcher| {
-            let x = MoeOptions { ep: 16, routing: MoeRouting { dispatcher, ..Default::default() }, cp: 1 };
+            let x = MoeOptions {
+                ep: 16,
+                routing: MoeRouting { dispatcher, ..Default::default() },
+                cp: 1,
+                ..Default::default()
+            };
             cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap()
         };
         let (plain, flex) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex));
@@ -1061,7 +1238,9 @@ mod tests {
         assert_eq!(plain.experts.ops, flex.experts.ops);
         // Token drop needs Megatron's alltoall dispatcher.
         let drop = MoeRouting { capacity_factor: Some(1.0), dispatcher: Dispatcher::Flex, ..Default::default() };
-        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1 }).unwrap_err().to_string();
+        let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1, ..Default::default() })
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("moe-dispatcher=alltoall"), "{e}");
     }
 
@@ -1095,26 +1274,55 @@ mod tests {
     }
 
     #[test]
-    fn context_parallelism_keeps_flops_per_token_and_gathers_the_keys_and_values() {
+    fn context_parallelism_keeps_flops_per_token_and_runs_the_ring() {
         // Each of cp GPUs holds seq / cp tokens of every sequence: per token, the same model FLOPs
-        // as the whole sequence on one GPU; the exchange gathers this TP rank's K and V of the
-        // whole sequence.
+        // as the whole sequence on one GPU; with cp-comm=p2p the attention core runs in the CP
+        // ring's layer, which sends this GPU's K and V of its share to the next CP rank at each
+        // step.
         let cfg = TransformerConfig::named("llama3-8b").unwrap();
         let h100 = GpuSpec::by_name("h100").unwrap();
         let whole = cost(&cfg, h100, &CostOptions { seq_len: 32768, ..opts(2) }).unwrap();
         for cp in [2u32, 4, 8] {
             let o = CostOptions { seq_len: 32768 / cp, ..opts(2) };
-            let c = cost_moe(&cfg, h100, &o, &MoeOptions { cp, ..Default::default() }).unwrap();
+            let x = MoeOptions { cp, cp_comm: CpComm::P2p, ..Default::default() };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap();
             let (a, b) = (c.model_flops_per_token(), whole.model_flops_per_token());
             assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
-            let comm = c.context.as_ref().unwrap().tp.as_ref().unwrap();
-            // K and V: 2 x 8 KV heads x 128 over tp 2, for 32768 tokens, 2 bytes each.
+            let ring = c.context.as_ref().unwrap();
+            assert_eq!(ring.ops.iter().map(|o| o.name).collect::<Vec<_>>(), vec!["flash-attention"]);
+            assert!(c.attention.ops.iter().all(|o| o.name != "flash-attention"));
+            let comm = ring.tp.as_ref().unwrap();
+            // K and V: 2 x 8 KV heads x 128 over tp 2, for 32768 / cp tokens, 2 bytes each.
+            let kv = (32768 / cp as u64) * (2 * 8 * 128 / 2) * 2;
+            assert_eq!(comm.bytes, kv);
+            let r = comm.ring.as_ref().unwrap();
+            let n = cp as usize;
+            let mut fwd = vec![kv; n - 1];
+            fwd.push(0);
+            assert_eq!(r.forward, fwd, "cp{cp}");
+            let mut bwd = vec![2 * kv; n];
+            (bwd[0], bwd[n - 1]) = (kv, kv);
+            assert_eq!(r.backward, bwd, "cp{cp}");
+            assert!(comm.forward.is_empty() && comm.backward.is_empty());
+            // The attention of a GPU's share costs more than 1/cp of the whole (its queries see
+            // every key) but its MLP exactly its share of tokens.
+            let attn = c.attention.forward_ns() + ring.forward_ns();
+            assert!(attn > whole.attention.forward_ns() / cp as f64);
+            // The default, cp-comm=all-gather: the attention core stays in the attention block,
+            // and the exchange gathers this TP rank's K and V of the whole sequence (2 x 8 KV heads
+            // x 128 over tp 2, 32768 tokens, 2 bytes each), gradients reduce-scattered.
+            let g = cost_moe(&cfg, h100, &o, &MoeOptions { cp, ..Default::default() }).unwrap();
+            let (a, b) = (g.model_flops_per_token(), whole.model_flops_per_token());
+            assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
+            assert!(g.attention.ops.iter().any(|o| o.name == "flash-attention"));
+            let gather = g.context.as_ref().unwrap();
+            assert!(gather.ops.is_empty());
+            let comm = gather.tp.as_ref().unwrap();
             assert_eq!(comm.bytes, 32768 * (2 * 8 * 128 / 2) * 2);
             assert_eq!(comm.forward, vec![TpCollective::AllGather]);
             assert_eq!(comm.backward, vec![TpCollective::AllGather, TpCollective::ReduceScatter]);
-            // The attention of a GPU's share costs more than 1/cp of the whole (its queries see
-            // every key) but its MLP exactly its share of tokens.
-            assert!(c.attention.forward_ns() > whole.attention.forward_ns() / cp as f64);
+            assert!(comm.ring.is_none());
+            assert!(g.attention.forward_ns() > whole.attention.forward_ns() / cp as f64);
         }
         assert!(whole.context.is_none());
         let e = cost_moe(
@@ -1126,6 +1334,40 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("flash"), "{e}");
+    }
+
+    #[test]
+    fn attention_kernels_run_at_their_published_rates() {
+        // Llama 2 7B at 4096 on an H100: the fused kernels' forward time past the launch is the
+        // causal half of 4 s^2 d FLOPs per head at the kernel's TFLOP/s at 4096 (FA3 paper,
+        // Fig. 5(d)/6: FlashAttention-2 319 forward, 310 backward; cuDNN 518 and 499).
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let core = |k: Option<AttnKernel>| {
+            let c = cost(&cfg, h100, &CostOptions { seq_len: 4096, attention: k, ..opts(1) }).unwrap();
+            let op = c.attention.ops.iter().find(|o| o.name == "flash-attention").unwrap().clone();
+            (op.forward_ns - LAUNCH_NS, op.backward_ns - LAUNCH_NS)
+        };
+        let (fa2, cudnn, fa3) = (core(Some(AttnKernel::Fa2)), core(Some(AttnKernel::Cudnn)), core(None));
+        assert_eq!(fa3, core(Some(AttnKernel::Fa3)), "FlashAttention-3 is the Hopper default");
+        assert!((fa2.0 / cudnn.0 - 518.0 / 319.0).abs() < 1e-9);
+        assert!((fa2.1 / cudnn.1 - 499.0 / 310.0).abs() < 1e-9);
+        let executed = 0.5 * 4.0 * 32.0 * 4096.0 * 4096.0 * 128.0;
+        let peak = h100.peak_flops_per_ns(Precision::Bf16);
+        assert!((cudnn.0 - executed / (peak * 518.0 / H100_BF16_PEAK_TFLOPS)).abs() < 1e-6 * cudnn.0);
+        assert!((cudnn.1 - 2.5 * executed / (peak * 499.0 / H100_BF16_PEAK_TFLOPS)).abs() < 1e-6 * cudnn.1);
+        assert!(fa3.0 < cudnn.0 && cudnn.0 < fa2.0);
+        // No published rates for FlashAttention-3 or cuDNN on an A100: refused, naming the key.
+        let a100 = GpuSpec::by_name("a100").unwrap();
+        for k in [AttnKernel::Fa3, AttnKernel::Cudnn] {
+            let o = CostOptions { seq_len: 4096, attention: Some(k), ..opts(1) };
+            let e = cost(&cfg, a100, &o).unwrap_err().to_string();
+            assert!(e.contains("attn") && e.contains(k.name()) && e.contains("attn=fa2"), "{e}");
+        }
+        for k in [AttnKernel::Fa2, AttnKernel::Fa3, AttnKernel::Cudnn] {
+            assert_eq!(AttnKernel::parse(k.name()), Some(k));
+        }
+        assert_eq!(AttnKernel::parse("fa4"), None);
     }
 
     #[test]

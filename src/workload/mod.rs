@@ -113,6 +113,29 @@ pub struct TpComm {
     /// Which group they run over.
     #[serde(skip_serializing_if = "CommGroup::is_tensor")]
     pub group: CommGroup,
+    /// A ring exchange interleaved with the layer's compute instead of collectives after it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<CpRing>,
+}
+
+/// A context-parallel ring as Transformer Engine runs it (`AttnFuncWithCP`, TE v1.3
+/// `transformer_engine/pytorch/attention.py` l.423-951): the layer's compute in `steps` equal
+/// chunks (one per CP rank's keys and values); beside each chunk every rank sends `bytes[step]`
+/// to the next rank of the CP group (and receives as much from the previous one), the send
+/// posted when the chunk starts; the next chunk starts once both the chunk and the send are done.
+/// So a step's exposed exchange is max(0, send - chunk).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpRing {
+    /// Bytes sent beside each forward chunk (0: no send, the last chunk).
+    pub forward: Vec<u64>,
+    /// Bytes sent beside each backward chunk.
+    pub backward: Vec<u64>,
+}
+
+impl CpRing {
+    pub fn steps(&self) -> usize {
+        self.forward.len()
+    }
 }
 
 /// A layer's forward and backward utilisation of the GPU, each in (0, 1]: the time its kernels

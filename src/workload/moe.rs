@@ -176,11 +176,13 @@ pub struct MoeOptions {
     pub ep: u32,
     pub routing: MoeRouting,
     pub cp: u32,
+    /// How the CP group exchanges keys and values.
+    pub cp_comm: super::llm::CpComm,
 }
 
 impl Default for MoeOptions {
     fn default() -> Self {
-        MoeOptions { ep: 1, routing: MoeRouting::default(), cp: 1 }
+        MoeOptions { ep: 1, routing: MoeRouting::default(), cp: 1, cp_comm: super::llm::CpComm::AllGather }
     }
 }
 
@@ -389,6 +391,7 @@ pub(super) fn moe_blocks(
             forward,
             backward,
             group: super::CommGroup::Expert,
+            ring: None,
         })
     };
     let all = TpCollective::AllToAll;

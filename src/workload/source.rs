@@ -104,6 +104,7 @@ impl WorkloadSource {
             sequence_parallel: false,
             recompute: Recompute::None,
             flash_attention: gpu.bf16,
+            attention: None,
             matmul_tflops: None,
         };
         let mut c = cost(&cfg, gpu, &opts)?;

@@ -11,7 +11,7 @@
 //! along the ring), tree all-reduce (NCCL's double binary tree between nodes, a chain inside each),
 //! LL/LL128/Simple, channel counts from the search and per size from the thread thresholds,
 //! P2P/SHM/IB/socket transports, several NICs per node (each channel keeps its NIC, a rail).
-//! Send/recv patterns (all-to-all, gather, scatter) run as NCCL's grouped point-to-point calls.
+//! Send/recv patterns (all-to-all, gather, scatter, a ring's send-recv) run as NCCL's grouped point-to-point calls.
 //! Not modelled: CollNet (SHARP), NVLS, PXN, NCCL's tree correction factors as time (they steer
 //! the choice only).
 
@@ -88,7 +88,7 @@ fn func_of(op: CollectiveOp) -> Option<Func> {
         CollectiveOp::Reduce => Some(Func::Reduce),
         CollectiveOp::AllGather => Some(Func::AllGather),
         CollectiveOp::ReduceScatter => Some(Func::ReduceScatter),
-        CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll => None,
+        CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll | CollectiveOp::SendRecv => None,
     }
 }
 
@@ -278,7 +278,9 @@ impl Comm {
             (CollectiveOp::ReduceScatter, _) => self.ring(&choice, Func::ReduceScatter, bytes, self.ranks - 1),
             (CollectiveOp::Broadcast, _) => self.ring_pipeline(&choice, Func::Broadcast, bytes, false),
             (CollectiveOp::Reduce, _) => self.ring_pipeline(&choice, Func::Reduce, bytes, true),
-            (CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll, _) => self.direct(op, bytes),
+            (CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll | CollectiveOp::SendRecv, _) => {
+                self.direct(op, bytes)
+            }
         };
         Ok(NcclPlan { func, choice, shape, base_ns })
     }
@@ -698,7 +700,7 @@ impl Comm {
     }
 
     /// Send/recv patterns in one step: gather and scatter between the root (rank 0) and every
-    /// rank, all-to-all between every pair.
+    /// rank, all-to-all between every pair, send-recv from each rank to the next.
     fn direct(&self, op: CollectiveOp, bytes: u64) -> Shape {
         let n = self.ranks;
         let g = self.per_node;
@@ -731,6 +733,7 @@ impl Comm {
         match op {
             CollectiveOp::Gather => (1..n).for_each(|r| push(r, 0, share)),
             CollectiveOp::Scatter => (1..n).for_each(|r| push(0, r, share)),
+            CollectiveOp::SendRecv => (0..n).for_each(|r| push(r, (r + 1) % n, bytes)),
             _ => {
                 for s in 0..n {
                     for d in (0..n).filter(|&d| d != s) {
