@@ -374,6 +374,7 @@ fn llm_cost(cfg: &dagsim::workload::transformer::TransformerConfig, tp: u32, ep:
         recompute: Recompute::None,
         flash_attention: true,
         matmul_tflops: None,
+        attention: None,
     };
     let c = cost_moe(cfg, gpu, &opts, &MoeOptions { ep, ..Default::default() }).map_err(err)?;
     let _ = (c.single_gpu_step_ns(), c.model_flops_per_token());
