@@ -282,19 +282,20 @@ fn median_link<'a>(fits: impl Iterator<Item = &'a LinkFit> + Clone) -> Option<Li
 /// model, host link (median over GPUs of the pinned host-to-device fit) and, when peer copies are
 /// much faster than the host link, a direct GPU-GPU link (median of the peer fits). The network
 /// and storage are not measured here and stay as `base` gives them.
-pub fn derive_topology(file: &CalibrationFile, base: &Topology) -> Result<Topology> {
+/// `source` names the calibration (its file, or the run that measured it) in errors.
+pub fn derive_topology(file: &CalibrationFile, base: &Topology, source: &Path) -> Result<Topology> {
+    let bad = |field: &str, msg: String| Error::parse(Location::file(source).with_field(field), msg);
     let m = &file.measurements;
     let fits = &file.fits;
     let h2d = fits.host_copies.iter().filter(|f| f.direction == Direction::H2d && f.memory == HostMemory::Pinned);
-    let pcie = median_link(h2d.map(|f| &f.fit)).ok_or_else(|| {
-        Error::Gpu("the calibration has no pinned host-to-device fit, so it cannot give a host link".into())
-    })?;
+    let pcie = median_link(h2d.map(|f| &f.fit))
+        .ok_or_else(|| bad("fits.host_copies", "no pinned host-to-device fit, so it cannot give a host link".into()))?;
     let peer = median_link(fits.peer_copies.iter().map(|f| &f.fit));
     let all_direct = m.peer_copies.iter().all(|s| s.peer_access);
     let nvlink = peer.filter(|p| {
         all_direct && p.bandwidth_gb_s.unwrap_or(0.0) > DIRECT_PEER_FACTOR * pcie.bandwidth_gb_s.unwrap_or(0.0)
     });
-    let first = m.devices.first().ok_or_else(|| Error::Gpu("the calibration lists no devices".into()))?;
+    let first = m.devices.first().ok_or_else(|| bad("measurements.devices", "lists no devices".into()))?;
     let mut t = base.clone();
     t.name = format!("{}-calibrated", base.name);
     t.description = format!(
@@ -320,6 +321,10 @@ pub fn derive_topology(file: &CalibrationFile, base: &Topology) -> Result<Topolo
     cluster.gpu = first.name.clone();
     cluster.pcie = pcie;
     cluster.nvlink = nvlink;
+    // Fits a topology cannot hold (a corrupt or extreme file) are refused here, naming the file,
+    // rather than written out as a topology no command can load.
+    let gpus = cluster.gpus_per_node;
+    t.instantiate(gpus).map_err(|e| bad("fits", format!("gives no usable topology: {e}")))?;
     Ok(t)
 }
 
@@ -412,7 +417,7 @@ pub(crate) mod tests {
     #[test]
     fn derived_topology_uses_measured_links_and_instantiates() {
         let base = crate::hw::load_topology("k80-cluster").unwrap();
-        let t = derive_topology(&CalibrationFile::new(synthetic(250.0)), &base).unwrap();
+        let t = derive_topology(&CalibrationFile::new(synthetic(250.0)), &base, Path::new("cal.json")).unwrap();
         assert_eq!(t.cluster.as_ref().unwrap().gpus_per_node, 2);
         assert_eq!(t.cluster.as_ref().unwrap().gpu, "Synthetic GPU");
         assert!((t.cluster.as_ref().unwrap().pcie.bandwidth_gb_s.unwrap() - 23.0).abs() < 1e-6); // median of 24 and 22
@@ -433,7 +438,7 @@ pub(crate) mod tests {
     #[test]
     fn slow_peers_are_routed_through_the_host() {
         let base = crate::hw::load_topology("k80-cluster").unwrap();
-        let t = derive_topology(&CalibrationFile::new(synthetic(20.0)), &base).unwrap();
+        let t = derive_topology(&CalibrationFile::new(synthetic(20.0)), &base, Path::new("cal.json")).unwrap();
         assert!(t.cluster.as_ref().unwrap().nvlink.is_none());
     }
 
@@ -442,7 +447,25 @@ pub(crate) mod tests {
         let mut m = synthetic(250.0);
         m.host_copies.clear();
         let base = crate::hw::load_topology("k80-cluster").unwrap();
-        let e = derive_topology(&CalibrationFile::new(m), &base).unwrap_err();
+        let e = derive_topology(&CalibrationFile::new(m), &base, Path::new("cal.json")).unwrap_err();
         assert!(e.to_string().contains("host-to-device"), "{e}");
+        assert!(e.to_string().contains("cal.json") && e.to_string().contains("fits.host_copies"), "{e}");
+    }
+
+    /// A fit no topology can hold (found by the `gpu-calibration` fuzz target: a host link of
+    /// 1e13 GB/s) is refused naming the file, not written out as an unloadable topology.
+    #[test]
+    fn fits_out_of_range_name_the_file() {
+        let mut file = CalibrationFile::new(synthetic(250.0));
+        for f in &mut file.fits.host_copies {
+            f.fit.bandwidth_gb_s = 1e13;
+        }
+        let base = crate::hw::load_topology("k80-cluster").unwrap();
+        let e = derive_topology(&file, &base, Path::new("cal.json")).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("cal.json") && text.contains("fits") && text.contains("outside the supported range"),
+            "{text}"
+        );
     }
 }

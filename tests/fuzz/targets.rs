@@ -516,6 +516,58 @@ fn sweep_journal(input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// A two-GPU `calibrate --gpu` file as the tool writes it (measurements and their fits).
+#[cfg(feature = "cuda")]
+fn gpu_calibration_seeds() -> Vec<Vec<u8>> {
+    use dagsim::gpu::calibration::*;
+    use dagsim::gpu::stats::Summary;
+    let points = |latency_s: f64, gb_s: f64| -> Vec<SizePoint> {
+        (0..6u32)
+            .map(|i| {
+                let bytes = 4096u64 << (3 * i);
+                let t = latency_s + bytes as f64 / (gb_s * 1e9);
+                SizePoint { bytes, time_s: Summary::of(&[t, t * 1.01]).unwrap() }
+            })
+            .collect()
+    };
+    let device = |ordinal| DeviceInfo {
+        ordinal,
+        name: "Fuzz GPU".into(),
+        compute_capability: "7.0".into(),
+        multiprocessors: 80,
+        memory_bytes: 16 << 30,
+    };
+    let m = GpuMeasurements {
+        settings: Settings { warmup: 2, repetitions: 5 },
+        devices: vec![device(0), device(1)],
+        gemm: vec![GemmPoint { device: 0, dtype: Dtype::F32, n: 2048, time_s: Summary::of(&[1e-3]).unwrap() }],
+        host_copies: vec![HostCopySeries {
+            device: 0,
+            direction: Direction::H2d,
+            memory: HostMemory::Pinned,
+            points: points(8e-6, 12.0),
+        }],
+        peer_copies: vec![PeerCopySeries { src: 0, dst: 1, peer_access: true, points: points(4e-6, 40.0) }],
+        allreduce: Some(AllReduceSeries { devices: vec![0, 1], points: points(15e-6, 20.0) }),
+        notes: vec!["fuzz seed".into()],
+    };
+    let mut out = Vec::new();
+    CalibrationFile::new(m).write_json(&mut out).unwrap();
+    vec![out]
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_calibration(input: &[u8]) -> Result<(), String> {
+    use dagsim::gpu::calibration::{derive_topology, fit_all, CalibrationFile};
+    let p = path("json");
+    let file = CalibrationFile::parse(&text(input), &p).map_err(err)?;
+    let _ = fit_all(&file.measurements);
+    let base = load_topology("k80-cluster").map_err(err)?;
+    let topo = derive_topology(&file, &base, &p).map_err(err)?;
+    topo.instantiate(4).map_err(err)?;
+    Ok(())
+}
+
 pub fn all() -> Vec<Target> {
     use dagsim::workload::import::ProfileFormat as F;
     use dagsim::workload::TraceFormat as T;
@@ -595,6 +647,9 @@ pub fn all() -> Vec<Target> {
         Target { name: "hybrid-table", seeds: || read(&["traces/dettmers_alexnet_titanx.csv"]), run: hybrid },
         Target { name: "hf-config", seeds: hf_config_seeds, run: hf_config },
         Target { name: "sweep-table", seeds: sweep_table_seeds, run: sweep_table },
+        // The GPU calibration file (`calibrate --gpu`), whose reader is built with `--features cuda`.
+        #[cfg(feature = "cuda")]
+        Target { name: "gpu-calibration", seeds: gpu_calibration_seeds, run: gpu_calibration },
         Target {
             name: "sweep-journal",
             seeds: || {
