@@ -25,7 +25,7 @@ use super::build::{check_input, BuildInput};
 use super::exchange::{self, add_gradient_exchange, add_server_exchange, Bucket, Exchange, Queues, ServerSetup};
 use super::schedule::{stage_order, upstream, Pass, Step};
 use super::{Dag, DagBuilder, DagMeta, Discipline, GroupId, Phase, QueueId, Task, TaskId, Work};
-use crate::collective::CollectiveOp;
+use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
 use crate::parallel::{Coords, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
@@ -738,9 +738,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             // collectives wait for that launch).
                             if step.pass == Pass::Forward && h.layers.get(l).is_some_and(|x| x.sync) {
                                 if host_owed[gi] > 0 {
-                                    let rest = host_owed[gi] - h.launch_ns;
-                                    host_owed[gi] = rest;
-                                    host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 0, g, it, l);
+                                    let rest = std::mem::take(&mut host_owed[gi]);
+                                    host_chain(&mut b, &mut host_prev[gi], rest, g, it, l);
                                 }
                                 let wait = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 0, g, it, l);
                                 b.add_edge(t, wait);
@@ -825,35 +824,21 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 if bytes > 0 {
                                     for &idx in &all {
                                         let key = (lg.kind, stage, idx, l, step.micro_batch, forward, j);
-                                        let colls = group_colls
-                                            .entry(key)
-                                            .or_insert_with(|| {
-                                                lg.images(idx)
-                                                    .map(|i| {
-                                                        let (group, queue) = group_ids[&(lg.kind, stage, i)];
-                                                        b.add_task(task(
-                                                            Work::Collective {
-                                                                group,
-                                                                op: CollectiveOp::SendRecv,
-                                                                algorithm: s.allreduce,
-                                                                bytes,
-                                                            },
-                                                            Some(queue),
-                                                            lg.phase(),
-                                                            None,
-                                                            it,
-                                                            Some(l),
-                                                        ))
-                                                    })
-                                                    .collect()
-                                            })
-                                            .clone();
-                                        for x in start.iter().flatten() {
-                                            for &c in &colls {
-                                                b.add_edge(*x, c);
-                                            }
-                                        }
-                                        sent.insert(idx, colls[0]);
+                                        let c = GroupCollective {
+                                            op: CollectiveOp::SendRecv,
+                                            algorithm: s.allreduce,
+                                            bytes,
+                                        };
+                                        let x = c.add(
+                                            &mut b,
+                                            &mut group_colls,
+                                            key,
+                                            lg,
+                                            &group_ids,
+                                            it,
+                                            start.iter().flatten(),
+                                        );
+                                        sent.insert(idx, x);
                                     }
                                 }
                                 for k in 0..members.len() {
@@ -881,35 +866,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             let mut first: HashMap<u32, TaskId> = HashMap::new();
                             for &idx in &all {
                                 let key = (lg.kind, stage, idx, l, step.micro_batch, step.pass == Pass::Forward, pos);
-                                let colls = group_colls
-                                    .entry(key)
-                                    .or_insert_with(|| {
-                                        lg.images(idx)
-                                            .map(|i| {
-                                                let (group, queue) = group_ids[&(lg.kind, stage, i)];
-                                                b.add_task(task(
-                                                    Work::Collective {
-                                                        group,
-                                                        op: collective_op(op),
-                                                        algorithm: s.allreduce,
-                                                        bytes: comm.bytes,
-                                                    },
-                                                    Some(queue),
-                                                    lg.phase(),
-                                                    None,
-                                                    it,
-                                                    Some(l),
-                                                ))
-                                            })
-                                            .collect()
-                                    })
-                                    .clone();
-                                for x in last.iter().chain(&host_sync).flatten() {
-                                    for &c in &colls {
-                                        b.add_edge(*x, c);
-                                    }
-                                }
-                                first.insert(idx, colls[0]);
+                                let c = GroupCollective {
+                                    op: collective_op(op),
+                                    algorithm: s.allreduce,
+                                    bytes: comm.bytes,
+                                };
+                                let preds = last.iter().chain(&host_sync).flatten();
+                                first.insert(idx, c.add(&mut b, &mut group_colls, key, lg, &group_ids, it, preds));
                             }
                             for (k, p) in last.iter_mut().enumerate() {
                                 *p = Some(first[&own[k]]);
@@ -1274,7 +1237,20 @@ fn host_task(
     iteration: u32,
     layer: usize,
 ) -> TaskId {
-    let ns = *owed + h.launch_ns;
+    let t = host_chain(b, prev, *owed + h.launch_ns, g, iteration, layer);
+    *owed = kernels.saturating_sub(1) as Nanos * h.launch_ns;
+    t
+}
+
+/// Adds `ns` of host work on GPU `g` after the host's last task.
+fn host_chain(
+    b: &mut DagBuilder,
+    prev: &mut Option<TaskId>,
+    ns: Nanos,
+    g: u32,
+    iteration: u32,
+    layer: usize,
+) -> TaskId {
     let t = b.add_task(Task {
         work: Work::Fixed { ns },
         queue: None,
@@ -1288,8 +1264,55 @@ fn host_task(
         b.add_edge(p, t);
     }
     *prev = Some(t);
-    *owed = kernels.saturating_sub(1) as Nanos * h.launch_ns;
     t
+}
+
+/// One collective of a layer group (a TP or EP collective, or a step of a CP ring), made once per
+/// [`GroupKey`] on every image of the group (by the first simulated member to get there).
+struct GroupCollective {
+    op: CollectiveOp,
+    algorithm: Algorithm,
+    bytes: u64,
+}
+
+impl GroupCollective {
+    /// The collective at `key` (stage and group index in it) on every image of its group, each
+    /// after `preds`; returns the first image's task, the one the group's own members wait for.
+    #[allow(clippy::too_many_arguments)]
+    fn add<'a>(
+        &self,
+        b: &mut DagBuilder,
+        made: &mut HashMap<GroupKey, Vec<TaskId>>,
+        key: GroupKey,
+        lg: &LayerGroups,
+        group_ids: &HashMap<(CommGroup, u32, u32), (GroupId, QueueId)>,
+        iteration: u32,
+        preds: impl Iterator<Item = &'a TaskId>,
+    ) -> TaskId {
+        let (kind, stage, idx, layer) = (key.0, key.1, key.2, key.3);
+        let colls = made.entry(key).or_insert_with(|| {
+            lg.images(idx)
+                .map(|i| {
+                    let (group, queue) = group_ids[&(kind, stage, i)];
+                    b.add_task(Task {
+                        work: Work::Collective { group, op: self.op, algorithm: self.algorithm, bytes: self.bytes },
+                        queue: Some(queue),
+                        phase: lg.phase(),
+                        gpu: None,
+                        iteration,
+                        layer: Some(layer as u32),
+                        priority: layer as i32,
+                    })
+                })
+                .collect()
+        });
+        for &x in preds {
+            for &c in colls.iter() {
+                b.add_edge(x, c);
+            }
+        }
+        colls[0]
+    }
 }
 
 /// A map's entries in key order, values borrowed.
