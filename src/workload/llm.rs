@@ -974,18 +974,7 @@ impl TransformerCost {
             util: None,
             tp: blk.tp.clone(),
         };
-        let mut layers = vec![layer("embedding".into(), &self.embedding)];
-        for i in 0..self.layers {
-            layers.push(layer(format!("L{i}.attn"), &self.attention));
-            if let Some(c) = &self.context {
-                layers.push(layer(format!("L{i}.attn-cp"), c));
-            }
-            for b in self.mlp_blocks(i) {
-                let name = if b.name == "mlp" { format!("L{i}.mlp") } else { format!("L{i}.{}", b.name) };
-                layers.push(layer(name, b));
-            }
-        }
-        layers.push(layer("head".into(), &self.head));
+        let layers: Vec<Layer> = self.workload_blocks().into_iter().map(|(name, b)| layer(name, b)).collect();
         let params: u64 = layers.iter().map(|l| l.grad_bytes / grad_bytes).sum();
         Workload {
             name: self.model.clone(),
@@ -1005,21 +994,30 @@ impl TransformerCost {
     /// experts' weights among the layer's own; empty for every layer without them. A plan with
     /// ep > 1 reduces these over the expert-data-parallel group (see `dag::plan`).
     pub fn expert_grad_tensors(&self, grad_bytes: u64) -> Vec<Vec<u64>> {
-        let mut v = vec![Vec::new()]; // embedding
+        let experts: Vec<u64> = self
+            .moe
+            .as_ref()
+            .map_or(Vec::new(), |m| m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect());
+        let is_experts = |b: &BlockCost| self.moe.as_ref().is_some_and(|m| std::ptr::eq(b, &m.experts));
+        self.workload_blocks()
+            .into_iter()
+            .map(|(_, b)| if is_experts(b) { experts.clone() } else { Vec::new() })
+            .collect()
+    }
+
+    /// The blocks of [`Self::to_workload`]'s layers, in its order, with the layers' names: the
+    /// embedding, per transformer layer its attention, CP exchange and MLP (or MoE) blocks, the
+    /// head. [`Self::expert_grad_tensors`] and [`Self::launches`] follow the same order.
+    fn workload_blocks(&self) -> Vec<(String, &BlockCost)> {
+        let mut v = vec![("embedding".to_string(), &self.embedding)];
         for i in 0..self.layers {
-            v.push(Vec::new()); // attention
-            if self.context.is_some() {
-                v.push(Vec::new());
+            v.push((format!("L{i}.attn"), &self.attention));
+            if let Some(c) = &self.context {
+                v.push((format!("L{i}.attn-cp"), c));
             }
-            match &self.moe {
-                Some(m) if i >= m.dense_layers => {
-                    let experts = m.expert_tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect();
-                    v.extend([Vec::new(), experts, Vec::new()]); // router, experts, combine
-                }
-                _ => v.push(Vec::new()),
-            }
+            v.extend(self.mlp_blocks(i).into_iter().map(|b| (format!("L{i}.{}", b.name), b)));
         }
-        v.push(Vec::new()); // head
+        v.push(("head".to_string(), &self.head));
         v
     }
 
@@ -1041,21 +1039,9 @@ impl TransformerCost {
             };
             Launches { forward, backward: b.ops.iter().map(|o| o.kernels.1).sum::<u32>() + again, sync }
         };
-        let mut v = vec![of(&self.embedding, false)];
-        for i in 0..self.layers {
-            v.push(of(&self.attention, false));
-            if let Some(c) = &self.context {
-                v.push(of(c, false));
-            }
-            match &self.moe {
-                Some(m) if i >= m.dense_layers => {
-                    v.extend([of(&m.router, m.host_sync), of(&m.experts, false), of(&m.combine, false)])
-                }
-                _ => v.push(of(&self.mlp, false)),
-            }
-        }
-        v.push(of(&self.head, false));
-        v
+        // The host waits after an MoE router whose token counts it reads.
+        let syncs = |b: &BlockCost| self.moe.as_ref().is_some_and(|m| m.host_sync && std::ptr::eq(b, &m.router));
+        self.workload_blocks().into_iter().map(|(_, b)| of(b, syncs(b))).collect()
     }
 
     /// Model FLOPs per token (forward and backward, whole model).
