@@ -315,7 +315,10 @@ impl ParallelPlan {
                         v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
                     }
                 }
-                "host-launch-us" | "host_launch_us" => p.host_launch_ns = Some((number(&value)? * 1e3).round() as u64),
+                "host-launch-us" | "host_launch_us" => {
+                    let us = crate::units::check_duration_us(number(&value)?).map_err(|m| err(format!("{key}={value}: {m}")))?;
+                    p.host_launch_ns = Some((us * 1e3).round() as u64)
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -654,6 +657,7 @@ mod tests {
             ("moe-dispatcher=nccl", "alltoall or flex"),
             ("host=jit", "eager, graphs or off"),
             ("host-launch-us=0", "positive number"),
+            ("host-launch-us=1e30", "beyond the limit"),
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
