@@ -284,18 +284,23 @@ fn parse(rel: &Path, text: &str) -> (Vec<Item>, Vec<String>) {
     (items, errors)
 }
 
+/// The lines of a Markdown text outside fenced code blocks (0-based line number, line); a closing
+/// fence line is kept (it holds no links or commands).
+fn prose_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut in_code = false;
+    text.lines().enumerate().filter(move |(_, line)| {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        !in_code
+    })
+}
+
 /// Relative Markdown links whose target does not exist.
 fn broken_links(rel: &Path, text: &str) -> Vec<String> {
     let dir = root().join(rel).parent().unwrap().to_path_buf();
     let mut out = Vec::new();
-    let mut in_code = false;
-    for (n, line) in text.lines().enumerate() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-        }
-        if in_code {
-            continue;
-        }
+    for (n, line) in prose_lines(text) {
         let mut rest = line;
         while let Some(p) = rest.find("](") {
             let after = &rest[p + 2..];
@@ -500,14 +505,7 @@ fn help_examples(sandbox: &Sandbox, path: &[String]) -> Vec<String> {
 /// (line, command).
 fn inline_commands(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
-    let mut in_code = false;
-    for (n, line) in text.lines().enumerate() {
-        if line.starts_with("```") {
-            in_code = !in_code;
-        }
-        if in_code {
-            continue;
-        }
+    for (n, line) in prose_lines(text) {
         for (k, span) in line.split('`').enumerate() {
             if k % 2 == 1 && span.starts_with("dagsim ") {
                 out.push((n + 1, span.to_string()));
