@@ -17,8 +17,9 @@ use serde::Serialize;
 /// only exposed data movement).
 pub const CATEGORIES: [&str; 6] = ["fp_bp", "gradient_reduce", "weight_broadcast", "ptop", "htod", "other"];
 
-fn category(phase: Phase) -> usize {
-    match phase {
+/// The [`CATEGORIES`] column of a phase; None for host launches, which are not GPU time.
+fn category(phase: Phase) -> Option<usize> {
+    Some(match phase {
         Phase::Forward | Phase::Backward | Phase::Update | Phase::Codec => 0,
         Phase::GradientAggregation | Phase::Coordination | Phase::ServerReduce | Phase::ParamGather => 1,
         Phase::WeightBroadcast => 2,
@@ -30,9 +31,8 @@ fn category(phase: Phase) -> usize {
         | Phase::PipelineTransfer
         | Phase::ExpertParallel
         | Phase::ContextParallel => 5,
-        // Host launches are not GPU time (skipped below).
-        Phase::Host => usize::MAX,
-    }
+        Phase::Host => return None,
+    })
 }
 
 /// One strategy's row.
@@ -117,10 +117,7 @@ fn exposed_per_gpu(dag: &Dag, run: &Run, window: (Nanos, Nanos)) -> Vec<[Nanos; 
         if s >= e {
             continue;
         }
-        let c = category(task.phase);
-        if c == usize::MAX {
-            continue;
-        }
+        let Some(c) = category(task.phase) else { continue };
         let gpus: Vec<usize> = match (task.gpu, task.work) {
             (Some(g), _) => vec![g as usize],
             (None, Work::Collective { group, .. }) => dag.group(group).iter().map(|&r| r as usize).collect(),
