@@ -98,7 +98,7 @@ pub fn run(args: Args, output: Option<&Path>) -> Result<u8> {
         emit(output, |w| file.write_json(w))?;
     }
     if let (Some(path), Some(base)) = (&args.topology_out, &base) {
-        let source = args.from.as_deref().or(output.as_deref()).unwrap_or(Path::new("the measurements of this run"));
+        let source = args.from.as_deref().or(output).unwrap_or(Path::new("the measurements of this run"));
         let topology = derive_topology(&file, base, source)?;
         emit(Some(path), |w| {
             serde_json::to_writer_pretty(&mut *w, &topology)?;
