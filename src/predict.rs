@@ -83,13 +83,14 @@ impl Setup {
         crate::limits::check("gpus", gpus as u64)?;
         let machine = self.topology.instantiate(gpus)?;
         let represented = if symmetric { self.representatives(&machine, gpus).unwrap_or(gpus) } else { gpus };
+        let exchanged = self.exchanged_workload();
         let build = |represented: u32| {
             // Refuse a DAG too big to hold before building it: a few tasks per layer, GPU and iteration.
             let layers = self.workload.layers.len() as u64;
             let tasks = (represented as u64).saturating_mul(self.iterations as u64).saturating_mul(3 * layers + 8);
             crate::limits::check("tasks", tasks)?;
             build_dag(&BuildInput {
-                workload: &self.workload,
+                workload: &exchanged,
                 machine: &machine,
                 gpus,
                 strategy: &self.strategy,
@@ -103,6 +104,24 @@ impl Setup {
             dag = build(gpus)?;
         }
         Ok((machine, dag))
+    }
+
+    /// The workload as the gradient exchange sees it: under `grad-dtype=fp32` an FP16 workload's
+    /// gradients are all-reduced in FP32 (twice its FP16 gradient bytes, per tensor), its layer
+    /// times unchanged; otherwise the workload itself.
+    pub fn exchanged_workload(&self) -> std::borrow::Cow<'_, Workload> {
+        if !(self.strategy.fp32_grads && self.workload.fp16) {
+            return std::borrow::Cow::Borrowed(&self.workload);
+        }
+        let mut w = self.workload.clone();
+        w.fp16 = false;
+        for l in &mut w.layers {
+            l.grad_bytes = l.grad_bytes.saturating_mul(2);
+            for t in &mut l.grad_tensors {
+                *t = t.saturating_mul(2);
+            }
+        }
+        std::borrow::Cow::Owned(w)
     }
 
     /// How many GPUs (one node's) stand for all `gpus` when every node behaves alike: plain

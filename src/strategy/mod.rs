@@ -60,6 +60,10 @@ pub struct Strategy {
     pub decode_ns: Option<f64>,
     pub launch_ns: Nanos,
     pub gpu_speed: f64,
+    /// `grad-dtype=fp32`: a mixed-precision (FP16) workload's gradients are all-reduced in FP32,
+    /// as frameworks that keep FP32 variables and cast them for FP16 compute do (TensorFlow's
+    /// AMP and Keras `mixed_float16`, Horovod without `Compression.fp16`; docs/strategies.md).
+    pub fp32_grads: bool,
     /// Mixed precision (GradientFlow 2.5): compute times divided by `fp16_speedup`, FP16 gradients.
     pub mixed: bool,
     pub fp16_speedup: f64,
@@ -141,6 +145,10 @@ pub const NAMED: &[(&str, &str)] = &[
     ("master+split+preload+weights=3to1", "plus 3:1 lossy weight compression before the broadcast (ScaleDNN IV-C)"),
     ("wfbp+grads=8bit", "8-bit gradients with Dettmers' codec cost (also fp16, bf16)"),
     ("wfbp+mixed+fp16_speedup=1.12", "mixed precision: faster compute, FP16 gradients (GradientFlow 2.5)"),
+    (
+        "io+wfbp+runtime=horovod+grad-dtype=fp32",
+        "an FP16 (AMP) workload whose framework all-reduces its FP32 variables' gradients (TF AMP, Keras)",
+    ),
     ("wfbp+fusion=4M", "lazy all-reduce with threshold θ = 4 MB (GradientFlow 3.1); fusion=inf: one after backward"),
     ("wfbp+fusion=4M+sparse=0.15", "coarse-grained sparse chunks, 15% of 32K-gradient chunks sent (GradientFlow 3.2)"),
     ("wfbp+priority=1M", "P3/ByteScheduler: 1 MB gradient pieces, lowest layer first"),
@@ -175,6 +183,7 @@ impl Strategy {
             decode_ns: None,
             launch_ns: compress::LAUNCH_NS,
             gpu_speed: 1.0,
+            fp32_grads: false,
             mixed: false,
             fp16_speedup: 1.0,
             fusion: None,
@@ -206,6 +215,13 @@ impl Strategy {
             match token.split_once('=') {
                 Some(("weights", v)) => s.weights = codec("weights", v)?,
                 Some(("grads", v)) => s.grads = codec("grads", v)?,
+                Some(("grad-dtype" | "grad_dtype", v)) => {
+                    s.fp32_grads = match v {
+                        "fp32" => true,
+                        "fp16" => false,
+                        _ => return Err(bad(format!("`grad-dtype` is fp32 or fp16 (the workload's), not `{v}`"))),
+                    }
+                }
                 Some(("encode_ns", v)) => s.encode_ns = Some(positive("encode_ns", v)?),
                 Some(("decode_ns", v)) => s.decode_ns = Some(positive("decode_ns", v)?),
                 Some(("launch_us", v)) => {
@@ -321,6 +337,13 @@ impl Strategy {
         {
             return Err(bad(
                 "grads=, fusion=, sparse= and priority= shape all-reduce; `master` reduces to one GPU".into()
+            ));
+        }
+        if s.fp32_grads && (s.mixed || s.grads != Codec::None || s.master) {
+            return Err(bad(
+                "grad-dtype=fp32 all-reduces an FP16 workload's gradients in FP32; it does not combine with \
+                 `mixed` (FP16 gradients), a `grads=` codec or `master`"
+                    .into(),
             ));
         }
         match loader {
@@ -469,6 +492,9 @@ impl Strategy {
         if self.grads != Codec::None {
             parts.push(format!("grads={}", self.grads.name()));
         }
+        if self.fp32_grads {
+            parts.push("grad-dtype=fp32".into());
+        }
         let num = |x: f64| format!("{x}");
         for (v, k) in [(self.encode_ns, "encode_ns"), (self.decode_ns, "decode_ns")] {
             if let Some(v) = v {
@@ -535,6 +561,7 @@ pub const SETTINGS: &[&str] = &[
     "comm",
     "weights",
     "grads",
+    "grad-dtype",
     "encode_ns",
     "decode_ns",
     "launch_us",
