@@ -113,6 +113,32 @@ fn mixed_precision_halves_compute_and_gradients() {
 }
 
 #[test]
+fn fp32_gradient_dtype_doubles_an_fp16_workloads_wire_bytes() {
+    // The tiny workload marked FP16 (its 4000 and 8000 gradient bytes are FP16 bytes). Under
+    // `grad-dtype=fp32` the framework all-reduces its FP32 variables' gradients: 8000 and 16000
+    // bytes. Without overlap: compute 7000 + all-reduces 16000 + 8000 = 31000 (FP16: 19000).
+    let mut half = tiny();
+    half.fp16 = true;
+    let (dag, run) = sim(&half, "none+grad-dtype=fp32");
+    assert_eq!(aggregation_bytes(&dag, 1), vec![16000, 8000]);
+    assert_eq!(steady_state(&dag, &run).iteration_ns, 31_000.0);
+    assert_eq!(iteration_ns(&half, "none"), 19_000.0);
+    // One all-reduce after backward (TF 2.x's single pack): 7000 + 24000.
+    let (dag, run) = sim(&half, "io+fusion=inf+grad-dtype=fp32");
+    assert_eq!(aggregation_bytes(&dag, 1), vec![24000]);
+    assert_eq!(steady_state(&dag, &run).iteration_ns, 31_000.0);
+    // An FP32 workload's gradients are FP32 already: nothing changes.
+    assert_eq!(iteration_ns(&tiny(), "none+grad-dtype=fp32"), iteration_ns(&tiny(), "none"));
+    // The name says it, and it refuses what would contradict it.
+    assert_eq!(Strategy::parse("io+fusion=inf+grad-dtype=fp32").unwrap().name(), "io+grad-dtype=fp32+fusion=inf");
+    assert_eq!(Strategy::parse("io+grad-dtype=fp16").unwrap().name(), "io");
+    for bad in ["io+grad-dtype=bf8", "io+mixed+grad-dtype=fp32", "io+grads=fp16+grad-dtype=fp32"] {
+        let e = Strategy::parse(bad).unwrap_err().to_string();
+        assert!(e.contains("grad-dtype"), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn lazy_allreduce_fuses_until_theta() {
     // θ = inf: one all-reduce of 12000 bytes after the whole backward pass: 7000 + 12000.
     let (dag, run) = sim(&tiny(), "wfbp+fusion=inf");
