@@ -118,6 +118,13 @@ impl PlanSetup {
             Some(s) => Strategy::parse(s)?,
             None => default_plan_strategy(&plan),
         };
+        if strategy.fp32_grads {
+            return Err(Error::invalid(
+                "strategy",
+                "grad-dtype= sets the gradient dtype of data-parallel (S-SGD) runs; a --parallel plan \
+                 reduces FP32 gradients unless its `grad-reduce=bf16` says otherwise",
+            ));
+        }
         let precision = scenario.workload.precision.unwrap_or(if gpu.bf16 { Precision::Bf16 } else { Precision::Fp16 });
         Ok(PlanSetup {
             seq_len: r.seq_len.or(scenario.workload.seq_len).unwrap_or(model.seq_len),

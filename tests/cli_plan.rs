@@ -63,6 +63,8 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
     // The CP exchange: only Transformer Engine's two kinds.
     fails(&["--parallel", "tp=4,cp=2,cp-comm=a2a"], &["--parallel", "cp-comm=a2a", "p2p or all-gather"]);
     fails(&["--parallel", "tp=8,pp=1,dp=2", "--gpus", "16,32"], &["--gpus", "one GPU count"]);
+    // The S-SGD gradient dtype is not a plan's: plans say `grad-reduce=`.
+    fails(&["--parallel", "tp=8", "--strategy", "io+wfbp+grad-dtype=fp32"], &["grad-dtype", "grad-reduce=bf16"]);
     fails(&["--parallel", "tp=8", "--gpu", "h100"], &["--gpu", "contradicts topology `dgx-a100`", "--force-gpu"]);
     fails_with(&["predict", "--model", "nosuch", "--parallel", "dp=8"], &["unknown model `nosuch`", "llama2-70b"]);
     fails_with(
