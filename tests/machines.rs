@@ -396,9 +396,14 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
     }
     // Under the NCCL collective model the engine routes that way, so an all-to-all over both nodes
     // is bound by the NICs alone: each GPU's NIC carries half of its rank's bytes at 400 Gb/s x
-    // 0.95. The ideal model keeps the cheapest route, where a switch's two GPUs share one NIC.
+    // 0.95. The ideal model under `--nic-route cheapest` takes the cheapest route, where a
+    // switch's two GPUs share one NIC.
     let bytes = 128u64 << 20;
     let nic_bound = (bytes / 2) as f64 / 47.5;
+    assert_eq!(m.nic_route, NicRoute::Local, "NCCL's local NIC is the default");
+    let mut cheapest = m.clone();
+    cheapest.nic_route = NicRoute::Cheapest;
+    let m = cheapest;
     let mut nccl = m.clone();
     nccl.collectives = CollectiveModel::from_flags(Some("nccl"), None, None, None).unwrap();
     let ns = simulate_collective(&nccl, CollectiveOp::AllToAll, Algorithm::Auto, 16, bytes).unwrap();
@@ -413,7 +418,7 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
     for (i, j) in [(0, 0), (1, 1), (0, 5)] {
         let (a, b) = (m.gpus[i].device, m.gpus[8 + j].device);
         assert_eq!(local.railless_route(a, b), m.p2p_route(a, b), "gpu{i} -> n1.gpu{j}");
-        assert_eq!(m.railless_route(a, b), m.shortest_path(a, b), "the default keeps the cheapest route");
+        assert_eq!(m.railless_route(a, b), m.shortest_path(a, b), "`cheapest` keeps the cheapest route");
     }
     let (r0, r1) =
         (m.railless_route(m.gpus[0].device, m.gpus[8].device), m.railless_route(m.gpus[1].device, m.gpus[9].device));

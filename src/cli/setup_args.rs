@@ -116,8 +116,8 @@ pub struct CollectiveArgs {
     /// Force NCCL's protocol, as NCCL_PROTO does: LL, LL128 or Simple.
     #[arg(long, value_name = "PROTO")]
     pub nccl_proto: Option<String>,
-    /// How transfers between nodes pick their NICs under the ideal collective model: cheapest
-    /// (the cheapest route; the default) or local (NCCL's: each GPU's own NIC, PXN). The NCCL
+    /// How transfers between nodes pick their NICs under the ideal collective model: local
+    /// (NCCL's: each GPU's own NIC, PXN; the default) or cheapest (the cheapest route). The NCCL
     /// model always routes as NCCL does.
     #[arg(long, value_name = "ROUTE")]
     pub nic_route: Option<String>,

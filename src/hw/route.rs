@@ -29,11 +29,12 @@ impl Route {
 pub enum NicRoute {
     /// The cheapest route ([`Machine::shortest_path`]): where two GPUs share a PCIe switch with
     /// two NICs, the tie-break sends both through the first NIC.
-    #[default]
     Cheapest,
     /// NCCL's choice ([`Machine::p2p_route`]): the receiver's local NIC, reached by PXN through
     /// the sender's node GPU of the same index (`ncclTopoGetLocalNet`, `ncclTopoGetNetDev`,
-    /// NCCL 2.21.5), so each GPU of a DGX H100 has a NIC of its own.
+    /// NCCL 2.21.5), so each GPU of a DGX H100 has a NIC of its own. The default: it is how
+    /// the stacks that dagsim predicts send (docs/machines.md).
+    #[default]
     Local,
 }
 
