@@ -13,6 +13,7 @@
 
 pub mod collective_fit;
 pub mod formats;
+pub mod nccl_fit;
 pub mod nccl_tests;
 pub mod p2p;
 
@@ -289,14 +290,14 @@ fn intercept(pts: &[(u64, f64)]) -> f64 {
 }
 
 /// The ring transfer whose route crosses the fitted kind most often.
-struct CriticalRoute {
-    kind: LinkKind,
+pub(crate) struct CriticalRoute {
+    pub(crate) kind: LinkKind,
     hops: u32,
     other_latency_ns: u64,
 }
 
 impl CriticalRoute {
-    fn find(machine: &Machine, ranks: u32, kind: Option<LinkKind>) -> Result<Self> {
+    pub(crate) fn find(machine: &Machine, ranks: u32, kind: Option<LinkKind>) -> Result<Self> {
         let mut routes = Vec::new();
         for (r, route) in ring_routes(machine, ranks).into_iter().enumerate() {
             let Some(links) = route else {
