@@ -439,7 +439,12 @@ impl Comm {
     fn ring(&self, choice: &Choice, f: Func, bytes: u64, steps: u32) -> Shape {
         let (n, g, m) = (self.ranks, self.per_node, self.nodes);
         let nc = choice.channels.max(1);
-        let chunk = bytes.div_ceil(n as u64 * nc as u64).max(1);
+        let chunk = match f {
+            Func::AllReduce => {
+                protocol::ring_allreduce_step_bytes(self.config.version, choice.proto, bytes, n, nc, choice.threads)
+            }
+            _ => bytes.div_ceil(n as u64 * nc as u64).max(1),
+        };
         let w = protocol::wire_factor(choice.proto);
         let pats = Self::patterns(&self.ring, nc);
         // Channels on each arc: intra (i -> j) and inter (exit i -> entry j by NIC n).
