@@ -15,6 +15,7 @@
 //!              { "from": "n0.gpu0", "to": "n0.gpu1", "latency_us": 1.0,
 //!                "bandwidth": [ { "bytes": 0, "gb_s": 20.0 } ] } ],
 //!   "collectives": [ { "op": "all-reduce", "algorithm": "ring", "efficiency": 0.9 } ],
+//!   "nccl": [ { "transport": "p2p-nvlink", "hop_latency_us": 0.39 } ],
 //!   "fit": [ ... per-point measured vs model, written by the fitter, ignored when applied ... ] }
 //! ```
 //!
@@ -24,7 +25,9 @@
 //! A collective efficiency e > 0 makes that collective move bytes/e: below 1 it captures what the
 //! library loses beyond the links (kernel time, protocol); above 1, what it gains over the model's
 //! algorithm on the same links (e.g. NCCL pipelines a broadcast in far more pieces, over several
-//! channels). Fitted from measurements (`dagsim calibrate`), not assumed.
+//! channels). Fitted from measurements (`dagsim calibrate`), not assumed. An `nccl` entry (under
+//! the NCCL collective model only) adds its latency to every hop its transport carries, on top of
+//! NCCL's per-protocol hardware latency; `calibrate --collective-model nccl` fits it.
 
 use super::{BandwidthCurve, LinkKind, Machine};
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
