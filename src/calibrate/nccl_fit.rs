@@ -11,9 +11,9 @@
 //! (sum of squared relative errors over the fitted sizes) are `collective_fit`'s.
 
 use super::collective_fit::{cost, flat_link, minimize};
-use super::{check_hosts, measured_vs_model, CriticalRoute, Fit, FitOptions, Measurement};
+use super::{allreduce_fit_machine, measured_vs_model, CriticalRoute, Fit, FitOptions, Measurement};
 use crate::collective::nccl::Comm;
-use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
+use crate::collective::{Algorithm, CollectiveModel};
 use crate::error::{Error, Result};
 use crate::hw::calibration::{Calibration, NcclHopCalibration, Provenance};
 use crate::hw::{Machine, Topology};
@@ -29,21 +29,7 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
     let CollectiveModel::Nccl(config) = topology.collectives else {
         return Err(Error::invalid("--collective-model", "the NCCL link fit needs --collective-model nccl"));
     };
-    if m.op != CollectiveOp::AllReduce {
-        return Err(Error::invalid("measurement", format!("{}: only all-reduce tables can be fitted", m.input)));
-    }
-    let ranks = opts.ranks.unwrap_or(m.ranks);
-    if ranks < 2 {
-        return Err(Error::invalid(
-            "ranks",
-            format!("{}: the file does not say how many ranks ran; give --ranks (at least 2)", m.input),
-        ));
-    }
-    let hosts = opts.hosts.unwrap_or(m.hosts.max(1));
-    let mut bare = topology.clone();
-    bare.calibrated = None;
-    let mut machine = bare.instantiate(ranks)?;
-    check_hosts(topology, &machine, m, ranks, hosts)?;
+    let (mut machine, ranks, hosts) = allreduce_fit_machine(topology, m, opts)?;
     let kind = CriticalRoute::find(&machine, ranks, opts.kind)?.kind;
     let group: Vec<u32> = (0..ranks).collect();
     let transports = Comm::new(&machine, &group, config).transports();
