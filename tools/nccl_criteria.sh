@@ -71,3 +71,17 @@ for f in "$D"/*.nccl; do
   within=$(awk -F, 'NR>1 { e=$2; if (e<0) e=-e; n++; if (e<=0.2) k++ } END { printf "%d/%d within 20%%", k, n }' "$T/p.csv")
   echo "  $f: busbw $(stats 1 <"$T/p.csv"); $within"
 done
+
+# 4. presets only, the ABCI outputs not shipped in topologies/measured/abci (A-node all-reduce
+#    across nodes, every broadcast): read from the originals when they are on this machine.
+RAW=${ABCI_RAW:-/work/shared/data/aistabci_abci2.0benchmark}
+if [ -d "$RAW" ]; then
+  echo "4. presets only, the other ABCI nccl-tests outputs ($RAW): busbw at >= 1 MiB within 20%"
+  for f in "$RAW"/allreduce/inter_anode/*.nccl "$RAW"/bcast/*/*.nccl; do
+    topo=abci-v
+    case $f in *anode*) topo=abci-a ;; esac
+    "$BIN" collective --check "$f" --topology $topo "${M[@]}" --format csv -q | busbw >"$T/p.csv"
+    within=$(awk -F, 'NR>1 { e=$2; if (e<0) e=-e; n++; if (e<=0.2) k++ } END { printf "%d/%d within 20%%", k, n }' "$T/p.csv")
+    echo "  ${f#"$RAW"/}: busbw $(stats 1 <"$T/p.csv"); $within"
+  done
+fi

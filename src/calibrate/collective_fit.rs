@@ -12,9 +12,12 @@
 //! grid keeps the search from settling in a local dip.
 
 use super::{simulate_collective, Measurement};
+use crate::collective::nccl::transport::Transport;
 use crate::collective::Algorithm;
 use crate::error::{Error, Result};
-use crate::hw::calibration::{Calibration, CollectiveEfficiency, CurvePoint, FitPoint, LinkCalibration};
+use crate::hw::calibration::{
+    Calibration, CollectiveEfficiency, CurvePoint, FitPoint, LinkCalibration, NcclHopCalibration,
+};
 use crate::hw::{DeviceKind, LinkKind, Machine, Topology};
 
 /// Efficiencies tried: bytes/e with e from 1/20 to 20 (e > 1: the library beats the model's
@@ -68,7 +71,7 @@ fn compare(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit_range: 
 }
 
 /// Sum of squared relative errors over the sizes in the fit range.
-fn cost(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit: &[(u64, f64)]) -> Result<f64> {
+pub(crate) fn cost(machine: &Machine, m: &Measurement, algorithm: Algorithm, fit: &[(u64, f64)]) -> Result<f64> {
     let mut sum = 0.0;
     for &(bytes, us) in fit {
         let predicted_us = simulate_collective(machine, m.op, algorithm, m.ranks, bytes)? as f64 / 1e3;
@@ -91,7 +94,7 @@ fn fit_points(m: &Measurement, range: (u64, u64)) -> Result<Vec<(u64, f64)>> {
 
 /// Minimises `f` over `lo..=hi`: `grid` points (geometric if `log`), then golden-section search
 /// between the neighbours of the best one.
-fn minimize(lo: f64, hi: f64, log: bool, grid: usize, mut f: impl FnMut(f64) -> Result<f64>) -> Result<f64> {
+pub(crate) fn minimize(lo: f64, hi: f64, log: bool, grid: usize, mut f: impl FnMut(f64) -> Result<f64>) -> Result<f64> {
     let to = |x: f64| if log { x.ln() } else { x };
     let from = |x: f64| if log { x.exp() } else { x };
     let (a, b) = (to(lo), to(hi));
@@ -195,14 +198,40 @@ pub fn fit_network(
     }
     let fit = fit_points(m, opts.fit_range)?;
     let algorithm = opts.algorithm;
-    let set = |machine: &mut Machine, latency_us: f64, gb_s: f64| {
+    // Under the NCCL model a hop's latency is NCCL's per-protocol figure, not the links': the
+    // fitted latency is then the network transports' hop latency beyond it (`Calibration::nccl`),
+    // and the links keep their own.
+    let first = machine.links.iter().find(|l| l.kind == kind).expect("checked above");
+    let (link_latency_us, base_gb_s) = (first.latency_ns as f64 / 1e3, first.capacity());
+    let net_transports: Vec<_> = match machine.collectives {
+        crate::collective::CollectiveModel::Nccl(config) => {
+            let group: Vec<u32> = (0..m.ranks).collect();
+            crate::collective::nccl::Comm::new(&machine, &group, config)
+                .transports()
+                .into_iter()
+                .filter(|t| matches!(t, Transport::NetIb | Transport::NetIbGdr | Transport::NetSocket))
+                .collect()
+        }
+        crate::collective::CollectiveModel::Ideal => Vec::new(),
+    };
+    let calibration_of = |latency_us: f64, gb_s: f64| {
         let mut one = Calibration::new(Default::default());
-        one.links.push(flat_link(kind, latency_us, gb_s));
-        machine.apply_calibration(&one)
+        if net_transports.is_empty() {
+            one.links.push(flat_link(kind, latency_us, gb_s));
+        } else {
+            one.links.push(flat_link(kind, link_latency_us, gb_s));
+            one.nccl = net_transports
+                .iter()
+                .map(|&transport| NcclHopCalibration { transport, hop_latency_us: latency_us })
+                .collect();
+        }
+        one
+    };
+    let set = |machine: &mut Machine, latency_us: f64, gb_s: f64| {
+        machine.apply_calibration(&calibration_of(latency_us, gb_s))
     };
     // Start from the topology's own figures, then alternate the two one-dimensional searches.
-    let first = machine.links.iter().find(|l| l.kind == kind).expect("checked above");
-    let (mut latency_us, mut gb_s) = (first.latency_ns as f64 / 1e3, first.capacity());
+    let (mut latency_us, mut gb_s) = (if net_transports.is_empty() { link_latency_us } else { 0.0 }, base_gb_s);
     for _ in 0..3 {
         gb_s = minimize(RATE_RANGE.0, RATE_RANGE.1, true, 41, |r| {
             set(&mut machine, latency_us, r)?;
@@ -224,10 +253,19 @@ pub fn fit_network(
         m.hosts
     );
     let mut calibration = extend(base, topology, m, note, &points);
+    let fitted = calibration_of(latency_us, gb_s);
     calibration.links.retain(|l| l.kind.as_deref() != Some(kind.name()));
-    calibration.links.push(flat_link(kind, latency_us, gb_s));
+    calibration.links.extend(fitted.links);
+    calibration.nccl.retain(|n| !fitted.nccl.iter().any(|f| f.transport == n.transport));
+    calibration.nccl.extend(fitted.nccl);
+    let latency_what = if net_transports.is_empty() {
+        "latency".to_string()
+    } else {
+        let names: Vec<&str> = net_transports.iter().map(|t| t.key()).collect();
+        format!("{} hop latency +", names.join(", "))
+    };
     let headline = format!(
-        "fitted {} links: latency {latency_us:.3} us, rate {gb_s:.3} GB/s (flat), all-reduce as {}, sizes {}",
+        "fitted {} links: {latency_what}{latency_us:.3} us, rate {gb_s:.3} GB/s (flat), all-reduce as {}, sizes {}",
         kind.name(),
         algorithm.name(),
         range_text(opts.fit_range)
@@ -265,7 +303,7 @@ fn network_kind(machine: &Machine) -> Result<LinkKind> {
 }
 
 /// One latency and one flat rate for every link of `kind`.
-fn flat_link(kind: LinkKind, latency_us: f64, gb_s: f64) -> LinkCalibration {
+pub(crate) fn flat_link(kind: LinkKind, latency_us: f64, gb_s: f64) -> LinkCalibration {
     LinkCalibration {
         kind: Some(kind.name().to_string()),
         from: None,

@@ -13,6 +13,7 @@
 
 pub mod collective_fit;
 pub mod formats;
+pub mod nccl_fit;
 pub mod nccl_tests;
 pub mod p2p;
 
@@ -119,8 +120,13 @@ pub fn summarize(points: &[FitPoint], lo: u64, hi: u64) -> [Option<(f64, f64)>; 
     })
 }
 
-/// Fits the links of one kind to a measured ring all-reduce and checks the fit with the engine.
-pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) -> Result<Fit> {
+/// The uncalibrated machine a single-node all-reduce fit starts from, with the rank and host
+/// counts (from the file, else `opts`); errors name the file when it cannot be fitted.
+pub(crate) fn allreduce_fit_machine(
+    topology: &Topology,
+    m: &Measurement,
+    opts: &FitOptions,
+) -> Result<(Machine, u32, u32)> {
     if m.op != CollectiveOp::AllReduce {
         return Err(Error::invalid("measurement", format!("{}: only all-reduce tables can be fitted", m.input)));
     }
@@ -136,6 +142,12 @@ pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) ->
     bare.calibrated = None;
     let machine = bare.instantiate(ranks)?;
     check_hosts(topology, &machine, m, ranks, hosts)?;
+    Ok((machine, ranks, hosts))
+}
+
+/// Fits the links of one kind to a measured ring all-reduce and checks the fit with the engine.
+pub fn fit_allreduce(topology: &Topology, m: &Measurement, opts: &FitOptions) -> Result<Fit> {
+    let (machine, ranks, hosts) = allreduce_fit_machine(topology, m, opts)?;
     let route = CriticalRoute::find(&machine, ranks, opts.kind)?;
     let n = ranks as u64;
     let steps = 2.0 * (ranks - 1) as f64;
@@ -289,14 +301,14 @@ fn intercept(pts: &[(u64, f64)]) -> f64 {
 }
 
 /// The ring transfer whose route crosses the fitted kind most often.
-struct CriticalRoute {
-    kind: LinkKind,
+pub(crate) struct CriticalRoute {
+    pub(crate) kind: LinkKind,
     hops: u32,
     other_latency_ns: u64,
 }
 
 impl CriticalRoute {
-    fn find(machine: &Machine, ranks: u32, kind: Option<LinkKind>) -> Result<Self> {
+    pub(crate) fn find(machine: &Machine, ranks: u32, kind: Option<LinkKind>) -> Result<Self> {
         let mut routes = Vec::new();
         for (r, route) in ring_routes(machine, ranks).into_iter().enumerate() {
             let Some(links) = route else {

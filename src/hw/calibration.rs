@@ -15,6 +15,7 @@
 //!              { "from": "n0.gpu0", "to": "n0.gpu1", "latency_us": 1.0,
 //!                "bandwidth": [ { "bytes": 0, "gb_s": 20.0 } ] } ],
 //!   "collectives": [ { "op": "all-reduce", "algorithm": "ring", "efficiency": 0.9 } ],
+//!   "nccl": [ { "transport": "p2p-nvlink", "hop_latency_us": 0.39 } ],
 //!   "fit": [ ... per-point measured vs model, written by the fitter, ignored when applied ... ] }
 //! ```
 //!
@@ -24,7 +25,9 @@
 //! A collective efficiency e > 0 makes that collective move bytes/e: below 1 it captures what the
 //! library loses beyond the links (kernel time, protocol); above 1, what it gains over the model's
 //! algorithm on the same links (e.g. NCCL pipelines a broadcast in far more pieces, over several
-//! channels). Fitted from measurements (`dagsim calibrate`), not assumed.
+//! channels). Fitted from measurements (`dagsim calibrate`), not assumed. An `nccl` entry (under
+//! the NCCL collective model only) adds its latency to every hop its transport carries, on top of
+//! NCCL's per-protocol hardware latency; `calibrate --collective-model nccl` fits it.
 
 use super::{BandwidthCurve, LinkKind, Machine};
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
@@ -45,6 +48,10 @@ pub struct Calibration {
     pub links: Vec<LinkCalibration>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collectives: Vec<CollectiveEfficiency>,
+    /// Per NCCL transport, the latency each hop adds to NCCL's per-protocol hardware latency
+    /// (applies under the NCCL collective model only; `calibrate --collective-model nccl` fits it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nccl: Vec<NcclHopCalibration>,
     /// The fitter's report, kept with the numbers it justifies. Not used when applying.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fit: Vec<FitPoint>,
@@ -102,6 +109,17 @@ pub struct CollectiveEfficiency {
     pub model: Option<String>,
 }
 
+/// A hop latency fitted through the NCCL model for one transport: every hop the transport carries
+/// takes `hop_latency_us` more than NCCL's per-protocol figure (tuning.cc `hwLat`), whatever the
+/// protocol (a property of the machine's path, not of the protocol).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcclHopCalibration {
+    /// `p2p-nvlink`, `p2p-pcie`, `shm`, `net-ib`, `net-ib-gdr`, `net-socket`.
+    pub transport: crate::collective::nccl::transport::Transport,
+    pub hop_latency_us: f64,
+}
+
 /// One measured point against the fitted model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,7 +144,14 @@ pub struct FitPoint {
 impl Calibration {
     /// An empty calibration with the current format tag.
     pub fn new(provenance: Provenance) -> Self {
-        Calibration { format: FORMAT.into(), provenance, links: Vec::new(), collectives: Vec::new(), fit: Vec::new() }
+        Calibration {
+            format: FORMAT.into(),
+            provenance,
+            links: Vec::new(),
+            collectives: Vec::new(),
+            nccl: Vec::new(),
+            fit: Vec::new(),
+        }
     }
 
     /// Reads and checks a calibration file; errors name the file and the line or entry.
@@ -167,6 +192,10 @@ impl Calibration {
         }
         for (i, c) in self.collectives.iter().enumerate() {
             check_efficiency(c.efficiency).map_err(|m| Error::parse(at(format!("collectives[{i}].efficiency")), m))?;
+        }
+        for (i, n) in self.nccl.iter().enumerate() {
+            crate::units::check_duration_us(n.hop_latency_us)
+                .map_err(|m| Error::parse(at(format!("nccl[{i}].hop_latency_us")), m))?;
         }
         Ok(())
     }
@@ -251,6 +280,13 @@ impl Machine {
             })?;
             self.collective_efficiency.retain(|e| (e.op, e.algorithm, &e.model) != (c.op, c.algorithm, &c.model));
             self.collective_efficiency.push(c.clone());
+        }
+        for n in &cal.nccl {
+            crate::units::check_duration_us(n.hop_latency_us)
+                .map_err(|m| Error::invalid(format!("calibration, nccl {} hop_latency_us", n.transport.key()), m))?;
+            let extra = &mut self.transports.nccl_hop_extra_ns;
+            extra.retain(|e| e.0 != n.transport);
+            extra.push((n.transport, us_to_ns(n.hop_latency_us)));
         }
         Ok(())
     }

@@ -71,6 +71,10 @@ pub struct Transports {
     /// Where the numbers come from.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
+    /// Per NCCL transport, latency (ns) every hop it carries adds to NCCL's per-protocol hardware
+    /// latency; only a calibration sets it (`Calibration::nccl`), never a topology file.
+    #[serde(skip)]
+    pub nccl_hop_extra_ns: Vec<(crate::collective::nccl::transport::Transport, u64)>,
 }
 
 impl Transports {
@@ -109,6 +113,11 @@ impl Transports {
             ));
         }
         Ok(())
+    }
+
+    /// The calibrated extra latency of one hop over `transport` (0 when not calibrated).
+    pub fn hop_extra_ns(&self, transport: crate::collective::nccl::transport::Transport) -> u64 {
+        self.nccl_hop_extra_ns.iter().find(|(t, _)| *t == transport).map_or(0, |e| e.1)
     }
 
     pub fn cpu_vendor(&self) -> CpuVendor {

@@ -54,6 +54,8 @@ struct HopInfo {
     route_cap: f64,
     /// The transport's limit for the pair (data GB/s = bytes/ns), infinite if none.
     pair_cap: f64,
+    /// Calibrated latency beyond NCCL's per-protocol figure (`Transports::hop_extra_ns`).
+    extra_ns: Nanos,
 }
 
 /// One communicator: the group's shape, NCCL's graphs and tuner, and its hops.
@@ -149,6 +151,7 @@ impl Comm {
                 latency_ns,
                 route_cap,
                 pair_cap: transport::pair_cap_gb_s(&machine.transports, transport, path),
+                extra_ns: machine.transports.hop_extra_ns(transport),
             }
         };
         let g = per_node as usize;
@@ -376,10 +379,13 @@ impl Comm {
         // the wire twice: a 4-GPU ABCI V-node all-reduce of 4 B took 18.6 us against 8.5 us
         // measured). Sockets are not what those constants measured (IB verbs): there the route's
         // latency, when larger, stays.
-        let latency_ns = match info.transport {
-            Transport::NetSocket => us(lat).max(info.latency_ns),
-            _ => us(lat),
-        };
+        // A calibration's per-transport latency adds to every protocol's (`calibrate` fits it
+        // through this model).
+        let latency_ns = info.extra_ns
+            + match info.transport {
+                Transport::NetSocket => us(lat).max(info.latency_ns),
+                _ => us(lat),
+            };
         let share = mult as f64 / on_arc.max(1) as f64;
         let ceil = match f {
             Some(func) => protocol::ceilings(
@@ -433,7 +439,12 @@ impl Comm {
     fn ring(&self, choice: &Choice, f: Func, bytes: u64, steps: u32) -> Shape {
         let (n, g, m) = (self.ranks, self.per_node, self.nodes);
         let nc = choice.channels.max(1);
-        let chunk = bytes.div_ceil(n as u64 * nc as u64).max(1);
+        let chunk = match f {
+            Func::AllReduce => {
+                protocol::ring_allreduce_step_bytes(self.config.version, choice.proto, bytes, n, nc, choice.threads)
+            }
+            _ => bytes.div_ceil(n as u64 * nc as u64).max(1),
+        };
         let w = protocol::wire_factor(choice.proto);
         let pats = Self::patterns(&self.ring, nc);
         // Channels on each arc: intra (i -> j) and inter (exit i -> entry j by NIC n).

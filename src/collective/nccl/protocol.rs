@@ -90,6 +90,46 @@ pub fn forward_unit_bytes(p: Proto, threads: u32) -> u64 {
     }
 }
 
+/// Data bytes one channel moves per step of a ring all-reduce, summed over the kernel's loop
+/// iterations: each iteration cuts its bytes into `ranks x channels` pieces of
+/// `realChunkSize`, rounded up to the protocol's grain, so below a full loop the first pieces are
+/// full and the last ones empty, and a step lasts as long as its largest piece. LL rounds to
+/// `nthreads` x 8 bytes, LL128 to `nthreads` x 30 bytes (`NCCL_LL128_SHMEM_ELEMS_PER_THREAD` x
+/// `DATAELEMS` x 8 / `LINEELEMS` / 2), Simple aligns to (`nthreads` less the sync warp) x 8 bytes
+/// (all_reduce.h v2.8.4-1 l.12-37, 261-285, 458-484; runRing, all_reduce.h v2.18.3-1 l.13-43).
+/// Versions whose kernels were not read here (2.3.7, 2.21.5: host-side chunk counts) split evenly.
+pub fn ring_allreduce_step_bytes(v: NcclVersion, p: Proto, bytes: u64, ranks: u32, channels: u32, threads: u32) -> u64 {
+    let pieces = ranks.max(1) as u64 * channels.max(1) as u64;
+    if !(NcclVersion::V2_8_4..=NcclVersion::V2_18_3).contains(&v) {
+        return bytes.div_ceil(pieces).max(1);
+    }
+    let nt = threads.max(1) as u64;
+    let chunk = match p {
+        Proto::Simple => step_data_bytes(p) * fixed::ALLREDUCE_CHUNKSTEPS,
+        _ => step_data_bytes(p),
+    };
+    let grain = match p {
+        Proto::Ll => nt * 8,
+        Proto::Ll128 => {
+            fixed::LL128_SHMEM_ELEMS_PER_THREAD * nt * (fixed::LL128_DATA_BYTES / 8) * 8
+                / (fixed::LL128_LINE_BYTES / 8)
+                / 2
+        }
+        Proto::Simple => nt * 8,
+    };
+    let (mut total, mut offset) = (0, 0);
+    while offset < bytes {
+        let rem = bytes - offset;
+        let real = match p {
+            Proto::Simple => rem.div_ceil(pieces).min(chunk).div_ceil(grain) * grain,
+            _ => (rem.div_ceil(pieces * grain) * grain).min(chunk),
+        };
+        total += real.min(rem);
+        offset += pieces * chunk;
+    }
+    total.max(1)
+}
+
 /// Most pieces a pipelined chain is cut into: beyond this, the fill and drain of the pipeline
 /// (span - 1 pieces) is under a thousandth of the time for any span up to a few ranks per piece, and
 /// finer pieces only cost simulation steps.
@@ -221,6 +261,23 @@ mod tests {
         assert_eq!(forward_unit_bytes(Proto::Ll128, 320), 19_200);
         assert_eq!(forward_unit_bytes(Proto::Ll, 512), 4096);
         assert_eq!(forward_unit_bytes(Proto::Simple, 512), 512 << 10);
+    }
+
+    /// all_reduce.h v2.8.4-1: 512 KiB of floats on 4 ranks and 12 LL128 channels of 640 threads
+    /// cuts into 48 pieces of 4,800 floats (19,200 bytes: 8 x 640 x 15 x 8 / (16 x 4) / 2), not
+    /// 48 even pieces of 10,923 bytes; LL at 256 KiB: 2 grains of 512 threads x 8 bytes; a 32 MiB
+    /// Simple ring: one loop of 48 pieces of 699,051 bytes aligned to 4,096. 2.21.5 splits evenly.
+    #[test]
+    fn ring_pieces_round_up_to_the_protocol_grain() {
+        let v = NcclVersion::V2_8_4;
+        assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll128, 512 << 10, 4, 12, 640), 19_200);
+        assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll, 256 << 10, 4, 12, 512), 8_192);
+        assert_eq!(ring_allreduce_step_bytes(v, Proto::Simple, 32 << 20, 4, 12, 512), 700_416);
+        assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll, 4, 4, 1, 64), 4);
+        assert_eq!(ring_allreduce_step_bytes(NcclVersion::V2_18_3, Proto::Ll128, 512 << 10, 4, 12, 640), 19_200);
+        assert_eq!(ring_allreduce_step_bytes(NcclVersion::V2_21_5, Proto::Ll128, 512 << 10, 4, 12, 640), 10_923);
+        // Beyond one loop (LL: 48 x 32 KiB), every full loop adds a whole step's chunk.
+        assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll, 48 * (32 << 10) + 1, 4, 12, 512), (32 << 10) + 1);
     }
 
     #[test]

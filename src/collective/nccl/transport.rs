@@ -7,10 +7,10 @@
 
 use super::version::{PathType, Tables};
 use crate::hw::{NetTransport, Transports};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// An NCCL transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
     P2pNvlink,
@@ -30,6 +30,18 @@ impl Transport {
             Transport::NetIb => "NET/IB",
             Transport::NetIbGdr => "NET/IB/GDRDMA",
             Transport::NetSocket => "NET/Socket",
+        }
+    }
+
+    /// The name calibration files use (`p2p-nvlink`, `net-ib-gdr`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            Transport::P2pNvlink => "p2p-nvlink",
+            Transport::P2pPcie => "p2p-pcie",
+            Transport::Shm => "shm",
+            Transport::NetIb => "net-ib",
+            Transport::NetIbGdr => "net-ib-gdr",
+            Transport::NetSocket => "net-socket",
         }
     }
 }

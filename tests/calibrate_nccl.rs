@@ -1,0 +1,142 @@
+//! The single-node link fit with the NCCL collective model in the loop (issue 14): `calibrate
+//! --collective-model nccl` fits the link rate and the NCCL transports' hop latency, and NCCL's
+//! tuner, protocols and channels give the time at every size. Synthetic measurements (made by the
+//! engine under the NCCL model with known values) check that the fit recovers what made them and
+//! that sizes held out of the fit are predicted from the mechanics; bad calibration files exit 2.
+
+mod common;
+
+use common::dagsim;
+use dagsim::calibrate::nccl_fit::fit_allreduce_nccl;
+use dagsim::calibrate::{simulate_collective, FitOptions, Measurement};
+use dagsim::collective::nccl::transport::Transport;
+use dagsim::collective::nccl::version::NcclVersion;
+use dagsim::collective::nccl::NcclConfig;
+use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
+use dagsim::hw::calibration::{Calibration, CurvePoint, LinkCalibration, NcclHopCalibration, Provenance};
+use dagsim::hw::{load_topology, Topology};
+use std::path::Path;
+
+fn nccl(name: &str) -> Topology {
+    let mut t = load_topology(name).unwrap();
+    t.collectives = CollectiveModel::Nccl(NcclConfig { version: NcclVersion::V2_8_4, ..Default::default() });
+    t
+}
+
+/// The ABCI V-node with NVLink at `gb_s` and `hop_us` more per P2P/NVLink hop.
+fn known(gb_s: f64, hop_us: f64) -> Calibration {
+    let mut c = Calibration::new(Provenance::default());
+    c.links.push(LinkCalibration {
+        kind: Some("nvlink".into()),
+        from: None,
+        to: None,
+        latency_us: 1.0,
+        bandwidth: vec![CurvePoint { bytes: 0, gb_s }],
+    });
+    c.nccl.push(NcclHopCalibration { transport: Transport::P2pNvlink, hop_latency_us: hop_us });
+    c
+}
+
+/// 4 B .. 32 MiB all-reduces of 4 ranks as the NCCL model times them on `cal`.
+fn synthetic(t: &Topology, cal: &Calibration) -> Measurement {
+    let mut machine = t.instantiate(4).unwrap();
+    machine.apply_calibration(cal).unwrap();
+    let points = (2..=25)
+        .map(|p| {
+            let bytes = 1u64 << p;
+            let ns = simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap();
+            (bytes, ns as f64 / 1e3)
+        })
+        .collect();
+    Measurement {
+        input: "synthetic".into(),
+        op: CollectiveOp::AllReduce,
+        ranks: 4,
+        hosts: 1,
+        hardware: String::new(),
+        points,
+    }
+}
+
+#[test]
+fn the_nccl_fit_recovers_the_rate_and_hop_latency_that_made_the_times() {
+    let t = nccl("abci-v");
+    let m = synthetic(&t, &known(30.0, 0.8));
+    let fit = fit_allreduce_nccl(&t, &m, &FitOptions { hold_out: true, ..Default::default() }).unwrap();
+    let rate = fit.calibration.links[0].bandwidth[0].gb_s;
+    let hop = fit.calibration.nccl[0].hop_latency_us;
+    assert_eq!(fit.calibration.nccl[0].transport, Transport::P2pNvlink);
+    assert!((rate - 30.0).abs() < 0.6, "rate {rate} GB/s, made with 30");
+    assert!((hop - 0.8).abs() < 0.05, "hop latency {hop} us, made with 0.8");
+    // Held-out sizes (every other one) come out of the same mechanics: no per-size curve.
+    assert_eq!(fit.calibration.links[0].bandwidth.len(), 1);
+    let worst = fit.points.iter().filter(|p| p.held_out).map(|p| p.error.abs()).fold(0.0, f64::max);
+    assert!(worst < 0.02, "held-out worst |error| {worst}");
+}
+
+#[test]
+fn a_hop_latency_adds_to_every_protocols_hop() {
+    // 4 ranks, one node: a ring all-reduce crosses 2(4-1) = 6 hops in a row, so +1 us per
+    // P2P/NVLink hop adds 6 us to a latency-bound size, whatever the protocol.
+    let t = nccl("abci-v");
+    let time = |cal: &Calibration, bytes: u64| {
+        let mut machine = t.instantiate(4).unwrap();
+        machine.apply_calibration(cal).unwrap();
+        simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap()
+    };
+    assert_eq!(time(&known(40.0, 1.0), 4) - time(&known(40.0, 0.0), 4), 6_000);
+}
+
+#[test]
+fn calibrate_under_nccl_reports_the_fit_and_writes_the_hop_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("v.cal.json");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/measured/abci/allreduce_intra_vnode_4gpu.nccl");
+    let out = dagsim()
+        .arg("calibrate")
+        .arg(&file)
+        .args(["--topology", "abci-v", "--collective-model", "nccl", "--nccl-version", "2.8.4", "-o"])
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("fitted through the NCCL model: nvlink links"), "{text}");
+    assert!(text.contains("p2p-nvlink +"), "{text}");
+    let cal = Calibration::load(&out_file).unwrap();
+    assert_eq!(cal.nccl.len(), 1);
+    assert_eq!(cal.links[0].bandwidth.len(), 1);
+    // The ideal model keeps its own fit: a curve point per fitted size, no NCCL section.
+    let ideal = dagsim()
+        .arg("calibrate")
+        .arg(&file)
+        .args(["--topology", "abci-v", "--collective-model", "ideal"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(ideal.stdout).unwrap();
+    assert!(text.starts_with("fitted nvlink links: latency"), "{text}");
+}
+
+#[test]
+fn a_bad_nccl_section_names_its_field_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/measured/abci/allreduce_inter_vnode_2node.nccl");
+    for (entry, says) in [
+        (r#"{"transport": "p2p-nvlink", "hop_latency_us": -1}"#, "nccl[0].hop_latency_us"),
+        (r#"{"transport": "carrier-pigeon", "hop_latency_us": 1}"#, "carrier-pigeon"),
+    ] {
+        let cal = dir.path().join("bad.json");
+        let text = format!(
+            r#"{{"format": "dagsim-calibration/1", "provenance": {{"tool": "hand"}}, "links": [], "nccl": [{entry}]}}"#
+        );
+        std::fs::write(&cal, text).unwrap();
+        dagsim()
+            .arg("calibrate")
+            .arg(&file)
+            .args(["--topology", "abci-v", "--collective-model", "nccl", "--check", "--calibration"])
+            .arg(&cal)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(says));
+    }
+}
