@@ -50,7 +50,8 @@ pub struct Args {
     #[arg(long)]
     scaling: bool,
     /// Write the results as CSV to FILE as well (case, gpus, runs, tasks, events, flows, wall_s,
-    /// cpu_s, peak_mib; a case over --timeout-s has empty figures).
+    /// cpu_s, peak_mib, status; a case stopped by --timeout-s or refused has empty figures and
+    /// says why).
     #[arg(long, value_name = "FILE")]
     csv: Option<std::path::PathBuf>,
     /// Draw wall time and peak memory against GPU count, log-log, one line per case family (the
@@ -89,7 +90,7 @@ pub fn run(args: Args) -> Result<u8> {
         "case", "runs", "tasks", "events", "flows", "wall_s", "cpu_s", "events/s", "peak_MiB"
     );
     let exe = std::env::current_exe().map_err(|e| Error::io("<dagsim executable>", e))?;
-    let mut rows: Vec<(&str, Option<Vec<String>>)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for name in chosen {
         let mut child = std::process::Command::new(&exe)
             .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
@@ -115,18 +116,19 @@ pub fn run(args: Args) -> Result<u8> {
         if timed_out {
             let t = args.timeout_s.unwrap_or_default();
             println!("{name:<36} stopped after {t} s (--timeout-s)");
-            rows.push((name, None));
+            rows.push((name, Err(format!("stopped after {t} s"))));
             continue;
         }
         if !out.status.success() {
-            return Err(Error::invalid(
-                "bench",
-                format!("case {name} failed: {}", String::from_utf8_lossy(&out.stderr)),
-            ));
+            // A case the simulator refuses (a size limit, say) is reported and the others go on.
+            let why = String::from_utf8_lossy(&out.stderr);
+            println!("{name:<36} failed: {}", why.lines().next().unwrap_or("no message").trim());
+            rows.push((name, Err(format!("failed: {}", why.lines().next().unwrap_or("no message").trim()))));
+            continue;
         }
         let line = String::from_utf8_lossy(&out.stdout).into_owned();
         print!("{line}");
-        rows.push((name, Some(line.split_whitespace().map(str::to_string).collect())));
+        rows.push((name, Ok(line.split_whitespace().map(str::to_string).collect())));
     }
     if let Some(path) = &args.csv {
         write_csv(path, &rows)?;
@@ -137,6 +139,9 @@ pub fn run(args: Args) -> Result<u8> {
     Ok(exit::OK)
 }
 
+/// A case and its figures as its process printed them, or why it has none.
+type Row<'a> = (&'a str, std::result::Result<Vec<String>, String>);
+
 /// The GPU count a case's name ends with (`...-4096gpu`), if it does.
 fn gpus_of(name: &str) -> Option<u32> {
     let digits = name.strip_suffix("gpu")?;
@@ -145,26 +150,27 @@ fn gpus_of(name: &str) -> Option<u32> {
 
 /// One row per case: name, GPUs, then the child's figures (runs, tasks, events, flows, wall_s,
 /// cpu_s, peak_mib; the events/s column left out), empty where the case was stopped.
-fn write_csv(path: &std::path::Path, rows: &[(&str, Option<Vec<String>>)]) -> Result<()> {
-    let mut text = String::from("case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib\n");
+fn write_csv(path: &std::path::Path, rows: &[Row]) -> Result<()> {
+    let mut text = String::from("case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib,status\n");
     for (name, cols) in rows {
         let gpus = gpus_of(name).map_or(String::new(), |g| g.to_string());
-        let figures = match cols {
-            Some(c) if c.len() == 9 => [&c[1..7], &c[8..9]].concat().join(","),
-            _ => ",,,,,,".into(),
+        let (figures, status) = match cols {
+            Ok(c) if c.len() == 9 => ([&c[1..7], &c[8..9]].concat().join(","), "ok".to_string()),
+            Ok(_) => (",,,,,,".into(), "unreadable result line".into()),
+            Err(why) => (",,,,,,".into(), format!("\"{}\"", why.replace('"', "'"))),
         };
-        text.push_str(&format!("{name},{gpus},{figures}\n"));
+        text.push_str(&format!("{name},{gpus},{figures},{status}\n"));
     }
     dagsim::atomic_file::write_atomically(path, |w| w.write_all(text.as_bytes()))
 }
 
 /// Wall time and peak memory against GPU count, log-log, one series per case family.
-fn plot(path: &std::path::Path, rows: &[(&str, Option<Vec<String>>)]) -> Result<()> {
+fn plot(path: &std::path::Path, rows: &[Row]) -> Result<()> {
     use dagsim::report::plot::{loglog_chart, Panel, Series};
     let mut wall: Vec<Series> = Vec::new();
     let mut memory: Vec<Series> = Vec::new();
     for (name, cols) in rows {
-        let (Some(gpus), Some(c)) = (gpus_of(name), cols) else { continue };
+        let (Some(gpus), Ok(c)) = (gpus_of(name), cols) else { continue };
         let family = name[..name.rfind('-').unwrap_or(name.len())].to_string();
         let figure = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
         for (series, value) in [(&mut wall, figure(5)), (&mut memory, figure(8))] {
