@@ -11,8 +11,8 @@ Examples:
   dagsim bench --case alexnet --repeat 5    # the cases whose name contains `alexnet`
   dagsim bench --list
   dagsim bench --scaling --list             # the AlexNet scaling cases (run one with --case 256gpu)
-  dagsim bench --scaling --case rail --repeat 1 --timeout-s 600 --csv docs/scaling.csv \
-      --plot docs/img/bench_scaling.png     # 405B dense and MoE, 1k to 100k GPUs, log-log plot
+  dagsim bench --scaling --case ring-beside-copy-2 --repeat 1 --csv scaling.csv --plot scaling.png
+                                            # CSV and a log-log plot of time and memory vs GPUs
 
 Cases: AlexNet on 16 K80s (the shipped trace); ResNet-50 (model zoo, V100, batch 64) on 128,
 1,024 and 8,192 GPUs of the v100-cluster topology with ring or hierarchical all-reduce at
@@ -30,7 +30,7 @@ dp GPUs/16) on a rail-optimised three-tier fat-tree of DGX H100 nodes from about
 #[derive(Debug, clap::Args)]
 #[command(about = "Time the simulator on standard cases (wall time, events per second, peak memory)", after_help = EXAMPLES)]
 pub struct Args {
-    /// Only cases whose name contains this text.
+    /// Only cases whose name contains this text (several texts, comma-separated: any of them).
     #[arg(long)]
     case: Option<String>,
     /// Iterations simulated per case (at least 2).
@@ -54,7 +54,7 @@ pub struct Args {
     /// says why).
     #[arg(long, value_name = "FILE")]
     csv: Option<std::path::PathBuf>,
-    /// Draw wall time and peak memory against GPU count, log-log, one line per case family (the
+    /// Draw CPU time and peak memory against GPU count, log-log, one line per case family (the
     /// case name without its `-NNNgpu` end), to FILE (.png or .svg).
     #[arg(long, value_name = "FILE")]
     plot: Option<std::path::PathBuf>,
@@ -75,8 +75,11 @@ pub fn run(args: Args) -> Result<u8> {
     if let Some(name) = &args.child {
         return run_child(name, &args);
     }
-    let chosen: Vec<&str> =
-        cases.iter().copied().filter(|c| args.case.as_deref().is_none_or(|f| c.contains(f))).collect();
+    let chosen: Vec<&str> = cases
+        .iter()
+        .copied()
+        .filter(|c| args.case.as_deref().is_none_or(|f| f.split(',').any(|f| c.contains(f))))
+        .collect();
     if chosen.is_empty() {
         return Err(Error::invalid("--case", format!("no case matches (cases: {})", cases.join(", "))));
     }
@@ -164,16 +167,17 @@ fn write_csv(path: &std::path::Path, rows: &[Row]) -> Result<()> {
     dagsim::atomic_file::write_atomically(path, |w| w.write_all(text.as_bytes()))
 }
 
-/// Wall time and peak memory against GPU count, log-log, one series per case family.
+/// CPU time and peak memory against GPU count, log-log, one series per case family (CPU time, not
+/// wall: on a shared machine it is the figure that holds).
 fn plot(path: &std::path::Path, rows: &[Row]) -> Result<()> {
     use dagsim::report::plot::{loglog_chart, Panel, Series};
-    let mut wall: Vec<Series> = Vec::new();
+    let mut cpu: Vec<Series> = Vec::new();
     let mut memory: Vec<Series> = Vec::new();
     for (name, cols) in rows {
         let (Some(gpus), Ok(c)) = (gpus_of(name), cols) else { continue };
         let family = name[..name.rfind('-').unwrap_or(name.len())].to_string();
         let figure = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
-        for (series, value) in [(&mut wall, figure(5)), (&mut memory, figure(8))] {
+        for (series, value) in [(&mut cpu, figure(6)), (&mut memory, figure(8))] {
             let Some(v) = value else { continue };
             match series.iter_mut().find(|s| s.label == family) {
                 Some(s) => s.points.push((f64::from(gpus), v)),
@@ -181,11 +185,14 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<()> {
             }
         }
     }
-    if wall.is_empty() {
-        return Err(Error::invalid("--plot", "no case named with a GPU count finished (names end in -NNNgpu)"));
+    if cpu.is_empty() {
+        return Err(Error::invalid(
+            "--plot",
+            "no case named with a GPU count (names end in -NNNgpu) finished with a CPU time above 0",
+        ));
     }
     let panels = [
-        (Panel { title: "time per case (one warm-up and one measured step)".into(), series: wall }, "wall s".into()),
+        (Panel { title: "CPU time per case (one warm-up and one measured step)".into(), series: cpu }, "CPU s".into()),
         (Panel { title: "peak resident memory".into(), series: memory }, "MiB".into()),
     ];
     loglog_chart(path, "dagsim bench --scaling: cost against GPU count", &panels)
