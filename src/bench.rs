@@ -91,6 +91,7 @@ pub const CASES: &[&str] = &[
     "resnet50-v100-8192gpu-hierarchical",
     "sweep-1000-scenarios",
     "gpt3-175b-a100-1024gpu-plan",
+    "gpt3-175b-a100-16384gpu-plan",
     "llama2-70b-h100-1024gpu-plan-search",
 ];
 
@@ -107,7 +108,27 @@ pub const SCALING_CASES: &[&str] = &[
     "ring-beside-copy-2048gpu",
     "ring-beside-copy-8192gpu",
     "ring-beside-copy-16384gpu",
+    "llama3-405b-h100-rail-1008gpu",
+    "llama3-405b-h100-rail-4032gpu",
+    "llama3-405b-h100-rail-16352gpu",
+    "llama3-405b-h100-rail-65520gpu",
+    "llama3-405b-h100-rail-100016gpu",
+    "mixtral-8x22b-h100-rail-1024gpu",
+    "mixtral-8x22b-h100-rail-4096gpu",
+    "mixtral-8x22b-h100-rail-16384gpu",
+    "mixtral-8x22b-h100-rail-65536gpu",
+    "mixtral-8x22b-h100-rail-100000gpu",
 ];
+
+/// The rail-optimised three-tier fat-tree of DGX H100 nodes the frontier-scale cases run on
+/// (`topologies/examples/h100-fat-tree.json`, compiled in so benchmarks run from any directory).
+pub const H100_RAIL_FAT_TREE: &str = include_str!("../topologies/examples/h100-fat-tree.json");
+
+/// The GPU count a case name ends with (`...-1024gpu`).
+fn gpus_of(name: &str) -> u32 {
+    let digits = name.trim_end_matches("gpu");
+    digits[digits.rfind('-').map_or(0, |i| i + 1)..].parse().expect("case names a count")
+}
 
 /// Builds the named case with `iterations` simulated iterations (2 is the minimum: one warm-up).
 pub fn case(name: &str, iterations: u32) -> Result<Case> {
@@ -173,6 +194,40 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
             1536,
             iterations,
         )?)),
+        // The same plan on 16,384 GPUs (dp 256), 16 micro-batches per DP replica (4,096 sequences
+        // of 2,048 tokens, 8.4 M tokens a step).
+        "gpt3-175b-a100-16384gpu-plan" => Work::Plan(Box::new(plan_setup(
+            "gpt3-175b",
+            "dgx-a100-80gb",
+            "tp=8,pp=8,dp=256,vp=3,sp=on,recompute=selective",
+            4096,
+            iterations,
+        )?)),
+        // Llama 3 405B as Meta trained it (Llama 3 paper, Dubey et al. 2024, Table 4: TP 8,
+        // PP 16, DP 128 on 16,384 H100s, 16 sequences of 8,192 tokens per DP replica a step),
+        // with pp 14 because dagsim splits the 126 layers evenly only, ZeRO-1 and full
+        // recomputation to fit 80 GB; DP fills the GPU count (dp = GPUs / 112).
+        n if n.starts_with("llama3-405b-h100-rail-") => {
+            let dp = gpus_of(n) / 112;
+            Work::Plan(Box::new(rail_plan_setup(
+                "llama3-405b",
+                &format!("tp=8,pp=14,dp={dp},sp=on,zero=1,recompute=full"),
+                16 * dp,
+                iterations,
+            )?))
+        }
+        // Mixtral 8x22B with expert parallelism: tp 2, pp 8 (7 layers a stage), ep 8 (each GPU of
+        // an EP group holds one of the 8 experts), ZeRO-1; 8 sequences of 4,096 tokens per DP
+        // replica (dp = GPUs / 16).
+        n if n.starts_with("mixtral-8x22b-h100-rail-") => {
+            let dp = gpus_of(n) / 16;
+            Work::Plan(Box::new(rail_plan_setup(
+                "mixtral-8x22b",
+                &format!("tp=2,pp=8,dp={dp},ep=8,sp=on,zero=1"),
+                8 * dp,
+                iterations,
+            )?))
+        }
         "llama2-70b-h100-1024gpu-plan-search" => {
             Work::PlanSearch(Box::new(plan_setup("llama2-70b", "dgx-h100", "dp=1024", 1024, iterations)?))
         }
@@ -197,6 +252,31 @@ fn plan_setup(
     crate::predict_plan::PlanSetup::from_request(crate::predict_plan::PlanRequest {
         scenario: &scenario,
         topology: load_topology(topology)?,
+        spec,
+        micro_batch: Some(1),
+        global_batch: Some(global_batch),
+        seq_len: None,
+        matmul_tflops: None,
+        gpus: None,
+    })
+}
+
+/// A transformer plan on the rail-optimised fat-tree ([`H100_RAIL_FAT_TREE`]), grown to the plan's
+/// GPU count (the fabric's contention modelled: rails, leaf, spine and core tiers).
+fn rail_plan_setup(
+    model: &str,
+    spec: &str,
+    global_batch: u32,
+    iterations: u32,
+) -> Result<crate::predict_plan::PlanSetup> {
+    let path = Path::new("topologies/examples/h100-fat-tree.json");
+    let topology = crate::hw::topology::parse_topology(H100_RAIL_FAT_TREE, path, false)?;
+    let mut scenario = crate::scenario::Scenario::default();
+    scenario.workload.model = Some(model.into());
+    scenario.iterations = Some(iterations);
+    crate::predict_plan::PlanSetup::from_request(crate::predict_plan::PlanRequest {
+        scenario: &scenario,
+        topology,
         spec,
         micro_batch: Some(1),
         global_batch: Some(global_batch),

@@ -149,6 +149,38 @@ fn bench_runs_a_case_and_rejects_unknown_ones() {
 }
 
 #[test]
+fn bench_scaling_writes_csv_and_a_log_log_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (csv, png) = (dir.path().join("scaling.csv"), dir.path().join("scaling.png"));
+    dagsim()
+        .args(["bench", "--scaling", "--case", "nfs-1024", "--repeat", "1", "--timeout-s", "120"])
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plot")
+        .arg(&png)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("cpu_s"));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib,status");
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[1].starts_with("alexnet-k80-nfs-1024gpu,1024,1,") && lines[1].ends_with(",ok"), "{text}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"), "a PNG is drawn");
+    // A case over the time bound is stopped, recorded, and the run goes on.
+    dagsim()
+        .args(["bench", "--scaling", "--case", "nfs-16384", "--repeat", "1", "--timeout-s", "0.01"])
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("stopped after"));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.lines().nth(1).unwrap().ends_with(",,,,,,,\"stopped after 0.01 s\""), "{text}");
+    fails_with(&["bench", "--timeout-s", "0"], &["--timeout-s", "positive"]);
+}
+
+#[test]
 fn a_gpu_contradicting_the_topology_is_an_error_or_an_explicit_override() {
     fails_with(
         &["predict", "--model", "resnet50", "--gpu", "a100", "--batch", "64", "--gpus", "1"],

@@ -113,30 +113,37 @@ pub fn exposed(
             (None, _) => shared.push((s, e, r, None)),
         }
     }
-    let mut member: Vec<Vec<bool>> = Vec::new();
-    for (_, _, _, group) in &shared {
-        if let Some(g) = *group {
-            let g = g as usize;
-            if member.len() <= g {
-                member.resize(g + 1, Vec::new());
-            }
-            if member[g].is_empty() {
-                member[g] = vec![false; n];
-                // Ranks without tasks of their own (a symmetric reduction) are skipped.
-                for local in dag.group(g as u32).iter().filter_map(|&r| dag.local_of(r)).filter(|&l| (l as usize) < n) {
-                    member[g][local as usize] = true;
-                }
-            }
+    // Each group's GPUs with tasks, found once per group (ranks without tasks of their own, left
+    // out by a symmetric reduction, are skipped); a group task's interval then goes to those GPUs
+    // only, instead of every GPU scanning every group task.
+    let mut members: Vec<Option<Vec<u32>>> = Vec::new();
+    let mut everyone: Vec<(Nanos, Nanos, u8)> = Vec::new();
+    for &(s, e, r, group) in &shared {
+        let Some(g) = group else {
+            everyone.push((s, e, r));
+            continue;
+        };
+        let g = g as usize;
+        if members.len() <= g {
+            members.resize(g + 1, None);
+        }
+        let list = members[g].get_or_insert_with(|| {
+            let mut seen = vec![false; n];
+            dag.group(g as u32)
+                .iter()
+                .filter_map(|&r| dag.local_of(r))
+                .filter(|&l| (l as usize) < n && !std::mem::replace(&mut seen[l as usize], true))
+                .collect()
+        });
+        for &l in list.iter() {
+            own[l as usize].push((s, e, r));
         }
     }
     let mut points: Vec<(Nanos, i8, u8)> = Vec::new();
     (0..n)
         .map(|g| {
             points.clear();
-            let mine = shared
-                .iter()
-                .filter(|(_, _, _, grp)| grp.is_none_or(|x| member[x as usize][g]))
-                .map(|&(s, e, r, _)| (s, e, r));
+            let mine = everyone.iter().copied();
             for (s, e, r) in own[g].iter().copied().chain(mine) {
                 points.push((s, 1, r));
                 points.push((e, -1, r));

@@ -294,6 +294,70 @@ where
     Ok(())
 }
 
+/// A log-log chart per panel of a cost against GPU count (`dagsim bench --scaling`: wall seconds
+/// and peak memory), each panel with its own y axis named by its title; base-10 axes over wide
+/// spans, base 2 otherwise.
+pub fn loglog_chart(path: &Path, title: &str, panels: &[(Panel, String)]) -> Result<()> {
+    let (cols, rows) = facet_grid(panels.len());
+    let size = (PANEL_SIZE.0 * cols, PANEL_SIZE.1 * rows + 50);
+    render_with!(path, size, |root| draw_loglog(root, title, panels, cols))
+}
+
+fn draw_loglog<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[(Panel, String)],
+    cols: u32,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let root = root.titled(title, (FONT, 24))?;
+    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    for ((panel, y_desc), area) in panels.iter().zip(&areas) {
+        let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
+        let (lo_x, hi_x) = points().fold((f64::MAX, 1.0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+        let (lo_y, hi_y) = points().fold((f64::MAX, 1e-12f64), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+        let x_axis = LogAxis { powers_only: true, ..LogAxis::fitting(lo_x.min(hi_x), hi_x) };
+        let y_axis = LogAxis::fitting(lo_y.min(hi_y), hi_y);
+        let entries: Vec<LegendEntry> =
+            panel.series.iter().enumerate().map(|(i, s)| LegendEntry::line(&s.label, i)).collect();
+        let (plot, legend) = split_legend(area, &entries);
+        let mut builder = ChartBuilder::on(&plot);
+        builder.margin(10).x_label_area_size(45).y_label_area_size(60);
+        if !panel.title.is_empty() {
+            builder.caption(&panel.title, (FONT, 16));
+        }
+        let mut chart = builder.build_cartesian_2d(x_axis.range(), y_axis.range())?;
+        chart
+            .configure_mesh()
+            .x_labels(x_axis.label_count())
+            .y_labels(y_axis.label_count())
+            .x_label_formatter(&|v| x_axis.label(*v))
+            .y_label_formatter(&|v| y_axis.label(*v))
+            .x_desc(format!("GPUs ({})", x_axis.scale_name()))
+            .y_desc(format!("{y_desc} ({})", y_axis.scale_name()))
+            .label_style((FONT, 14))
+            .draw()?;
+        for (i, s) in panel.series.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+                .map(|&(x, y)| (x_axis.at(x), y_axis.at(y)))
+                .collect();
+            chart.draw_series(LineSeries::new(pts.iter().copied(), series_color(i).stroke_width(2)))?;
+            for &p in &pts {
+                draw_marker(chart.plotting_area(), p, i)?;
+            }
+        }
+        draw_legend(&legend, &entries)?;
+    }
+    root.present()?;
+    Ok(())
+}
+
 /// The bottom of a speedup axis whose slowest point is `lo` (at most 1): down to the power of two
 /// below it, so a run slower than one GPU (speedup 0.6) sits above a labelled tick (0.5), not below
 /// the lowest label (1); a point just under a power (0.98) reads against that power's label.

@@ -47,6 +47,32 @@ pub(super) struct StepTimer {
     link_member: Vec<u32>,
     link_epoch: Vec<u32>,
     epoch: u32,
+    /// Local link ids of the signature being built (see [`LinkIds`]).
+    ids: LinkIds,
+}
+
+/// A link renumbering scratch, reused across signatures: `id[g]` is global link g's local id
+/// when `epoch[g]` is the current epoch (no map built and dropped per component).
+#[derive(Default)]
+struct LinkIds {
+    epoch: Vec<u32>,
+    id: Vec<u32>,
+    current: u32,
+}
+
+impl LinkIds {
+    /// Starts a renumbering over links `0..links`.
+    fn begin(&mut self, links: usize) {
+        if self.epoch.len() < links {
+            self.epoch.resize(links, 0);
+            self.id.resize(links, 0);
+        }
+        self.current = self.current.wrapping_add(1);
+        if self.current == 0 {
+            self.epoch.iter_mut().for_each(|e| *e = 0);
+            self.current = 1;
+        }
+    }
 }
 
 impl StepTimer {
@@ -66,6 +92,33 @@ impl StepTimer {
     /// Members grouped into components of shared links, each in member order; components ordered
     /// by their first member.
     fn components(&mut self, members: &[Member]) -> Vec<Vec<u32>> {
+        let routes: Vec<&[u32]> = members.iter().map(|m| m.links).collect();
+        self.components_of(&routes)
+    }
+
+    /// Components of the members and the `outside` flows together: per component, its members
+    /// (in member order) and the outside flows it holds (in their order); components without a
+    /// member are left out (the outside flows are those of the step's own links, so there are none).
+    fn components_with(&mut self, members: &[Member], outside: &[Outside]) -> Vec<(Vec<u32>, Vec<Outside>)> {
+        let n = members.len() as u32;
+        let routes: Vec<&[u32]> =
+            members.iter().map(|m| m.links).chain(outside.iter().map(|o| o.links.as_slice())).collect();
+        self.components_of(&routes)
+            .into_iter()
+            .filter(|c| c[0] < n)
+            .map(|c| {
+                let split = c.partition_point(|&i| i < n);
+                let held = c[split..].iter().map(|&i| outside[(i - n) as usize].clone()).collect();
+                let mut c = c;
+                c.truncate(split);
+                (c, held)
+            })
+            .collect()
+    }
+
+    /// Items (routes as link lists) grouped into components of shared links, each in item order;
+    /// components ordered by their first item.
+    fn components_of(&mut self, members: &[&[u32]]) -> Vec<Vec<u32>> {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.link_epoch.iter_mut().for_each(|e| *e = 0);
@@ -74,7 +127,7 @@ impl StepTimer {
         self.parent.clear();
         self.parent.extend(0..members.len() as u32);
         for (i, m) in members.iter().enumerate() {
-            for &l in m.links {
+            for &l in m.iter() {
                 let l = l as usize;
                 if self.link_epoch[l] == self.epoch {
                     let (a, b) = (self.find(i as u32), self.find(self.link_member[l]));
@@ -87,15 +140,16 @@ impl StepTimer {
                 }
             }
         }
-        let mut index: HashMap<u32, usize> = HashMap::default();
+        // Component index by root (a member index), in order of first member.
+        let mut index: Vec<u32> = vec![u32::MAX; members.len()];
         let mut out: Vec<Vec<u32>> = Vec::new();
         for i in 0..members.len() as u32 {
-            let root = self.find(i);
-            let k = *index.entry(root).or_insert_with(|| {
+            let root = self.find(i) as usize;
+            if index[root] == u32::MAX {
+                index[root] = out.len() as u32;
                 out.push(Vec::new());
-                out.len() - 1
-            });
-            out[k].push(i);
+            }
+            out[index[root] as usize].push(i);
         }
         out
     }
@@ -104,10 +158,19 @@ impl StepTimer {
     /// rates as last solved), or None if its transfers would change an outside flow's rate.
     pub fn duration_with(&mut self, members: &[Member], outside: &[Outside], capacity: &[f64]) -> Option<Nanos> {
         if !outside.is_empty() {
-            // Outside flows join everything into one component: time it as a whole.
-            let comp: Vec<u32> = (0..members.len() as u32).collect();
-            let finish = self.timed(members, &comp, outside, capacity)?;
-            return Some(finish.into_iter().max().unwrap_or(0));
+            // Components of members and outside flows together: each is timed with the outside
+            // flows it holds (fluid shares never cross components, so this is the joint run's
+            // outcome, as for the components of a step alone).
+            let mut longest = 0;
+            for (comp, outside) in self.components_with(members, outside) {
+                let finish = if comp.len() == 1 && outside.is_empty() {
+                    vec![solo(&members[comp[0] as usize], capacity)]
+                } else {
+                    self.timed(members, &comp, &outside, capacity)?
+                };
+                longest = longest.max(finish.into_iter().max().unwrap_or(0));
+            }
+            return Some(longest);
         }
         let mut longest = 0;
         for comp in self.components(members) {
@@ -145,7 +208,7 @@ impl StepTimer {
 
     /// Finish times of a component's members, memoised.
     fn timed(&mut self, members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> Option<Vec<Nanos>> {
-        let (sig, local) = signature(members, comp, outside, capacity);
+        let (sig, local) = signature(&mut self.ids, members, comp, outside, capacity);
         if let Some(f) = self.memo.get(&sig) {
             return f.clone();
         }
@@ -167,15 +230,18 @@ impl StepTimer {
     ) -> (Vec<MemberState>, Vec<u32>) {
         let mut states = vec![MemberState::Done; members.len()];
         let mut dirty = Vec::new();
-        let comps =
-            if outside.is_empty() { self.components(members) } else { vec![(0..members.len() as u32).collect()] };
-        for comp in comps {
+        let comps = if outside.is_empty() {
+            self.components(members).into_iter().map(|c| (c, Vec::new())).collect()
+        } else {
+            self.components_with(members, outside)
+        };
+        for (comp, outside) in comps {
             if comp.len() == 1 && outside.is_empty() {
                 let i = comp[0] as usize;
                 states[i] = solo_state(&members[i], capacity, at);
                 continue;
             }
-            let (_, local) = signature(members, &comp, outside, capacity);
+            let (_, local) = signature(&mut self.ids, members, &comp, &outside, capacity);
             let (local_states, local_dirty) = Component::new(members, &comp, &local).states_at(at);
             for (k, &i) in comp.iter().enumerate() {
                 states[i as usize] = local_states[k];
@@ -231,16 +297,28 @@ struct LocalLinks {
 }
 
 /// An exact description of a component up to renaming of links: equal signatures evolve alike.
-fn signature(members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> (Vec<u64>, LocalLinks) {
-    let mut local: HashMap<u32, u32> = HashMap::default();
+fn signature(
+    ids: &mut LinkIds,
+    members: &[Member],
+    comp: &[u32],
+    outside: &[Outside],
+    capacity: &[f64],
+) -> (Vec<u64>, LocalLinks) {
+    ids.begin(capacity.len());
     let mut links = LocalLinks { globals: Vec::new(), capacity: Vec::new(), routes: Vec::new(), outside: Vec::new() };
     let mut sig = vec![comp.len() as u64, outside.len() as u64];
     let mut localise = |g: u32, links: &mut LocalLinks, sig: &mut Vec<u64>| {
-        let id = *local.entry(g).or_insert_with(|| {
+        let gi = g as usize;
+        let id = if ids.epoch[gi] == ids.current {
+            ids.id[gi]
+        } else {
             links.globals.push(g);
-            links.capacity.push(capacity[g as usize]);
-            (links.globals.len() - 1) as u32
-        });
+            links.capacity.push(capacity[gi]);
+            let id = (links.globals.len() - 1) as u32;
+            ids.epoch[gi] = ids.current;
+            ids.id[gi] = id;
+            id
+        };
         sig.push(id as u64);
         id
     };
