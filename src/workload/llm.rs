@@ -298,7 +298,12 @@ impl Device {
                     gpu.arch
                 ))
             }
-            // Blackwell: the H100 fractions, for want of a published measurement.
+            // Blackwell: the H100 fractions, for want of a published measurement. By default
+            // cuDNN's: Transformer Engine turns FlashAttention 3 off on any compute capability but
+            // sm90 and prefers its cuDNN FusedAttention on sm90 and newer
+            // (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
+            // get_attention_backend), and FlashAttention-3 is a Hopper kernel.
+            (true, "Blackwell", None) => Flash::Measured(CUDNN_H100_FORWARD_TFLOPS, CUDNN_H100_BACKWARD_TFLOPS),
             (true, "Hopper" | "Blackwell", None | Some(AttnKernel::Fa3)) => Flash::Hopper,
             (true, "Hopper" | "Blackwell", Some(AttnKernel::Fa2)) => {
                 Flash::Measured(FA2_H100_FORWARD_TFLOPS, FA2_H100_BACKWARD_TFLOPS)
@@ -1392,6 +1397,15 @@ mod tests {
             assert_eq!(AttnKernel::parse(k.name()), Some(k));
         }
         assert_eq!(AttnKernel::parse("fa4"), None);
+        // Blackwell: cuDNN's rates by default (Transformer Engine's choice there; FA3 is sm90-only).
+        let gb200 = GpuSpec::by_name("gb200").unwrap();
+        let on = |k: Option<AttnKernel>| {
+            let c = cost(&cfg, gb200, &CostOptions { seq_len: 4096, attention: k, ..opts(1) }).unwrap();
+            let op = c.attention.ops.iter().find(|o| o.name == "flash-attention").unwrap().clone();
+            (op.forward_ns, op.backward_ns)
+        };
+        assert_eq!(on(None), on(Some(AttnKernel::Cudnn)));
+        assert!(on(Some(AttnKernel::Fa3)).0 < on(None).0);
     }
 
     #[test]
