@@ -259,22 +259,8 @@ where
             .chain(panel.series.iter().enumerate().map(|(i, s)| LegendEntry::line(&s.label, i)))
             .collect();
         let (plot, legend) = split_legend(area, &entries);
-        let mut builder = ChartBuilder::on(&plot);
-        builder.margin(10).x_label_area_size(45).y_label_area_size(60);
-        if !panel.title.is_empty() {
-            builder.caption(&panel.title, (FONT, 16));
-        }
-        let mut chart = builder.build_cartesian_2d(x_axis.range(), y_axis.range())?;
-        chart
-            .configure_mesh()
-            .x_labels(x_axis.label_count())
-            .y_labels(y_axis.label_count())
-            .x_label_formatter(&|v| x_axis.label(*v))
-            .y_label_formatter(&|v| y_axis.label(*v))
-            .x_desc("GPUs (log-2 scale)")
-            .y_desc("speedup over 1 GPU (x, log-2 scale)")
-            .label_style((FONT, 14))
-            .draw()?;
+        let descs = ("GPUs (log-2 scale)".to_string(), "speedup over 1 GPU (x, log-2 scale)".to_string());
+        let mut chart = log_log_frame(&plot, &panel.title, (&x_axis, &y_axis), descs)?;
         let l2 = f64::log2;
         chart.draw_series(DashedLineSeries::new([(0.0, 0.0), (l2(max_x), l2(max_x))], 8, 6, BLACK.stroke_width(1)))?;
         for (i, s) in panel.series.iter().enumerate() {
@@ -324,22 +310,8 @@ where
         let entries: Vec<LegendEntry> =
             panel.series.iter().enumerate().map(|(i, s)| LegendEntry::line(&s.label, i)).collect();
         let (plot, legend) = split_legend(area, &entries);
-        let mut builder = ChartBuilder::on(&plot);
-        builder.margin(10).x_label_area_size(45).y_label_area_size(60);
-        if !panel.title.is_empty() {
-            builder.caption(&panel.title, (FONT, 16));
-        }
-        let mut chart = builder.build_cartesian_2d(x_axis.range(), y_axis.range())?;
-        chart
-            .configure_mesh()
-            .x_labels(x_axis.label_count())
-            .y_labels(y_axis.label_count())
-            .x_label_formatter(&|v| x_axis.label(*v))
-            .y_label_formatter(&|v| y_axis.label(*v))
-            .x_desc(format!("GPUs ({})", x_axis.scale_name()))
-            .y_desc(format!("{y_desc} ({})", y_axis.scale_name()))
-            .label_style((FONT, 14))
-            .draw()?;
+        let descs = (format!("GPUs ({})", x_axis.scale_name()), format!("{y_desc} ({})", y_axis.scale_name()));
+        let mut chart = log_log_frame(&plot, &panel.title, (&x_axis, &y_axis), descs)?;
         for (i, s) in panel.series.iter().enumerate() {
             let pts: Vec<(f64, f64)> = s
                 .points
@@ -356,6 +328,39 @@ where
     }
     root.present()?;
     Ok(())
+}
+
+/// A chart whose coordinates are log values (see [`LogAxis::at`]).
+type LogLogChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A panel's chart on log axes (values already mapped by the axes' `at`): its caption, the
+/// axes' labels and descriptions (x, y), drawn; the caller adds the series.
+fn log_log_frame<'a, DB: DrawingBackend>(
+    plot: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    (x_axis, y_axis): (&LogAxis, &LogAxis),
+    (x_desc, y_desc): (String, String),
+) -> std::result::Result<LogLogChart<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB::ErrorType: 'static,
+{
+    let mut builder = ChartBuilder::on(plot);
+    builder.margin(10).x_label_area_size(45).y_label_area_size(60);
+    if !title.is_empty() {
+        builder.caption(title, (FONT, 16));
+    }
+    let mut chart = builder.build_cartesian_2d(x_axis.range(), y_axis.range())?;
+    chart
+        .configure_mesh()
+        .x_labels(x_axis.label_count())
+        .y_labels(y_axis.label_count())
+        .x_label_formatter(&|v| x_axis.label(*v))
+        .y_label_formatter(&|v| y_axis.label(*v))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style((FONT, 14))
+        .draw()?;
+    Ok(chart)
 }
 
 /// The bottom of a speedup axis whose slowest point is `lo` (at most 1): down to the power of two
