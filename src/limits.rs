@@ -85,9 +85,20 @@ impl Limits {
         Ok(())
     }
 
-    /// Refuses `value` of the limit `name` when it exceeds the bound, naming the bound and the flag.
-    pub fn check(&self, name: &str, value: u64) -> Result<()> {
-        let bound = match name {
+    /// The `NAME=N` settings that differ from the defaults (for a child process to get the same
+    /// limits through `--limit`).
+    pub fn overrides(&self) -> Vec<String> {
+        let default = Limits::default();
+        NAMES
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| self.value(name) != default.value(name))
+            .map(|name| format!("{name}={}", self.value(name)))
+            .collect()
+    }
+
+    fn value(&self, name: &str) -> u64 {
+        match name {
             "gpus" => self.gpus,
             "layers" => self.layers,
             "iterations" => self.iterations,
@@ -95,7 +106,12 @@ impl Limits {
             "sweep_runs" => self.sweep_runs,
             "timeline_events" => self.timeline_events,
             _ => unreachable!("limit names are fixed in this module"),
-        };
+        }
+    }
+
+    /// Refuses `value` of the limit `name` when it exceeds the bound, naming the bound and the flag.
+    pub fn check(&self, name: &str, value: u64) -> Result<()> {
+        let bound = self.value(name);
         if value > bound {
             let what = NAMES.iter().find(|(n, _)| *n == name).map_or(name, |(_, w)| *w);
             return Err(Error::invalid(
@@ -132,5 +148,13 @@ mod tests {
         assert!(l.apply("gpu=3").unwrap_err().to_string().contains("expected one of gpus"));
         assert!(l.apply("gpus").unwrap_err().to_string().contains("NAME=N"));
         assert!(l.apply("gpus=-1").unwrap_err().to_string().contains("whole number"));
+    }
+
+    #[test]
+    fn overrides_list_only_what_differs_from_the_defaults() {
+        let mut l = Limits::default();
+        assert!(l.overrides().is_empty());
+        l.apply("tasks=30000000").unwrap();
+        assert_eq!(l.overrides(), vec!["tasks=30000000".to_string()]);
     }
 }

@@ -94,3 +94,13 @@ fn plan_search_lists_every_plan_and_refuses_a_gpu_count_none_fits() {
         &["no plan", "7 GPUs"],
     );
 }
+
+#[test]
+fn a_plan_dag_past_the_task_limit_is_refused_while_built() {
+    // 2 micro-batches on each of 2 stages of 2 TP ranks: the plan's first TP groups alone pass 50
+    // tasks, so the build stops there (exit 2) instead of growing the DAG.
+    let plan = ["--parallel", "tp=2,pp=2,dp=2", "--global-batch", "4", "--limit", "tasks=50"];
+    fails(&plan, &["tasks in one DAG", "limit of 50 tasks while being built", "--limit tasks=N"]);
+    // The same plan within the default limit runs.
+    assert!(run(&plan[..4]).contains("step time"));
+}

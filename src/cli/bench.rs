@@ -99,6 +99,8 @@ pub fn run(args: Args) -> Result<u8> {
             .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
             .args(["--repeat", &args.repeat.to_string()])
             .args(args.no_symmetry.then_some("--no-symmetry"))
+            // The limits in force (`--limit`), which the child would otherwise reset to defaults.
+            .args(dagsim::limits::get().overrides().into_iter().flat_map(|o| ["--limit".to_string(), o]))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

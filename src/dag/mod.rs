@@ -338,6 +338,11 @@ impl DagBuilder {
         Self::default()
     }
 
+    /// Tasks added so far.
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
     pub fn add_task(&mut self, task: Task) -> TaskId {
         self.tasks.push(task);
         (self.tasks.len() - 1) as TaskId

@@ -231,6 +231,25 @@ struct DpGroup {
 }
 
 /// Builds the DAG of `input` under `layout`.
+/// Refuses a plan whose DAG grows past the task limit while it is built (checked per TP group,
+/// so memory stays near the limit): a plan's task count depends on its schedule, its simulated
+/// ranks and the pipeline transfers of the replicas left out, which no formula ahead of the build
+/// counts exactly.
+fn check_task_limit(b: &DagBuilder, iteration: u32, iterations: u32, simulated: usize) -> Result<()> {
+    let bound = crate::limits::get().tasks;
+    if b.task_count() as u64 <= bound {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "size (tasks in one DAG)",
+        format!(
+            "the plan's DAG passed the limit of {bound} tasks while being built (iteration {} of {iterations}, {simulated} \
+             ranks simulated); raise it with `--limit tasks=N` if the machine has the memory (about 200 bytes a task) and time",
+            iteration + 1
+        ),
+    ))
+}
+
 pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let BuildInput { workload: w, machine: m, gpus: ranks, strategy: s, iterations, .. } = *input;
     check_input(input)?;
@@ -569,6 +588,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         // One collective per layer group, layer, micro-batch, pass and position, with its images.
         let mut group_colls: HashMap<GroupKey, Vec<TaskId>> = HashMap::new();
         for (members, tp_ranks, tp_group, tp_queue) in &tp_groups {
+            check_task_limit(&b, it, iterations, rep.len())?;
             let whole = members.len() == tp_ranks.len();
             let stage = plan.coords(rep[members[0] as usize]).stage;
             let mut last: Vec<Option<TaskId>> = vec![None; members.len()];
