@@ -244,9 +244,7 @@ fn draw_speedup<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE)?;
-    let root = root.titled(title, (FONT, 24))?;
-    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    let areas = titled_grid(&root, title, panels.len(), cols)?;
     for (panel, area) in panels.iter().zip(&areas) {
         // Log axes cannot show zero: such points (no GPUs, a stalled run) are left out.
         let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
@@ -298,9 +296,7 @@ fn draw_loglog<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE)?;
-    let root = root.titled(title, (FONT, 24))?;
-    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    let areas = titled_grid(&root, title, panels.len(), cols)?;
     for ((panel, y_desc), area) in panels.iter().zip(&areas) {
         let points = || panel.series.iter().flat_map(|s| s.points.iter().copied()).filter(|p| p.0 > 0.0 && p.1 > 0.0);
         let (lo_x, hi_x) = points().fold((f64::MAX, 1.0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
@@ -534,9 +530,7 @@ fn draw_scatter<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE)?;
-    let root = root.titled(title, (FONT, 24))?;
-    let areas = root.split_evenly((panels.len().div_ceil(cols as usize).max(1), cols as usize));
+    let areas = titled_grid(&root, title, panels.len(), cols)?;
     let band_color = RGBColor(120, 120, 120);
     for (panel, area) in panels.iter().zip(&areas) {
         let values = panel.points.iter().flat_map(|p| [p.measured, p.predicted]).filter(|v| v.is_finite() && *v > 0.0);
@@ -669,6 +663,19 @@ pub const MAX_SERIES_PER_PANEL: usize = 6;
 
 /// Pixels of one panel, legend included.
 const PANEL_SIZE: (u32, u32) = (900, 520);
+
+/// Fills `root` white, writes `title` on top and splits the rest into the panel grid's areas
+/// (`cols` from [`facet_grid`]).
+fn titled_grid<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    panels: usize,
+    cols: u32,
+) -> std::result::Result<Vec<DrawingArea<DB, Shift>>, DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    let root = root.titled(title, (FONT, 24))?;
+    Ok(root.split_evenly((panels.div_ceil(cols as usize).max(1), cols as usize)))
+}
 
 /// Columns and rows of the panel grid: one column for one panel, two beyond.
 fn facet_grid(panels: usize) -> (u32, u32) {
