@@ -275,7 +275,8 @@ impl Device {
         };
         // Tensor-core rates at the clock the GPU sustains in training (FP32 SIMT: the zoo's
         // efficiency, unscaled).
-        let clock = if o.precision == Precision::Fp32 { 1.0 } else { sustained_clock(gpu.name) };
+        let sustained = sustained_clock(gpu.name);
+        let clock = if o.precision == Precision::Fp32 { 1.0 } else { sustained };
         let mut matmul = gpu.peak_flops_per_ns(o.precision) * eff * clock;
         let matmul16 =
             if o.precision == Precision::Fp32 { matmul } else { gpu.peak_flops_per_ns(half) * eff16 * clock };
@@ -321,7 +322,7 @@ impl Device {
         Ok(Device {
             matmul,
             matmul16,
-            peak16: gpu.peak_flops_per_ns(half) * sustained_clock(gpu.name),
+            peak16: gpu.peak_flops_per_ns(half) * sustained,
             memory: gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY,
             sms: gpu.sms as u64,
             elem: o.precision.bytes() as f64,
