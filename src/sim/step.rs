@@ -44,28 +44,27 @@ pub(super) struct StepTimer {
     /// Finish times per member, or None where the step would change an outside flow's rate.
     memo: HashMap<Vec<u64>, Option<Vec<Nanos>>>,
     parent: Vec<u32>,
-    link_member: Vec<u32>,
-    link_epoch: Vec<u32>,
-    epoch: u32,
-    /// Local link ids of the signature being built (see [`LinkIds`]).
-    ids: LinkIds,
+    /// The first member seen on each link, while grouping members into components.
+    link_member: LinkMap,
+    /// Local link ids of the signature being built.
+    ids: LinkMap,
 }
 
-/// A link renumbering scratch, reused across signatures: `id[g]` is global link g's local id
-/// when `epoch[g]` is the current epoch (no map built and dropped per component).
+/// A map from global link ids to a u32, reused across calls: `value[g]` holds when `epoch[g]` is
+/// the current epoch, so starting afresh costs nothing (no map built and dropped per component).
 #[derive(Default)]
-struct LinkIds {
+struct LinkMap {
     epoch: Vec<u32>,
-    id: Vec<u32>,
+    value: Vec<u32>,
     current: u32,
 }
 
-impl LinkIds {
-    /// Starts a renumbering over links `0..links`.
+impl LinkMap {
+    /// Empties the map, over links `0..links`.
     fn begin(&mut self, links: usize) {
         if self.epoch.len() < links {
             self.epoch.resize(links, 0);
-            self.id.resize(links, 0);
+            self.value.resize(links, 0);
         }
         self.current = self.current.wrapping_add(1);
         if self.current == 0 {
@@ -73,11 +72,23 @@ impl LinkIds {
             self.current = 1;
         }
     }
+
+    fn get(&self, link: usize) -> Option<u32> {
+        (self.epoch[link] == self.current).then(|| self.value[link])
+    }
+
+    fn insert(&mut self, link: usize, value: u32) {
+        self.epoch[link] = self.current;
+        self.value[link] = value;
+    }
 }
 
 impl StepTimer {
     pub fn new(links: usize) -> Self {
-        StepTimer { link_member: vec![0; links], link_epoch: vec![0; links], ..Default::default() }
+        let mut timer = StepTimer::default();
+        timer.link_member.begin(links);
+        timer.ids.begin(links);
+        timer
     }
 
     fn find(&mut self, mut x: u32) -> u32 {
@@ -119,24 +130,20 @@ impl StepTimer {
     /// Items (routes as link lists) grouped into components of shared links, each in item order;
     /// components ordered by their first item.
     fn components_of(&mut self, members: &[&[u32]]) -> Vec<Vec<u32>> {
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.link_epoch.iter_mut().for_each(|e| *e = 0);
-            self.epoch = 1;
-        }
+        self.link_member.begin(0);
         self.parent.clear();
         self.parent.extend(0..members.len() as u32);
         for (i, m) in members.iter().enumerate() {
             for &l in m.iter() {
                 let l = l as usize;
-                if self.link_epoch[l] == self.epoch {
-                    let (a, b) = (self.find(i as u32), self.find(self.link_member[l]));
-                    if a != b {
-                        self.parent[a.max(b) as usize] = a.min(b);
+                match self.link_member.get(l) {
+                    Some(first) => {
+                        let (a, b) = (self.find(i as u32), self.find(first));
+                        if a != b {
+                            self.parent[a.max(b) as usize] = a.min(b);
+                        }
                     }
-                } else {
-                    self.link_epoch[l] = self.epoch;
-                    self.link_member[l] = i as u32;
+                    None => self.link_member.insert(l, i as u32),
                 }
             }
         }
@@ -298,7 +305,7 @@ struct LocalLinks {
 
 /// An exact description of a component up to renaming of links: equal signatures evolve alike.
 fn signature(
-    ids: &mut LinkIds,
+    ids: &mut LinkMap,
     members: &[Member],
     comp: &[u32],
     outside: &[Outside],
@@ -309,16 +316,13 @@ fn signature(
     let mut sig = vec![comp.len() as u64, outside.len() as u64];
     let mut localise = |g: u32, links: &mut LocalLinks, sig: &mut Vec<u64>| {
         let gi = g as usize;
-        let id = if ids.epoch[gi] == ids.current {
-            ids.id[gi]
-        } else {
+        let id = ids.get(gi).unwrap_or_else(|| {
             links.globals.push(g);
             links.capacity.push(capacity[gi]);
             let id = (links.globals.len() - 1) as u32;
-            ids.epoch[gi] = ids.current;
-            ids.id[gi] = id;
+            ids.insert(gi, id);
             id
-        };
+        });
         sig.push(id as u64);
         id
     };
