@@ -180,7 +180,14 @@ pub const SUSTAINED_CLOCK: &[(&str, f64)] = &[
     // The same GH100 die at the same 700 W: an H200 cannot hold 1830 MHz under full load at 700 W
     // (tile-ai/TileOPs issue #1587, 2026-06; 1500 MHz is what it holds locked).
     ("h200-sxm", 1575.0 / 1980.0),
-    // B200, GB200: no public measurement of the sustained clock found; unscaled.
+    // B200 (1000 W): kernels run back to back for longer than ~5 ms draw ~1000 W and the SM clock
+    // falls from 1965 to ~1580 MHz (flashinfer-ai/flashinfer PR #2899, 2026-03, measured with
+    // FlashAttention-4 BF16 on a B200; its TFLOP/s fall 15% over 100 iterations).
+    ("b200", 1580.0 / 1965.0),
+    // Not measured: the B200 fraction assumed for the GB200 (the same die; its 1200 W limit pays
+    // for the higher clock its 2.5 PFLOP/s datasheet peak assumes, and no public trace of a GB200's
+    // clock under load was found).
+    ("gb200", 1580.0 / 1965.0),
 ];
 
 /// The [`SUSTAINED_CLOCK`] factor of `gpu` (1 where none is known).
@@ -1508,13 +1515,22 @@ mod tests {
     #[test]
     fn tensor_rates_run_at_the_clock_sustained_at_the_power_limit() {
         // The sources' figures: A100 1305 of 1410 MHz (NVIDIA's HPL Rpeak clock), H100-class
-        // 1575 of 1980 MHz (DeepGEMM #120), H200 as H100; B200 and GB200 unmeasured.
+        // 1575 of 1980 MHz (DeepGEMM #120), H200 as H100; B200 1580 of 1965 MHz (flashinfer
+        // #2899), GB200 as B200.
         assert_eq!(sustained_clock("a100-sxm4-80gb"), 1305.0 / 1410.0);
         assert_eq!(sustained_clock("a100-sxm4-40gb"), 1305.0 / 1410.0);
         assert_eq!(sustained_clock("h100-sxm"), 1575.0 / 1980.0);
         assert_eq!(sustained_clock("h200-sxm"), sustained_clock("h100-sxm"));
-        assert_eq!(sustained_clock("b200"), 1.0);
-        assert_eq!(sustained_clock("gb200"), 1.0);
+        assert_eq!(sustained_clock("b200"), 1580.0 / 1965.0);
+        assert_eq!(sustained_clock("gb200"), sustained_clock("b200"));
+        // A GB200's FP8 GEMM rate: MAMF's best 3615.6 TFLOP/s at 1580 of 1965 MHz (2907); a
+        // B200's BF16: 1745.0 at the same fraction (1403).
+        let gb200 = GpuSpec::by_name("gb200").unwrap();
+        let d = Device::new(gb200, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
+        assert!((d.matmul / 1e3 - 3615.6 * 1580.0 / 1965.0).abs() < 0.5, "{}", d.matmul);
+        let b200 = GpuSpec::by_name("b200").unwrap();
+        let d = Device::new(b200, &opts(1)).unwrap();
+        assert!((d.matmul / 1e3 - 1745.0 * 1580.0 / 1965.0).abs() < 0.5, "{}", d.matmul);
         // The A100's sustained BF16 rate (271.2 x 1305/1410 = 251 TFLOP/s) lies within 3% of He's
         // cuBLAS 8192^3 matmul on randn inputs (257 TFLOP/s), a measurement independent of both.
         let a100 = GpuSpec::by_name("a100-sxm4-80gb").unwrap();
