@@ -429,7 +429,7 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
     assert!((local_ns as f64) < nic_bound * 1.05 && local_ns < ideal, "{local_ns} ns vs {ideal} ns (cheapest)");
     assert_eq!(NicRoute::parse("local").unwrap(), NicRoute::Local);
     let err = NicRoute::parse("fastest").unwrap_err().to_string();
-    assert!(err.contains("--nic-route") && err.contains("cheapest or local"), "{err}");
+    assert!(err.contains("--nic-route") && err.contains("cheapest, local or channels"), "{err}");
     // DGX-1 V100: one NIC per two GPUs; both GPUs of a switch share it (NCCL's local NIC).
     let m = load_topology("dgx1-v100").unwrap().instantiate(16).unwrap();
     for i in 0..2 {

@@ -224,7 +224,7 @@ fn bad_input_exits_2_naming_file_line_and_column() {
         .args(["--nic-route", "fastest"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("--nic-route").and(predicate::str::contains("cheapest or local")));
+        .stderr(predicate::str::contains("--nic-route").and(predicate::str::contains("cheapest, local or channels")));
     dagsim().arg("validate").assert().code(2);
 }
 

@@ -337,7 +337,12 @@ impl Lowerer {
                 } else {
                     algorithm
                 };
-                Plan::lower_on(op, algorithm, layout, bytes)
+                let plan = Plan::lower_on(op, algorithm, layout, bytes);
+                if machine.nic_route == crate::hw::NicRoute::Channels {
+                    plan.over_channels(op, layout)
+                } else {
+                    plan
+                }
             }
         };
         self.count(op, &plan, bytes);

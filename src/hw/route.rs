@@ -36,16 +36,22 @@ pub enum NicRoute {
     /// the stacks that dagsim predicts send (docs/machines.md).
     #[default]
     Local,
+    /// As `Local`, and a ring across nodes runs as one ring per GPU of a node (NCCL's channels,
+    /// [`crate::collective::Plan::over_channels`]), so every GPU's NIC carries a share of it
+    /// instead of one GPU's NIC carrying it all. Opt-in: it moves the LLM validation sets
+    /// (validation/README.md).
+    Channels,
 }
 
 impl NicRoute {
     /// Names accepted by `--nic-route`.
-    pub const NAMES: [&'static str; 2] = ["cheapest", "local"];
+    pub const NAMES: [&'static str; 3] = ["cheapest", "local", "channels"];
 
     pub fn name(self) -> &'static str {
         match self {
             NicRoute::Cheapest => "cheapest",
             NicRoute::Local => "local",
+            NicRoute::Channels => "channels",
         }
     }
 
@@ -54,9 +60,10 @@ impl NicRoute {
         match s.trim().to_ascii_lowercase().as_str() {
             "cheapest" => Ok(NicRoute::Cheapest),
             "local" | "nccl" => Ok(NicRoute::Local),
+            "channels" => Ok(NicRoute::Channels),
             other => Err(crate::error::Error::invalid(
                 "--nic-route",
-                format!("unknown NIC route `{other}`; expected cheapest or local"),
+                format!("unknown NIC route `{other}`; expected cheapest, local or channels"),
             )),
         }
     }
@@ -192,7 +199,9 @@ impl Machine {
     /// [`NicRoute::Cheapest`], the cheapest route.
     pub fn railless_route(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
         match (self.collectives, self.nic_route) {
-            (crate::collective::CollectiveModel::Nccl(_), _) | (_, NicRoute::Local) => self.p2p_route(src, dst),
+            (crate::collective::CollectiveModel::Nccl(_), _) | (_, NicRoute::Local | NicRoute::Channels) => {
+                self.p2p_route(src, dst)
+            }
             (crate::collective::CollectiveModel::Ideal, NicRoute::Cheapest) => self.shortest_path(src, dst),
         }
     }
