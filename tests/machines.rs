@@ -437,3 +437,29 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
         assert!(h.contains(&"n0.nic0".to_string()) && h.contains(&"n1.nic0".to_string()), "{h:?}");
     }
 }
+
+#[test]
+fn a_ring_over_channels_crosses_between_nodes_on_every_gpus_nic() {
+    // Two DGX H100 (8 GPUs, 8 NICs of 400 Gb/s x 0.95 = 47.5 GB/s each), an all-gather of 1 GiB:
+    // 15 steps of 64 MiB chunks. The single ideal ring sends every chunk between the nodes through
+    // one GPU's NIC; over channels (one ring per GPU of a node, NCCL's rings over the node's NICs)
+    // each NIC carries 1/8 of a chunk a step, and NVLink (405 GB/s) carries the rest.
+    let m = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    let bytes = 1u64 << 30;
+    let per_step_nic_ns = |share: f64| share * (bytes / 16) as f64 / 47.5;
+    let single = simulate_collective(&m, CollectiveOp::AllGather, Algorithm::Ring, 16, bytes).unwrap() as f64;
+    let mut ch = m.clone();
+    ch.nic_route = NicRoute::Channels;
+    let striped = simulate_collective(&ch, CollectiveOp::AllGather, Algorithm::Ring, 16, bytes).unwrap() as f64;
+    let (one_nic, all_nics) = (15.0 * per_step_nic_ns(1.0), 15.0 * per_step_nic_ns(1.0 / 8.0));
+    eprintln!("all-gather of 1 GiB on 2 DGX H100: {single} ns (one ring), {striped} ns (channels); NIC-bound {one_nic:.0} / {all_nics:.0} ns");
+    assert!(single >= one_nic && single < 1.05 * one_nic, "{single} vs {one_nic}");
+    assert!(striped >= all_nics && striped < 1.10 * all_nics, "{striped} vs {all_nics}");
+    // Inside one node nothing changes, and `channels` routes as `local` does.
+    let one = simulate_collective(&m, CollectiveOp::AllGather, Algorithm::Ring, 8, bytes).unwrap();
+    assert_eq!(one, simulate_collective(&ch, CollectiveOp::AllGather, Algorithm::Ring, 8, bytes).unwrap());
+    let (a, b) = (m.gpus[0].device, m.gpus[9].device);
+    assert_eq!(ch.railless_route(a, b), m.railless_route(a, b));
+    assert_eq!(NicRoute::parse("channels").unwrap(), NicRoute::Channels);
+    assert_eq!(NicRoute::Channels.name(), "channels");
+}
