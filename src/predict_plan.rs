@@ -10,7 +10,7 @@ use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{HostLaunch, ParallelPlan, Sharding, EAGER_LAUNCH_NS};
+use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -388,7 +388,7 @@ impl PlanSetup {
                 }
             }
         }
-        Some(HostModel { launch_ns: self.plan.host_launch_ns.unwrap_or(EAGER_LAUNCH_NS), layers })
+        Some(HostModel { launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)), layers })
     }
 
     /// The setup as the DAG builder sees it under context parallelism: CP folded into DP

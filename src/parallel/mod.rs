@@ -120,7 +120,7 @@ pub struct ParallelPlan {
     pub grad_bytes: u64,
     /// How each GPU's host thread launches its kernels (`host=eager|graphs|off`).
     pub host: HostLaunch,
-    /// Host time per launch, ns, replacing [`EAGER_LAUNCH_NS`] (`host-launch-us=`, e.g. one
+    /// Host time per launch, ns, replacing [`eager_launch_ns`]'s (`host-launch-us=`, e.g. one
     /// measured on the user's own host).
     pub host_launch_ns: Option<u64>,
 }
@@ -130,7 +130,7 @@ pub struct ParallelPlan {
 #[serde(rename_all = "kebab-case")]
 pub enum HostLaunch {
     /// PyTorch eager (Megatron-Core, PyTorch FSDP): every kernel is launched by the host thread
-    /// in program order at [`EAGER_LAUNCH_NS`] each, and the host blocks where the framework
+    /// in program order at [`eager_launch_ns`] each, and the host blocks where the framework
     /// reads a GPU value (an MoE router's token counts, the gradient norm before the optimizer
     /// step).
     #[default]
@@ -151,13 +151,29 @@ impl HostLaunch {
     }
 }
 
-/// Host time to issue one kernel from PyTorch eager code: ~7 us per operation with autograd
-/// recording (`y = 2 * x` on a one-element tensor with `requires_grad=True`: 6.8 s for a million,
-/// pytorch/pytorch issue #41383, 2020; 5 us without autograd; a maintainer there puts a plain
-/// tensor op at ~2 us, half of it Python). Those were timed on CPU tensors, so the
-/// `cudaLaunchKernel` call a GPU op adds comes on top: a floor for the host cost of a training
-/// op, not fitted to any row.
-pub const EAGER_LAUNCH_NS: u64 = 7_000;
+/// Host time to issue one kernel from PyTorch eager code on an x86 host: 13.48 us, the CPU time
+/// of one `torch.nn.Linear` forward (one cuBLAS kernel; BF16, hidden 2048, 8192 tokens) on a DGX
+/// H100's Xeon Platinum 8480C (NVIDIA/TransformerEngine issue #2053, 2025-08, the reporter's
+/// benchmark table). A floor for a Megatron-Core training op: Transformer Engine's modules cost
+/// more host time per kernel (the same table: 99.66 us for a TE `Linear` on GB200 against 37.08
+/// for PyTorch's). Before: 7 us, an eager op on CPU tensors (pytorch/pytorch issue #41383),
+/// without the `cudaLaunchKernel` call; no validation set moves between the two on x86.
+pub const EAGER_LAUNCH_NS: u64 = 13_480;
+
+/// [`EAGER_LAUNCH_NS`] on a Grace host (GB200: the GPU shares a superchip with a Grace CPU):
+/// the same `torch.nn.Linear` forward takes 37.08 us of CPU time on GB200 (TransformerEngine
+/// issue #2053's table; 33.17 on GH200), 2.75 times the Xeon's.
+pub const GRACE_LAUNCH_NS: u64 = 37_080;
+
+/// The per-launch host time of `gpu`'s host CPU: Grace for the Grace-Blackwell superchip, an x86
+/// server CPU for every other GPU.
+pub fn eager_launch_ns(gpu: &crate::workload::gpu::GpuSpec) -> u64 {
+    if gpu.name == "gb200" {
+        GRACE_LAUNCH_NS
+    } else {
+        EAGER_LAUNCH_NS
+    }
+}
 
 impl Default for ParallelPlan {
     fn default() -> Self {
@@ -627,6 +643,17 @@ impl ParallelPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_launch_cost_follows_the_host_cpu() {
+        use crate::workload::gpu::GpuSpec;
+        // TransformerEngine #2053: torch.nn.Linear forward CPU time 13.48 us on a DGX H100's Xeon
+        // 8480C, 37.08 us on GB200's Grace.
+        assert_eq!(eager_launch_ns(GpuSpec::by_name("h100").unwrap()), 13_480);
+        assert_eq!(eager_launch_ns(GpuSpec::by_name("a100").unwrap()), 13_480);
+        assert_eq!(eager_launch_ns(GpuSpec::by_name("b200").unwrap()), 13_480);
+        assert_eq!(eager_launch_ns(GpuSpec::by_name("gb200").unwrap()), 37_080);
+    }
 
     #[test]
     fn parses_and_names_a_plan() {

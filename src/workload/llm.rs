@@ -201,6 +201,19 @@ fn sustained_clock(gpu: &str) -> f64 {
 /// standard cuBLAS tiles it lists).
 const TILE: u64 = 128;
 
+/// Time a thread block spends on one output tile beyond its main loop, ns: filling the
+/// load pipeline before the first MMA and writing the tile back after the last, which a tile's
+/// K loop does not hide. Fitted to deepseek-ai/DeepGEMM PR #73's H800 FP8 GEMMs with 128 x 128
+/// tiles (M = 4096: N 7168 K 16384 at 1404 TFLOP/s, N 7168 K 2048 at 1031, N 24576 K 1536 at
+/// 999, N 32768 K 512 at 591): time = FLOPs / (R x wave fill) + waves x this, least squares
+/// over the four gives R = 1503 TFLOP/s and 2234 ns, each point within 2.5%. Only Hopper FP8 is
+/// measured: 16-bit GEMMs and other architectures keep the plain roofline (0).
+const TILE_FIXED_NS: &[(&str, f64)] = &[("Hopper", 2234.0)];
+/// The K at which the measured best-shape matmul rates ([`MATMUL_EFFICIENCY`]) are taken to run:
+/// DeepGEMM's K = 16384 GEMM above (1404 TFLOP/s) is where the H100 FP8 MAMF rate (1402.6) is
+/// met, so a GEMM of this depth runs at the table's rate and shallower ones slower.
+const TILE_REFERENCE_K: u64 = 16384;
+
 /// FlashAttention-3 forward throughput on an H100 SXM, head dim 128, B x S = 16k tokens, 16 heads
 /// (pytorch/benchmark PR 2391, "flash_v3-tflops"): (sequence length, TFLOP/s). Used as a fraction
 /// of the H100's 989.4 TFLOP/s for Hopper and, for want of a published measurement, Blackwell.
@@ -243,6 +256,8 @@ pub(super) struct Device {
     peak16: f64,
     memory: f64,
     sms: u64,
+    /// [`TILE_FIXED_NS`] of this GPU's architecture (0: not measured).
+    tile_fixed_ns: f64,
     /// Bytes of an activation element, and of a GEMM input element (1 under FP8).
     pub(super) elem: f64,
     gemm_in: f64,
@@ -332,6 +347,7 @@ impl Device {
             peak16: gpu.peak_flops_per_ns(half) * sustained,
             memory: gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY,
             sms: gpu.sms as u64,
+            tile_fixed_ns: TILE_FIXED_NS.iter().find(|r| r.0 == gpu.arch).map_or(0.0, |r| r.1),
             elem: o.precision.bytes() as f64,
             gemm_in: if o.precision == Precision::Fp8 { 1.0 } else { o.precision.bytes() as f64 },
             flash,
@@ -349,9 +365,23 @@ impl Device {
         let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
         let waves = tiles.div_ceil(self.sms);
         let wave_fill = tiles as f64 / (waves * self.sms) as f64;
-        let math = flops / (rate * wave_fill);
+        // The tile overhead is measured for FP8 GEMMs only; 16-bit ones keep the roofline.
+        let short_k = if in_bytes < 2.0 { self.short_k(k, rate) } else { 1.0 };
+        let math = flops / (rate * wave_fill) * short_k;
         let bytes = batch as f64 * ((m * k + k * n) as f64 * in_bytes + (m * n) as f64 * self.elem);
         (math.max(bytes / self.memory) + LAUNCH_NS, flops)
+    }
+
+    /// How much slower than the best-shape `rate` a GEMM of depth `k` runs: each tile's fixed
+    /// [`TILE_FIXED_NS`] over its main loop (2 x 128 x 128 x k FLOPs at one SM's share of
+    /// `rate`), relative to the same at [`TILE_REFERENCE_K`]. Short-K GEMMs (an MoE expert's
+    /// fc2 at k = 768, a weight gradient over few tokens) lose the most.
+    fn short_k(&self, k: u64, rate: f64) -> f64 {
+        if self.tile_fixed_ns <= 0.0 {
+            return 1.0;
+        }
+        let main_loop = |k: u64| 2.0 * (TILE * TILE * k.max(1)) as f64 * self.sms as f64 / rate;
+        (1.0 + self.tile_fixed_ns / main_loop(k)) / (1.0 + self.tile_fixed_ns / main_loop(TILE_REFERENCE_K))
     }
 
     /// A kernel that streams `bytes` through memory.
@@ -1510,6 +1540,42 @@ mod tests {
         let over = d.gemm(1, 128 * 12 + 1, 128 * 11, 16384, d.matmul).0 - LAUNCH_NS;
         let two_waves = (1537.0 / 1536.0) * 2.0 * 132.0 / 143.0;
         assert!((over / full - two_waves).abs() < 1e-9, "{}", over / full);
+    }
+
+    #[test]
+    fn fp8_gemms_pay_a_fixed_tile_overhead_that_short_k_cannot_hide() {
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let fp8 = Device::new(h100, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
+        // DeepGEMM PR #73's H800 FP8 GEMMs (M 4096, 128 x 128 tiles), at the fit's main-loop rate
+        // of 1503 TFLOP/s: TFLOP/s against the K = 16384 one, measured 1031, 999 and 591 of 1404.
+        let tflops = |n: u64, k: u64| {
+            let (ns, flops) = fp8.gemm(1, 4096, n, k, 1503.0e3);
+            flops / (ns - LAUNCH_NS) / 1e3
+        };
+        let deep = tflops(7168, 16384);
+        for (n, k, measured) in [(7168u64, 2048u64, 1031.0), (24576, 1536, 999.0), (32768, 512, 591.0)] {
+            let (model, data) = (tflops(n, k) / deep, measured / 1404.0);
+            assert!((model / data - 1.0).abs() < 0.05, "k {k}: {model} vs {data}");
+        }
+        // By hand, one full wave (132 tiles of 128 x 128) at the training rate, K = 768
+        // (Qwen3-30B-A3B's expert fc2): each tile's main loop, 2 x 128^2 x 768 FLOPs at a 132nd
+        // of the rate, plus 2234 ns, over the same at K = 16384.
+        let rate = fp8.matmul;
+        let main = |k: f64| 2.0 * 128.0 * 128.0 * k * 132.0 / rate;
+        let factor = (1.0 + 2234.0 / main(768.0)) / (1.0 + 2234.0 / main(16384.0));
+        let (ns, flops) = fp8.gemm(1, 128 * 12, 128 * 11, 768, rate);
+        assert!((ns - LAUNCH_NS - flops / rate * factor).abs() < 1e-6, "{ns}");
+        assert!(factor > 1.6 && factor < 1.8, "{factor}");
+        // At the reference depth the table's best-shape rate holds unchanged.
+        let (ns, flops) = fp8.gemm(1, 128 * 12, 128 * 11, 16384, rate);
+        assert!((ns - LAUNCH_NS - flops / rate).abs() < 1e-6);
+        // 16-bit GEMMs (measured rates only for FP8) and Blackwell (unmeasured) keep the roofline.
+        let bf16 = Device::new(h100, &opts(1)).unwrap();
+        let (ns, flops) = bf16.gemm(1, 128 * 12, 128 * 11, 768, bf16.matmul);
+        assert!((ns - LAUNCH_NS - flops / bf16.matmul).abs() < 1e-6);
+        let b200 = GpuSpec::by_name("b200").unwrap();
+        let bw = Device::new(b200, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
+        assert_eq!(bw.short_k(768, bw.matmul), 1.0);
     }
 
     #[test]
