@@ -81,17 +81,18 @@ pub(super) struct Servers {
     pub overlap: bool,
 }
 
-/// Bytes each rank sums per byte of the buffer: the (n-1)/n it receives under halving-doubling and
-/// the ring; under recursive doubling the whole buffer at each of the log2 N steps of the largest
-/// power of two, plus once more on the ranks that take in a folded rank's buffer.
-fn summed_per_byte(algorithm: Algorithm, ranks: u32) -> f64 {
+/// ns one rank spends summing, per byte of the buffer, at `rate` bytes/s: it sums the (n-1)/n it
+/// receives under halving-doubling and the ring; under recursive doubling the whole buffer at each
+/// of the log2 N steps of the largest power of two, plus once more on the ranks that take in a
+/// folded rank's buffer.
+fn sum_ns_per_byte(rate: f64, algorithm: Algorithm, ranks: u32) -> f64 {
     let n = ranks.max(1);
     match algorithm {
         Algorithm::RecursiveDoubling => {
             let pow2 = 1u32 << (u32::BITS - 1 - n.leading_zeros());
-            (pow2.trailing_zeros() + (n > pow2) as u32) as f64
+            1e9 / rate * (pow2.trailing_zeros() + (n > pow2) as u32) as f64
         }
-        _ => (n - 1) as f64 / n as f64,
+        _ => 1e9 / rate * (n - 1) as f64 / n as f64,
     }
 }
 
@@ -131,7 +132,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         Runtime::OpenMpi(o) => {
             p.host_stage = Some(HostStage {
                 copy_ns_per_byte: 1.0 / host_copy_rate(machine, ranks),
-                sum_ns_per_byte: 1e9 / o.sum_bytes_per_s * summed_per_byte(s.allreduce, ranks),
+                sum_ns_per_byte: sum_ns_per_byte(o.sum_bytes_per_s, s.allreduce, ranks),
             });
             legacy_buckets(w, s)
         }
@@ -990,8 +991,8 @@ mod tests {
         let s = Strategy::parse("io+allreduce=recursive-doubling+runtime=openmpi").unwrap();
         let h = plan(&w, &s, &m, 16).unwrap().host_stage.expect("openmpi stages through the host");
         assert_eq!(h.sum_ns_per_byte, 0.25 * 4.0);
-        assert_eq!(summed_per_byte(Algorithm::RecursiveDoubling, 24), 5.0);
-        assert_eq!(summed_per_byte(Algorithm::HalvingDoubling, 16), 15.0 / 16.0);
+        assert_eq!(sum_ns_per_byte(4e9, Algorithm::RecursiveDoubling, 24), 0.25 * 5.0);
+        assert_eq!(sum_ns_per_byte(4e9, Algorithm::HalvingDoubling, 16), 0.25 * 15.0 / 16.0);
     }
 
     #[test]
