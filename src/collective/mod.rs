@@ -230,6 +230,22 @@ fn t(src: u32, dst: u32, bytes: u64) -> Transfer {
     Transfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY }
 }
 
+/// The butterflies' fold for ranks beyond the largest power of two `pow2`: at the first of `steps`
+/// steps each extra rank r sends its `bytes` to r - pow2, at the last it gets the result back.
+/// Emits those transfers and returns None on the fold steps; otherwise the step's index among the
+/// power-of-two steps.
+fn fold_step(ranks: u32, pow2: u32, bytes: u64, step: u32, steps: u32, f: &mut impl FnMut(Transfer)) -> Option<u32> {
+    let extra = ranks > pow2;
+    if extra && (step == 0 || step == steps - 1) {
+        for r in pow2..ranks {
+            let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
+            f(t(src, dst, bytes));
+        }
+        return None;
+    }
+    Some(step - extra as u32)
+}
+
 /// A lowered collective.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
@@ -416,17 +432,8 @@ impl Plan {
                 }
             }
             Plan::HalvingDoubling { ranks, pow2, bytes } => {
-                let extra = ranks > pow2;
+                let Some(s) = fold_step(ranks, pow2, bytes, step, self.step_count(), &mut f) else { return };
                 let rounds = pow2.trailing_zeros();
-                let last = self.step_count() - 1;
-                if extra && (step == 0 || step == last) {
-                    for r in pow2..ranks {
-                        let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
-                        f(t(src, dst, bytes));
-                    }
-                    return;
-                }
-                let s = step - extra as u32;
                 // Halving: partner distance pow2/2, pow2/4, ...; each sends half of what it holds.
                 // Doubling retraces the distances with the held share growing back.
                 let (distance, held) = if s < rounds {
@@ -440,17 +447,9 @@ impl Plan {
                 }
             }
             Plan::RecursiveDoubling { ranks, pow2, bytes } => {
-                let extra = ranks > pow2;
-                let last = self.step_count() - 1;
-                if extra && (step == 0 || step == last) {
-                    for r in pow2..ranks {
-                        let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
-                        f(t(src, dst, bytes));
-                    }
-                    return;
-                }
+                let Some(s) = fold_step(ranks, pow2, bytes, step, self.step_count(), &mut f) else { return };
                 // Partners 1, 2, 4, ... apart, the whole buffer each way every step.
-                let distance = 1 << (step - extra as u32);
+                let distance = 1 << s;
                 for r in 0..pow2 {
                     f(t(r, r ^ distance, bytes));
                 }
