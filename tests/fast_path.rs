@@ -102,7 +102,7 @@ fn contention_at_any_instant_is_handled_exactly() {
 fn shared_link_steps_match_the_reference() {
     let mut reserved = 0;
     for topology in ["v100-pcie-10gbe", "dgx1-v100", "k80-cluster", "gradientflow-cluster"] {
-        for alg in ["ring", "hierarchical", "tree", "halving-doubling", "ps", "auto"] {
+        for alg in ["ring", "hierarchical", "tree", "halving-doubling", "recursive-doubling", "ps", "auto"] {
             let mut s = setup(topology, &format!("io+wfbp+allreduce={alg}"), 100_000);
             s.iterations = 3;
             for gpus in [4, 8, 12, 16] {

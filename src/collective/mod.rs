@@ -91,6 +91,11 @@ pub enum Algorithm {
     /// all-gather, 2 log2 N steps; ranks beyond the largest power of two fold in first and are
     /// served last.
     HalvingDoubling,
+    /// Recursive doubling (OpenMPI's `recursive_doubling`, the butterfly of its tuned component up
+    /// to 4.0): log2 N steps, each rank exchanging the whole buffer with the partner whose rank
+    /// differs in one bit and summing it, so log2 N x K bytes sent per rank where halving-doubling
+    /// sends 2K; ranks beyond the largest power of two fold in first and are served last.
+    RecursiveDoubling,
     /// Parameter server colocated with the workers, sharded: every rank serves 1/N of the
     /// parameters; push (every rank sends each server its shard) then pull (the reverse).
     Ps,
@@ -109,11 +114,12 @@ pub enum Algorithm {
 pub const AUTO_TREE_BELOW: u64 = 1 << 20;
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::Ring,
         Algorithm::Hierarchical,
         Algorithm::Tree,
         Algorithm::HalvingDoubling,
+        Algorithm::RecursiveDoubling,
         Algorithm::Ps,
         Algorithm::PsCentral,
         Algorithm::Auto,
@@ -125,6 +131,7 @@ impl Algorithm {
             Algorithm::Hierarchical => "hierarchical",
             Algorithm::Tree => "tree",
             Algorithm::HalvingDoubling => "halving-doubling",
+            Algorithm::RecursiveDoubling => "recursive-doubling",
             Algorithm::Ps => "ps",
             Algorithm::PsCentral => "ps-central",
             Algorithm::Auto => "auto",
@@ -223,6 +230,22 @@ fn t(src: u32, dst: u32, bytes: u64) -> Transfer {
     Transfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY }
 }
 
+/// The butterflies' fold for ranks beyond the largest power of two `pow2`: at the first of `steps`
+/// steps each extra rank r sends its `bytes` to r - pow2, at the last it gets the result back.
+/// Emits those transfers and returns None on the fold steps; otherwise the step's index among the
+/// power-of-two steps.
+fn fold_step(ranks: u32, pow2: u32, bytes: u64, step: u32, steps: u32, f: &mut impl FnMut(Transfer)) -> Option<u32> {
+    let extra = ranks > pow2;
+    if extra && (step == 0 || step == steps - 1) {
+        for r in pow2..ranks {
+            let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
+            f(t(src, dst, bytes));
+        }
+        return None;
+    }
+    Some(step - extra as u32)
+}
+
 /// A lowered collective.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
@@ -250,6 +273,9 @@ pub enum Plan {
     Tree { ranks: u32, depth: u32, bytes: u64, up: bool, down: bool },
     /// Recursive halving/doubling on `pow2` ranks; ranks >= pow2 fold in before and out after.
     HalvingDoubling { ranks: u32, pow2: u32, bytes: u64 },
+    /// Recursive doubling on `pow2` ranks, the whole `bytes` each step; ranks >= pow2 fold in
+    /// before and out after.
+    RecursiveDoubling { ranks: u32, pow2: u32, bytes: u64 },
     /// All-to-all of `chunk` bytes per pair, `steps` times (push, pull).
     AllToAll { ranks: u32, chunk: u64, steps: u32 },
     /// Everyone to the root, then the root to everyone, `bytes` each way.
@@ -287,6 +313,9 @@ impl Plan {
             (CollectiveOp::AllReduce, Algorithm::Tree) => tree(true, true),
             (CollectiveOp::AllReduce, Algorithm::HalvingDoubling) => {
                 Plan::HalvingDoubling { ranks, pow2: 1 << (u32::BITS - 1 - ranks.leading_zeros()), bytes }
+            }
+            (CollectiveOp::AllReduce, Algorithm::RecursiveDoubling) => {
+                Plan::RecursiveDoubling { ranks, pow2: 1 << (u32::BITS - 1 - ranks.leading_zeros()), bytes }
             }
             (CollectiveOp::AllReduce, Algorithm::Ps) => Plan::AllToAll { ranks, chunk: share, steps: 2 },
             (CollectiveOp::AllReduce, Algorithm::PsCentral) => Plan::Central { ranks, bytes },
@@ -349,6 +378,7 @@ impl Plan {
             Plan::Hierarchical { per_node, nodes, .. } => 2 * (per_node - 1) + 2 * (nodes - 1),
             Plan::Tree { depth, up, down, .. } => depth * (up as u32 + down as u32),
             Plan::HalvingDoubling { ranks, pow2, .. } => 2 * pow2.trailing_zeros() + if ranks > pow2 { 2 } else { 0 },
+            Plan::RecursiveDoubling { ranks, pow2, .. } => pow2.trailing_zeros() + if ranks > pow2 { 2 } else { 0 },
             Plan::Central { .. } => 2,
         }
     }
@@ -377,7 +407,10 @@ impl Plan {
                 let inter = step >= per_node - 1 && step < per_node - 1 + 2 * (nodes - 1);
                 inter as u32
             }
-            Plan::Tree { .. } | Plan::HalvingDoubling { .. } | Plan::Central { .. } => step,
+            Plan::Tree { .. }
+            | Plan::HalvingDoubling { .. }
+            | Plan::RecursiveDoubling { .. }
+            | Plan::Central { .. } => step,
         }
     }
 
@@ -443,17 +476,8 @@ impl Plan {
                 }
             }
             Plan::HalvingDoubling { ranks, pow2, bytes } => {
-                let extra = ranks > pow2;
+                let Some(s) = fold_step(ranks, pow2, bytes, step, self.step_count(), &mut f) else { return };
                 let rounds = pow2.trailing_zeros();
-                let last = self.step_count() - 1;
-                if extra && (step == 0 || step == last) {
-                    for r in pow2..ranks {
-                        let (src, dst) = if step == 0 { (r, r - pow2) } else { (r - pow2, r) };
-                        f(t(src, dst, bytes));
-                    }
-                    return;
-                }
-                let s = step - extra as u32;
                 // Halving: partner distance pow2/2, pow2/4, ...; each sends half of what it holds.
                 // Doubling retraces the distances with the held share growing back.
                 let (distance, held) = if s < rounds {
@@ -464,6 +488,14 @@ impl Plan {
                 };
                 for r in 0..pow2 {
                     f(t(r, r ^ distance, held.max(1)));
+                }
+            }
+            Plan::RecursiveDoubling { ranks, pow2, bytes } => {
+                let Some(s) = fold_step(ranks, pow2, bytes, step, self.step_count(), &mut f) else { return };
+                // Partners 1, 2, 4, ... apart, the whole buffer each way every step.
+                let distance = 1 << s;
+                for r in 0..pow2 {
+                    f(t(r, r ^ distance, bytes));
                 }
             }
             Plan::AllToAll { ranks, chunk, .. } => {
@@ -492,6 +524,7 @@ impl Plan {
             Plan::Hierarchical { .. } => "ideal hierarchical".into(),
             Plan::Tree { .. } => "ideal tree".into(),
             Plan::HalvingDoubling { .. } => "ideal halving-doubling".into(),
+            Plan::RecursiveDoubling { .. } => "ideal recursive-doubling".into(),
             Plan::AllToAll { .. } => "ideal all-to-all".into(),
             Plan::Central { .. } => "ideal ps-central".into(),
         }
@@ -595,6 +628,29 @@ mod tests {
         assert_eq!(s.len(), 6);
         assert_eq!(s[0], vec![t(4, 0, 1000), t(5, 1, 1000)]);
         assert_eq!(s[5], vec![t(0, 4, 1000), t(1, 5, 1000)]);
+    }
+
+    /// OpenMPI's recursive doubling on 4 ranks: partners 1 then 2 apart, the whole 1000 bytes each
+    /// step, so 2000 bytes sent per rank (halving-doubling sends 500 + 250 + 250 + 500 = 1500). On 6
+    /// ranks the two beyond 4 fold in first and are served last: 2 + 2 steps.
+    #[test]
+    fn recursive_doubling_sends_the_whole_buffer_every_step() {
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::RecursiveDoubling, Layout::flat(4), 1000);
+        let s = steps(&p);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0], vec![t(0, 1, 1000), t(1, 0, 1000), t(2, 3, 1000), t(3, 2, 1000)]);
+        assert_eq!(s[1], vec![t(0, 2, 1000), t(1, 3, 1000), t(2, 0, 1000), t(3, 1, 1000)]);
+        assert_eq!(p.bytes_sent_per_rank(), 2000);
+        let hd = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::HalvingDoubling, Layout::flat(4), 1000);
+        assert_eq!(hd.bytes_sent_per_rank(), 1500);
+        let p = Plan::lower_on(CollectiveOp::AllReduce, Algorithm::RecursiveDoubling, Layout::flat(6), 1000);
+        let s = steps(&p);
+        assert_eq!(s.len(), 4);
+        assert_eq!(s[0], vec![t(4, 0, 1000), t(5, 1, 1000)]);
+        assert!(s[1].iter().all(|t| t.dst == t.src ^ 1 && t.bytes == 1000) && s[1].len() == 4);
+        assert!(s[2].iter().all(|t| t.dst == t.src ^ 2 && t.bytes == 1000) && s[2].len() == 4);
+        assert_eq!(s[3], vec![t(0, 4, 1000), t(1, 5, 1000)]);
+        assert_eq!(Algorithm::parse("recursive-doubling"), Some(Algorithm::RecursiveDoubling));
     }
 
     #[test]

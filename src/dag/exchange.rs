@@ -7,7 +7,7 @@
 //! forward passes, data loading or the engine.
 
 use super::{DagBuilder, GroupId, Phase, QueueId, Task, TaskId, Work};
-use crate::collective::CollectiveOp;
+use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
 use crate::hw::Machine;
 use crate::strategy::runtime::{BytePs, Ddp, Horovod, Ps};
@@ -81,6 +81,21 @@ pub(super) struct Servers {
     pub overlap: bool,
 }
 
+/// ns one rank spends summing, per byte of the buffer, at `rate` bytes/s: it sums the (n-1)/n it
+/// receives under halving-doubling and the ring; under recursive doubling the whole buffer at each
+/// of the log2 N steps of the largest power of two, plus once more on the ranks that take in a
+/// folded rank's buffer.
+fn sum_ns_per_byte(rate: f64, algorithm: Algorithm, ranks: u32) -> f64 {
+    let n = ranks.max(1);
+    match algorithm {
+        Algorithm::RecursiveDoubling => {
+            let pow2 = 1u32 << (u32::BITS - 1 - n.leading_zeros());
+            1e9 / rate * (pow2.trailing_zeros() + (n > pow2) as u32) as f64
+        }
+        _ => 1e9 / rate * (n - 1) as f64 / n as f64,
+    }
+}
+
 /// Groups the workload's gradients as the strategy's runtime does. `ranks` all-reduce (or push),
 /// on `machine`.
 pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) -> Result<Plan> {
@@ -117,8 +132,7 @@ pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) ->
         Runtime::OpenMpi(o) => {
             p.host_stage = Some(HostStage {
                 copy_ns_per_byte: 1.0 / host_copy_rate(machine, ranks),
-                // Each rank sums the (n-1)/n of the buffer it receives (halving-doubling and ring).
-                sum_ns_per_byte: 1e9 / o.sum_bytes_per_s * (ranks.max(1) - 1) as f64 / ranks.max(1) as f64,
+                sum_ns_per_byte: sum_ns_per_byte(o.sum_bytes_per_s, s.allreduce, ranks),
             });
             legacy_buckets(w, s)
         }
@@ -965,6 +979,20 @@ mod tests {
         assert_eq!(h.copy_ns_per_byte, 1.0 / 3.0);
         assert_eq!(h.sum_ns_per_byte, 0.25 * 15.0 / 16.0);
         assert_eq!(p.buckets, legacy_buckets(&w, &s));
+    }
+
+    /// Recursive doubling on 16 ranks: every rank sums the whole buffer at each of 4 steps, at
+    /// OpenMPI's one-core 4 GB/s (0.25 ns per byte): 1 ns per byte; on 24 ranks (16 + 8 folded in)
+    /// 5 sums. Halving-doubling sums 15/16 of it.
+    #[test]
+    fn openmpi_recursive_doubling_sums_the_whole_buffer_each_step() {
+        let m = crate::hw::load_topology("gradientflow-cluster").unwrap().instantiate(16).unwrap();
+        let w = workload(vec![layer(1, &[1000])]);
+        let s = Strategy::parse("io+allreduce=recursive-doubling+runtime=openmpi").unwrap();
+        let h = plan(&w, &s, &m, 16).unwrap().host_stage.expect("openmpi stages through the host");
+        assert_eq!(h.sum_ns_per_byte, 0.25 * 4.0);
+        assert_eq!(sum_ns_per_byte(4e9, Algorithm::RecursiveDoubling, 24), 0.25 * 5.0);
+        assert_eq!(sum_ns_per_byte(4e9, Algorithm::HalvingDoubling, 16), 0.25 * 15.0 / 16.0);
     }
 
     #[test]
