@@ -400,7 +400,7 @@ fn point_to_point_between_nodes_leaves_through_the_nic_nccl_picks() {
     // switch's two GPUs share one NIC.
     let bytes = 128u64 << 20;
     let nic_bound = (bytes / 2) as f64 / 47.5;
-    assert_eq!(m.nic_route, NicRoute::Local, "NCCL's local NIC is the default");
+    assert_eq!(m.nic_route, NicRoute::Channels, "NCCL's local NICs, a ring over channels, is the default");
     let mut cheapest = m.clone();
     cheapest.nic_route = NicRoute::Cheapest;
     let m = cheapest;
@@ -444,7 +444,9 @@ fn a_ring_over_channels_crosses_between_nodes_on_every_gpus_nic() {
     // 15 steps of 64 MiB chunks. The single ideal ring sends every chunk between the nodes through
     // one GPU's NIC; over channels (one ring per GPU of a node, NCCL's rings over the node's NICs)
     // each NIC carries 1/8 of a chunk a step, and NVLink (405 GB/s) carries the rest.
-    let m = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    let mut m = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    assert_eq!(m.nic_route, NicRoute::Channels, "channels is the default");
+    m.nic_route = NicRoute::Local;
     let bytes = 1u64 << 30;
     let per_step_nic_ns = |share: f64| share * (bytes / 16) as f64 / 47.5;
     let single = simulate_collective(&m, CollectiveOp::AllGather, Algorithm::Ring, 16, bytes).unwrap() as f64;

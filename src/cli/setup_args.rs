@@ -117,9 +117,9 @@ pub struct CollectiveArgs {
     #[arg(long, value_name = "PROTO")]
     pub nccl_proto: Option<String>,
     /// How transfers between nodes pick their NICs under the ideal collective model: local
-    /// (NCCL's: each GPU's own NIC, PXN; the default), channels (local, and a ring across nodes
-    /// runs as one ring per GPU of a node, NCCL's channels, so every GPU's NIC carries a share) or
-    /// cheapest (the cheapest route). The NCCL model always routes as NCCL does.
+    /// (NCCL's: each GPU's own NIC, PXN), channels (local, and a ring across nodes runs as one
+    /// ring per GPU of a node, NCCL's channels, so every GPU's NIC carries a share; the default)
+    /// or cheapest (the cheapest route). The NCCL model always routes as NCCL does.
     #[arg(long, value_name = "ROUTE")]
     pub nic_route: Option<String>,
 }

@@ -32,14 +32,14 @@ pub enum NicRoute {
     Cheapest,
     /// NCCL's choice ([`Machine::p2p_route`]): the receiver's local NIC, reached by PXN through
     /// the sender's node GPU of the same index (`ncclTopoGetLocalNet`, `ncclTopoGetNetDev`,
-    /// NCCL 2.21.5), so each GPU of a DGX H100 has a NIC of its own. The default: it is how
-    /// the stacks that dagsim predicts send (docs/machines.md).
-    #[default]
+    /// NCCL 2.21.5), so each GPU of a DGX H100 has a NIC of its own.
     Local,
     /// As `Local`, and a ring across nodes runs as one ring per GPU of a node (NCCL's channels,
     /// [`crate::collective::Plan::over_channels`]), so every GPU's NIC carries a share of it
-    /// instead of one GPU's NIC carrying it all. Opt-in: it moves the LLM validation sets
-    /// (validation/README.md).
+    /// instead of one GPU's NIC carrying it all. The default: it is how the stacks that dagsim
+    /// predicts send (ABCI nccl-tests on 2 to 8 nodes: bus bandwidth above one adapter's rate;
+    /// docs/machines.md).
+    #[default]
     Channels,
 }
 
