@@ -536,6 +536,45 @@ impl Comm {
         }
     }
 
+    /// Whether `node` is its parent's first (0) or second (1) child in tree `t`, as trees.cc
+    /// v2.8.4-1 `ncclGetBtree` numbers them: in the tree's own numbering (the second tree shifted
+    /// or mirrored, `ncclGetDtree`), a child below its parent is the first.
+    fn node_child_type(nodes: u32, t: usize, node: u32) -> u32 {
+        let own = |x: u32| match (t, nodes % 2) {
+            (0, _) => x,
+            (_, 1) => (x + nodes - 1) % nodes,
+            _ => nodes - 1 - x,
+        };
+        match Self::node_parent(nodes, t, node) {
+            Some(p) if own(node) > own(p) => 1,
+            _ => 0,
+        }
+    }
+
+    /// Which GPU of a node's chain (its position in the chain) a child node's tree connects to,
+    /// for a child of `child_type` (connect.cc v2.8.4-1 l.43-49; v2.18.3-1 l.49-51, v2.21.5-1
+    /// l.51-53): the parent link always leaves from the chain's first GPU; children attach to the
+    /// first GPU under NCCL_TOPO_PATTERN_TREE, to the second under SPLIT_TREE, and the first
+    /// child to the second GPU, the second child to the first under BALANCED_TREE. The pattern:
+    /// 2.8.4 asks for TREE on up to 2 nodes and BALANCED_TREE beyond (init.cc v2.8.4-1 l.652),
+    /// which its search turns into SPLIT_TREE below compute capability 8.0 ("SPLIT_TREE works
+    /// better on older archs", search.cc v2.8.4-1 l.680-682); 2.18 and 2.21 always ask for
+    /// BALANCED_TREE (init.cc v2.18.3-1 l.884, v2.21.5-1 l.1057) and keep it (their search tries
+    /// TREE instead only on Hopper when BALANCED_TREE finds no full solution, not modelled).
+    fn tree_attach(&self, child_type: u32) -> u32 {
+        let balanced = match self.config.version {
+            NcclVersion::V2_8_4 if self.nodes <= 2 => None,
+            NcclVersion::V2_8_4 if self.arch.compcap() < 80 => Some(false),
+            _ => Some(true),
+        };
+        let at = match balanced {
+            None => 0,
+            Some(false) => 1,
+            Some(true) => u32::from(child_type == 0),
+        };
+        at.min(self.per_node - 1)
+    }
+
     fn tree_allreduce(&self, choice: &Choice, bytes: u64) -> Shape {
         let (g, m) = (self.per_node, self.nodes);
         let nc = choice.channels.max(1);
@@ -570,21 +609,27 @@ impl Comm {
         let mut raw: Vec<(u32, u32, u32, u32, Option<u32>)> = Vec::new();
         let mut max_depth = 0;
         for (tree, ch, mult) in &groups {
+            // The chain position of the parent node's GPU that node `u` connects to.
+            let attach = |u: u32| self.tree_attach(Self::node_child_type(m, *tree, u));
+            // Depth (in ranks) of each node's head (first of its chain): one below the GPU of
+            // its parent node that it connects to.
             let node_depth: Vec<u32> = (0..m)
                 .map(|u| {
                     let mut d = 0;
                     let mut x = u;
+                    let mut hops = 0;
                     while let Some(p) = Self::node_parent(m, *tree, x) {
-                        d += 1;
+                        d += attach(x) + 1;
                         x = p;
-                        if d > m {
+                        hops += 1;
+                        if hops > m {
                             break;
                         }
                     }
                     d
                 })
                 .collect();
-            // A node's head (first of its chain) sits at its node's depth; the chain hangs below.
+            // The chain hangs below its head.
             for u in 0..m {
                 let d_head = node_depth[u as usize];
                 for k in 1..g {
@@ -594,14 +639,16 @@ impl Comm {
                     max_depth = max_depth.max(d_head + k);
                 }
                 if let Some(p) = Self::node_parent(m, *tree, u) {
+                    let at = attach(u);
+                    let d_parent = node_depth[p as usize] + at;
                     raw.push((
                         u * g + ch.order[0],
-                        p * g + ch.order[0],
-                        node_depth[p as usize],
+                        p * g + ch.order[at as usize],
+                        d_parent,
                         *mult,
                         Some(ch.nic.unwrap_or(0)),
                     ));
-                    max_depth = max_depth.max(node_depth[p as usize] + 1);
+                    max_depth = max_depth.max(d_parent + 1);
                 }
             }
         }
@@ -818,6 +865,60 @@ mod tests {
             let r = m.shortest_path(m.gpus[a as usize].device, m.gpus[b as usize].device).unwrap();
             let pair = r.links.iter().map(|&l| m.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
             assert!(cap > 0.5 * pair && cap <= pair, "{a}->{b}: channels capped at {cap} of the pair's {pair}");
+        }
+    }
+
+    /// `ncclGetBtree`'s parent-child type (trees.cc v2.8.4-1): on 4 nodes the first tree is
+    /// 0 <- 2 <- {1, 3}, node 2 being node 0's second child (0's only child is its `d1`), node 1
+    /// node 2's first and node 3 its second; the second tree mirrors it (3 <- 1 <- {2, 0}),
+    /// where node 2 (mirrored 1, below mirrored 2) is the first child.
+    #[test]
+    fn tree_children_are_first_or_second_as_nccls_btree_numbers_them() {
+        let parent_and_type = |t: usize, u: u32| (Comm::node_parent(4, t, u), Comm::node_child_type(4, t, u));
+        assert_eq!(parent_and_type(0, 2), (Some(0), 1));
+        assert_eq!(parent_and_type(0, 1), (Some(2), 0));
+        assert_eq!(parent_and_type(0, 3), (Some(2), 1));
+        assert_eq!(parent_and_type(1, 1), (Some(3), 1));
+        assert_eq!(parent_and_type(1, 2), (Some(1), 0));
+        assert_eq!(parent_and_type(1, 0), (Some(1), 1));
+        // Odd node counts shift the second tree by one: node 1 is its root.
+        assert_eq!(Comm::node_parent(3, 1, 1), None);
+        assert_eq!(parent_and_type(0, 0).0, None);
+    }
+
+    /// Where a child node's tree link lands on its parent node (connect.cc v2.8.4-1 l.43-49 with
+    /// init.cc l.652 and search.cc l.680-682): NCCL 2.8.4 on V100s runs TREE on 2 nodes (every
+    /// link at the chain's first GPU) and SPLIT_TREE beyond (children at the second GPU); on
+    /// A100s BALANCED_TREE beyond 2 nodes (first child at the second GPU, second child at the
+    /// first), as 2.21.5 does at any node count.
+    #[test]
+    fn tree_links_land_where_nccls_tree_pattern_puts_them() {
+        let attach = |topology: &str, gpus: u32, version: NcclVersion| {
+            let m = load_topology(topology).unwrap().instantiate(gpus).unwrap();
+            let ranks: Vec<u32> = (0..gpus).collect();
+            let comm = Comm::new(&m, &ranks, NcclConfig { version, force: Force::default() });
+            (comm.tree_attach(0), comm.tree_attach(1))
+        };
+        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (0, 0));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (1, 1));
+        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (1, 0));
+        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (0, 0));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (1, 0));
+
+        // SPLIT_TREE on 4 V100 nodes: each inter-node edge goes from a chain's first GPU to the
+        // second GPU of the parent node's chain (same channel order on every node), so a node's
+        // head sits two ranks below its parent node's head.
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let forced = Choice { algo: NcclAlgo::Tree, ..comm.choose(CollectiveOp::AllReduce, 4096).unwrap() };
+        let Shape::Pipeline { edges, .. } = comm.tree_allreduce(&forced, 4096) else { panic!("tree is a pipeline") };
+        let inter: Vec<&Edge> = edges.iter().filter(|e| e.src / 4 != e.dst / 4).collect();
+        assert!(!inter.is_empty());
+        for e in inter {
+            let at = |c: &Channel, r: u32| c.order.iter().position(|&l| l == r % 4);
+            let first_to_second = |a: u32, b: u32| comm.tree.iter().any(|c| at(c, a) == Some(0) && at(c, b) == Some(1));
+            assert!(first_to_second(e.src, e.dst) || first_to_second(e.dst, e.src), "{e:?}");
         }
     }
 
