@@ -45,6 +45,18 @@ impl Default for NcclConfig {
     }
 }
 
+/// NCCL's layout of a tree inside a node (graph.h v2.8.4-1 l.55-57): where the links to the
+/// parent node and to the child nodes attach along the node's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TreePattern {
+    /// Parent and children on the chain's first GPU.
+    Tree,
+    /// Parent on the first GPU, both children on the second.
+    Split,
+    /// Parent and the second child on the first GPU, the first child on the second.
+    Balanced,
+}
+
 /// One hop between two ranks as the model needs it.
 #[derive(Debug, Clone, Copy)]
 struct HopInfo {
@@ -551,28 +563,45 @@ impl Comm {
         }
     }
 
-    /// Which GPU of a node's chain (its position in the chain) a child node's tree connects to,
-    /// for a child of `child_type` (connect.cc v2.8.4-1 l.43-49; v2.18.3-1 l.49-51, v2.21.5-1
-    /// l.51-53): the parent link always leaves from the chain's first GPU; children attach to the
-    /// first GPU under NCCL_TOPO_PATTERN_TREE, to the second under SPLIT_TREE, and the first
-    /// child to the second GPU, the second child to the first under BALANCED_TREE. The pattern:
-    /// 2.8.4 asks for TREE on up to 2 nodes and BALANCED_TREE beyond (init.cc v2.8.4-1 l.652),
-    /// which its search turns into SPLIT_TREE below compute capability 8.0 ("SPLIT_TREE works
-    /// better on older archs", search.cc v2.8.4-1 l.680-682); 2.18 and 2.21 always ask for
-    /// BALANCED_TREE (init.cc v2.18.3-1 l.884, v2.21.5-1 l.1057) and keep it (their search tries
-    /// TREE instead only on Hopper when BALANCED_TREE finds no full solution, not modelled).
-    fn tree_attach(&self, child_type: u32) -> u32 {
-        let balanced = match self.config.version {
-            NcclVersion::V2_8_4 if self.nodes <= 2 => None,
-            NcclVersion::V2_8_4 if self.arch.compcap() < 80 => Some(false),
-            _ => Some(true),
+    /// NCCL's tree pattern for this communicator. 2.8.4 asks for TREE on up to 2 nodes and
+    /// BALANCED_TREE beyond (init.cc v2.8.4-1 l.652), which its search turns into SPLIT_TREE
+    /// below compute capability 8.0 ("SPLIT_TREE works better on older archs", search.cc
+    /// v2.8.4-1 l.680-682); 2.18 and 2.21 always ask for BALANCED_TREE (init.cc v2.18.3-1 l.884,
+    /// v2.21.5-1 l.1057) and keep it (their search tries TREE only on Hopper when BALANCED_TREE
+    /// finds no full solution, not modelled).
+    fn tree_pattern(&self) -> TreePattern {
+        match self.config.version {
+            NcclVersion::V2_8_4 if self.nodes <= 2 => TreePattern::Tree,
+            NcclVersion::V2_8_4 if self.arch.compcap() < 80 => TreePattern::Split,
+            _ => TreePattern::Balanced,
+        }
+    }
+
+    /// Which GPU of a node's chain of `per_node` (its position in the chain) a child node's tree
+    /// connects to under `pattern`, for a child of `child_type` (connect.cc v2.8.4-1 l.43-49;
+    /// v2.18.3-1 l.49-51, v2.21.5-1 l.51-53): the parent link always leaves from the chain's first
+    /// GPU; children attach to the first GPU under TREE, to the second under SPLIT_TREE, and the
+    /// first child to the second GPU, the second child to the first under BALANCED_TREE.
+    fn tree_attach(pattern: TreePattern, child_type: u32, per_node: u32) -> u32 {
+        let at = match pattern {
+            TreePattern::Tree => 0,
+            TreePattern::Split => 1,
+            TreePattern::Balanced => u32::from(child_type == 0),
         };
-        let at = match balanced {
-            None => 0,
-            Some(false) => 1,
-            Some(true) => u32::from(child_type == 0),
-        };
-        at.min(self.per_node - 1)
+        at.min(per_node.max(1) - 1)
+    }
+
+    /// The pattern the tree pipeline is laid out with: NCCL's, but BALANCED_TREE laid out as
+    /// TREE. The pipeline's steps are global, each as long as its slowest transfer, so balanced
+    /// children of one level landing one step apart spread the network hops (5 us each) over
+    /// twice the steps, where NCCL overlaps them: on 8 A100 nodes a 1 KiB all-reduce went from 56
+    /// to 77 us that way (measured 64 us), while its dependency path grows by one NVLink hop per
+    /// level. SPLIT_TREE moves every child of a level alike, so its steps stay aligned.
+    fn tree_layout(&self) -> TreePattern {
+        match self.tree_pattern() {
+            TreePattern::Balanced => TreePattern::Tree,
+            p => p,
+        }
     }
 
     fn tree_allreduce(&self, choice: &Choice, bytes: u64) -> Shape {
@@ -610,7 +639,8 @@ impl Comm {
         let mut max_depth = 0;
         for (tree, ch, mult) in &groups {
             // The chain position of the parent node's GPU that node `u` connects to.
-            let attach = |u: u32| self.tree_attach(Self::node_child_type(m, *tree, u));
+            let layout = self.tree_layout();
+            let attach = |u: u32| Self::tree_attach(layout, Self::node_child_type(m, *tree, u), g);
             // Depth (in ranks) of each node's head (first of its chain): one below the GPU of
             // its parent node that it connects to.
             let node_depth: Vec<u32> = (0..m)
@@ -889,21 +919,26 @@ mod tests {
     /// Where a child node's tree link lands on its parent node (connect.cc v2.8.4-1 l.43-49 with
     /// init.cc l.652 and search.cc l.680-682): NCCL 2.8.4 on V100s runs TREE on 2 nodes (every
     /// link at the chain's first GPU) and SPLIT_TREE beyond (children at the second GPU); on
-    /// A100s BALANCED_TREE beyond 2 nodes (first child at the second GPU, second child at the
-    /// first), as 2.21.5 does at any node count.
+    /// A100s BALANCED_TREE beyond 2 nodes, as 2.21.5 does at any node count.
     #[test]
     fn tree_links_land_where_nccls_tree_pattern_puts_them() {
         let attach = |topology: &str, gpus: u32, version: NcclVersion| {
             let m = load_topology(topology).unwrap().instantiate(gpus).unwrap();
             let ranks: Vec<u32> = (0..gpus).collect();
             let comm = Comm::new(&m, &ranks, NcclConfig { version, force: Force::default() });
-            (comm.tree_attach(0), comm.tree_attach(1))
+            (comm.tree_pattern(), comm.tree_layout())
         };
-        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (0, 0));
-        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (1, 1));
-        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (1, 0));
-        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (0, 0));
-        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (1, 0));
+        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (TreePattern::Tree, TreePattern::Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (TreePattern::Split, TreePattern::Split));
+        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (TreePattern::Tree, TreePattern::Tree));
+        // BALANCED_TREE is known but laid out as TREE (see `tree_layout`).
+        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (TreePattern::Balanced, TreePattern::Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (TreePattern::Balanced, TreePattern::Tree));
+        let on = |p, child_type| Comm::tree_attach(p, child_type, 4);
+        assert_eq!((on(TreePattern::Tree, 0), on(TreePattern::Tree, 1)), (0, 0));
+        assert_eq!((on(TreePattern::Split, 0), on(TreePattern::Split, 1)), (1, 1));
+        assert_eq!((on(TreePattern::Balanced, 0), on(TreePattern::Balanced, 1)), (1, 0));
+        assert_eq!(Comm::tree_attach(TreePattern::Split, 0, 1), 0, "a one-GPU chain has no second GPU");
 
         // SPLIT_TREE on 4 V100 nodes: each inter-node edge goes from a chain's first GPU to the
         // second GPU of the parent node's chain (same channel order on every node), so a node's
