@@ -634,10 +634,29 @@ impl Comm {
             }
             *nic_count.entry(ch.nic.unwrap_or(0)).or_default() += mult;
         }
-        // Edges (child, parent, parent's depth in ranks, channels, NIC for inter-node edges).
-        let mut raw: Vec<(u32, u32, u32, u32, Option<u32>)> = Vec::new();
+        // Edges (child, parent, parent's depth in ranks, channels, NIC for inter-node edges, the
+        // child's node's depth in node hops; group, node and chain position of the child for
+        // edges inside a node).
+        let mut raw: Vec<(u32, u32, u32, u32, Option<u32>, u32, (usize, u32, u32))> = Vec::new();
+        // (group, node) -> where its children land, or none for a node without children.
+        let mut lands: rustc_hash::FxHashMap<(usize, u32), u32> = Default::default();
         let mut max_depth = 0;
-        for (tree, ch, mult) in &groups {
+        let mut max_node_depth = 0;
+        for (gi, (tree, ch, mult)) in groups.iter().enumerate() {
+            let node_hops: Vec<u32> = (0..m)
+                .map(|u| {
+                    let (mut d, mut x) = (0, u);
+                    while let Some(p) = Self::node_parent(m, *tree, x) {
+                        d += 1;
+                        x = p;
+                        if d > m {
+                            break;
+                        }
+                    }
+                    d
+                })
+                .collect();
+            max_node_depth = node_hops.iter().copied().fold(max_node_depth, u32::max);
             // The chain position of the parent node's GPU that node `u` connects to.
             let layout = self.tree_layout();
             let attach = |u: u32| Self::tree_attach(layout, Self::node_child_type(m, *tree, u), g);
@@ -665,7 +684,7 @@ impl Comm {
                 for k in 1..g {
                     let child = u * g + ch.order[k as usize];
                     let parent = u * g + ch.order[k as usize - 1];
-                    raw.push((child, parent, d_head + k - 1, *mult, None));
+                    raw.push((child, parent, d_head + k - 1, *mult, None, node_hops[u as usize], (gi, u, k)));
                     max_depth = max_depth.max(d_head + k);
                 }
                 if let Some(p) = Self::node_parent(m, *tree, u) {
@@ -677,14 +696,26 @@ impl Comm {
                         d_parent,
                         *mult,
                         Some(ch.nic.unwrap_or(0)),
+                        node_hops[u as usize],
+                        (gi, u, 0),
                     ));
+                    lands.insert((gi, p), at);
                     max_depth = max_depth.max(d_parent + 1);
                 }
             }
         }
         let d = max_depth;
+        // LL and LL128 carry a flag in every line, so inside a node each GPU reduces (up) or
+        // copies (down) a round of lines and passes it on as it lands (prims_ll.h and
+        // prims_ll128.h v2.8.4-1, `recvReduceSend`/`recvCopySend` per round of lines), while
+        // across nodes the proxy moves whole buffer steps (net.cc v2.8.4-1). So a piece crosses
+        // a node's chain within one pipeline step, and each node level takes two: the chain,
+        // then the network hop. Simple signals whole slices: its hops stay a step each.
+        let cut_through = choice.proto != Proto::Simple;
+        let big_d = max_node_depth;
         let mut edges = Vec::new();
-        for &(child, parent, d_parent, mult, nic) in &raw {
+        let mut hops = Vec::with_capacity(raw.len());
+        for &(child, parent, d_parent, mult, nic, nd, _) in &raw {
             let inter = nic.is_some();
             let (lc, lp) = (child % g, parent % g);
             let on_arc = if inter {
@@ -698,10 +729,42 @@ impl Comm {
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
             let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, split.0);
             let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, split.1);
-            // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down: the
-            // parent sends at d + d_parent.
-            edges.push(Edge { src: child, dst: parent, offset: d - (d_parent + 1), bytes, hop: up });
-            edges.push(Edge { src: parent, dst: child, offset: d + d_parent, bytes, hop: down });
+            hops.push((up, down));
+            let (up_offset, down_offset) = match (cut_through, inter) {
+                // Up: the chain of a node nd hops below the root at 2(D - nd), its link to the
+                // parent node one step later; down: mirrored, after the root's chain.
+                (true, false) => (2 * (big_d - nd), 2 * big_d + 1 + 2 * nd),
+                (true, true) => (2 * (big_d - nd) + 1, 2 * big_d + 2 * nd),
+                // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down:
+                // the parent sends at d + d_parent.
+                (false, _) => (d - (d_parent + 1), d + d_parent),
+            };
+            edges.push(Edge { src: child, dst: parent, offset: up_offset, bytes, hop: up });
+            edges.push(Edge { src: parent, dst: child, offset: down_offset, bytes, hop: down });
+        }
+        if cut_through {
+            // A chain's hops share one step, each as long as the slowest edge in it: give every
+            // edge of a node's chain the latency a piece meets along the part of the chain on
+            // its way: the whole chain in a node without children (its own data is all it
+            // moves), else the hops from where the children land to the chain's first GPU (the
+            // rest of the chain ran on the node's own data before the children's arrived).
+            let mut chain: rustc_hash::FxHashMap<(usize, u32, bool), Nanos> = Default::default();
+            for (&(_, _, _, _, nic, _, (gi, u, k)), &(up, down)) in raw.iter().zip(&hops) {
+                let on_way = match lands.get(&(gi, u)) {
+                    None => true,
+                    Some(&at) => k <= at,
+                };
+                if nic.is_none() && on_way {
+                    *chain.entry((gi, u, true)).or_default() += up.latency_ns;
+                    *chain.entry((gi, u, false)).or_default() += down.latency_ns;
+                }
+            }
+            for (i, &(_, _, _, _, nic, _, (gi, u, _))) in raw.iter().enumerate() {
+                if nic.is_none() {
+                    edges[2 * i].hop.latency_ns = chain.get(&(gi, u, true)).copied().unwrap_or(0);
+                    edges[2 * i + 1].hop.latency_ns = chain.get(&(gi, u, false)).copied().unwrap_or(0);
+                }
+            }
         }
         edges.sort_by_key(|e| (e.offset, e.src, e.dst));
         let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
@@ -955,6 +1018,41 @@ mod tests {
             let first_to_second = |a: u32, b: u32| comm.tree.iter().any(|c| at(c, a) == Some(0) && at(c, b) == Some(1));
             assert!(first_to_second(e.src, e.dst) || first_to_second(e.dst, e.src), "{e:?}");
         }
+    }
+
+    /// A tree all-reduce under LL or LL128 crosses a node's chain in one pipeline step (every GPU
+    /// forwards each round of flagged lines as it lands, prims_ll.h / prims_ll128.h v2.8.4-1) and
+    /// each network hop in the next (the proxy sends whole steps, net.cc v2.8.4-1): on 4 V100
+    /// nodes (depth 2 in nodes) the up pass takes steps 0-4 and the down pass 5-9. A piece meets
+    /// the whole chain's latency in a node without children, and only the hops from where the
+    /// children land (SPLIT_TREE: the second GPU) to the first GPU in the others. Simple keeps a
+    /// step per hop.
+    #[test]
+    fn ll_trees_cross_a_node_in_one_step_and_the_network_in_the_next() {
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let choice = comm.choose(CollectiveOp::AllReduce, 4096).unwrap();
+        assert_eq!((choice.algo, choice.proto, choice.channels), (NcclAlgo::Tree, Proto::Ll, 1));
+        let Shape::Pipeline { edges, span, .. } = comm.tree_allreduce(&choice, 4096) else {
+            panic!("tree is a pipeline")
+        };
+        assert_eq!(span, 10);
+        let hop = comm.hop_latency_us(NcclAlgo::Tree, Proto::Ll, Some(Func::AllReduce), false);
+        let hop_ns = us(hop);
+        // Tree 0 on 4 nodes: 0 <- 2 <- {1, 3}; nodes 1 and 3 have no children.
+        for e in edges.iter().filter(|e| e.src / 4 == e.dst / 4) {
+            let node = e.src / 4;
+            let up = comm.tree[0].order.iter().position(|&l| l == e.src % 4)
+                > comm.tree[0].order.iter().position(|&l| l == e.dst % 4);
+            let want = if node % 2 == 1 { 3 * hop_ns } else { hop_ns };
+            assert_eq!(e.hop.latency_ns, want, "{e:?}");
+            let depth = [0, 2, 1, 2][node as usize];
+            assert_eq!(e.offset, if up { 2 * (2 - depth) } else { 5 + 2 * depth }, "{e:?}");
+        }
+        let simple = Choice { proto: Proto::Simple, ..choice };
+        let Shape::Pipeline { span, .. } = comm.tree_allreduce(&simple, 4096) else { panic!("tree is a pipeline") };
+        assert!(span > 10, "Simple keeps a step per hop: span {span}");
     }
 
     /// NCCL 2.3.7 across nodes: rings only, LL for a small all-reduce, and every ring step at the
