@@ -591,15 +591,16 @@ impl Comm {
         at.min(per_node.max(1) - 1)
     }
 
-    /// The pattern the tree pipeline is laid out with: NCCL's, but BALANCED_TREE laid out as
-    /// TREE. The pipeline's steps are global, each as long as its slowest transfer, so balanced
-    /// children of one level landing one step apart spread the network hops (5 us each) over
-    /// twice the steps, where NCCL overlaps them: on 8 A100 nodes a 1 KiB all-reduce went from 56
-    /// to 77 us that way (measured 64 us), while its dependency path grows by one NVLink hop per
-    /// level. SPLIT_TREE moves every child of a level alike, so its steps stay aligned.
-    fn tree_layout(&self) -> TreePattern {
+    /// The pattern the tree pipeline is laid out with: NCCL's, except BALANCED_TREE under Simple,
+    /// laid out as TREE. Under Simple every hop is a pipeline step and the steps are global, each
+    /// as long as its slowest transfer, so balanced children of one level landing one hop apart
+    /// would spread the network hops (5 us each) over twice the steps, where NCCL overlaps them
+    /// (on 8 A100 nodes a 1 KiB all-reduce went from 56 to 77 us that way when LL still stepped
+    /// per hop; measured 64 us). Under LL and LL128 a node's chain is one step wherever the
+    /// children land, so the steps stay aligned; SPLIT_TREE moves every child of a level alike.
+    fn tree_layout(&self, proto: Proto) -> TreePattern {
         match self.tree_pattern() {
-            TreePattern::Balanced => TreePattern::Tree,
+            TreePattern::Balanced if proto == Proto::Simple => TreePattern::Tree,
             p => p,
         }
     }
@@ -658,7 +659,7 @@ impl Comm {
                 .collect();
             max_node_depth = node_hops.iter().copied().fold(max_node_depth, u32::max);
             // The chain position of the parent node's GPU that node `u` connects to.
-            let layout = self.tree_layout();
+            let layout = self.tree_layout(choice.proto);
             let attach = |u: u32| Self::tree_attach(layout, Self::node_child_type(m, *tree, u), g);
             // Depth (in ranks) of each node's head (first of its chain): one below the GPU of
             // its parent node that it connects to.
@@ -989,14 +990,15 @@ mod tests {
             let m = load_topology(topology).unwrap().instantiate(gpus).unwrap();
             let ranks: Vec<u32> = (0..gpus).collect();
             let comm = Comm::new(&m, &ranks, NcclConfig { version, force: Force::default() });
-            (comm.tree_pattern(), comm.tree_layout())
+            (comm.tree_pattern(), comm.tree_layout(Proto::Ll), comm.tree_layout(Proto::Simple))
         };
-        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (TreePattern::Tree, TreePattern::Tree));
-        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (TreePattern::Split, TreePattern::Split));
-        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (TreePattern::Tree, TreePattern::Tree));
-        // BALANCED_TREE is known but laid out as TREE (see `tree_layout`).
-        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (TreePattern::Balanced, TreePattern::Tree));
-        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (TreePattern::Balanced, TreePattern::Tree));
+        use TreePattern::{Balanced, Split, Tree};
+        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (Tree, Tree, Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (Split, Split, Split));
+        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (Tree, Tree, Tree));
+        // BALANCED_TREE is laid out as TREE under Simple (see `tree_layout`).
+        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (Balanced, Balanced, Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (Balanced, Balanced, Tree));
         let on = |p, child_type| Comm::tree_attach(p, child_type, 4);
         assert_eq!((on(TreePattern::Tree, 0), on(TreePattern::Tree, 1)), (0, 0));
         assert_eq!((on(TreePattern::Split, 0), on(TreePattern::Split, 1)), (1, 1));
