@@ -57,6 +57,25 @@ enum TreePattern {
     Balanced,
 }
 
+/// One child-parent link of a tree all-reduce, before it becomes an up and a down edge.
+#[derive(Debug, Clone, Copy)]
+struct TreeLink {
+    child: u32,
+    parent: u32,
+    /// The parent's depth in ranks below the root.
+    d_parent: u32,
+    /// Channels merged into the link.
+    mult: u32,
+    /// The NIC of an inter-node link; none inside a node.
+    nic: Option<u32>,
+    /// The child's node's depth in node hops.
+    node_hops: u32,
+    /// The channel group, the child's node and the child's position in its chain.
+    group: usize,
+    node: u32,
+    pos: u32,
+}
+
 /// One hop between two ranks as the model needs it.
 #[derive(Debug, Clone, Copy)]
 struct HopInfo {
@@ -635,10 +654,7 @@ impl Comm {
             }
             *nic_count.entry(ch.nic.unwrap_or(0)).or_default() += mult;
         }
-        // Edges (child, parent, parent's depth in ranks, channels, NIC for inter-node edges, the
-        // child's node's depth in node hops; group, node and chain position of the child for
-        // edges inside a node).
-        let mut raw: Vec<(u32, u32, u32, u32, Option<u32>, u32, (usize, u32, u32))> = Vec::new();
+        let mut raw: Vec<TreeLink> = Vec::new();
         // (group, node) -> where its children land, or none for a node without children.
         let mut lands: rustc_hash::FxHashMap<(usize, u32), u32> = Default::default();
         let mut max_depth = 0;
@@ -685,21 +701,33 @@ impl Comm {
                 for k in 1..g {
                     let child = u * g + ch.order[k as usize];
                     let parent = u * g + ch.order[k as usize - 1];
-                    raw.push((child, parent, d_head + k - 1, *mult, None, node_hops[u as usize], (gi, u, k)));
+                    raw.push(TreeLink {
+                        child,
+                        parent,
+                        d_parent: d_head + k - 1,
+                        mult: *mult,
+                        nic: None,
+                        node_hops: node_hops[u as usize],
+                        group: gi,
+                        node: u,
+                        pos: k,
+                    });
                     max_depth = max_depth.max(d_head + k);
                 }
                 if let Some(p) = Self::node_parent(m, *tree, u) {
                     let at = attach(u);
                     let d_parent = node_depth[p as usize] + at;
-                    raw.push((
-                        u * g + ch.order[0],
-                        p * g + ch.order[at as usize],
+                    raw.push(TreeLink {
+                        child: u * g + ch.order[0],
+                        parent: p * g + ch.order[at as usize],
                         d_parent,
-                        *mult,
-                        Some(ch.nic.unwrap_or(0)),
-                        node_hops[u as usize],
-                        (gi, u, 0),
-                    ));
+                        mult: *mult,
+                        nic: Some(ch.nic.unwrap_or(0)),
+                        node_hops: node_hops[u as usize],
+                        group: gi,
+                        node: u,
+                        pos: 0,
+                    });
                     lands.insert((gi, p), at);
                     max_depth = max_depth.max(d_parent + 1);
                 }
@@ -716,7 +744,7 @@ impl Comm {
         let big_d = max_node_depth;
         let mut edges = Vec::new();
         let mut hops = Vec::with_capacity(raw.len());
-        for &(child, parent, d_parent, mult, nic, nd, _) in &raw {
+        for &TreeLink { child, parent, d_parent, mult, nic, node_hops: nd, .. } in &raw {
             let inter = nic.is_some();
             let (lc, lp) = (child % g, parent % g);
             let on_arc = if inter {
@@ -750,7 +778,7 @@ impl Comm {
             // moves), else the hops from where the children land to the chain's first GPU (the
             // rest of the chain ran on the node's own data before the children's arrived).
             let mut chain: rustc_hash::FxHashMap<(usize, u32, bool), Nanos> = Default::default();
-            for (&(_, _, _, _, nic, _, (gi, u, k)), &(up, down)) in raw.iter().zip(&hops) {
+            for (&TreeLink { nic, group: gi, node: u, pos: k, .. }, &(up, down)) in raw.iter().zip(&hops) {
                 let on_way = match lands.get(&(gi, u)) {
                     None => true,
                     Some(&at) => k <= at,
@@ -760,7 +788,7 @@ impl Comm {
                     *chain.entry((gi, u, false)).or_default() += down.latency_ns;
                 }
             }
-            for (i, &(_, _, _, _, nic, _, (gi, u, _))) in raw.iter().enumerate() {
+            for (i, &TreeLink { nic, group: gi, node: u, .. }) in raw.iter().enumerate() {
                 if nic.is_none() {
                     edges[2 * i].hop.latency_ns = chain.get(&(gi, u, true)).copied().unwrap_or(0);
                     edges[2 * i + 1].hop.latency_ns = chain.get(&(gi, u, false)).copied().unwrap_or(0);
