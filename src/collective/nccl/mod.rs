@@ -45,6 +45,37 @@ impl Default for NcclConfig {
     }
 }
 
+/// NCCL's layout of a tree inside a node (graph.h v2.8.4-1 l.55-57): where the links to the
+/// parent node and to the child nodes attach along the node's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TreePattern {
+    /// Parent and children on the chain's first GPU.
+    Tree,
+    /// Parent on the first GPU, both children on the second.
+    Split,
+    /// Parent and the second child on the first GPU, the first child on the second.
+    Balanced,
+}
+
+/// One child-parent link of a tree all-reduce, before it becomes an up and a down edge.
+#[derive(Debug, Clone, Copy)]
+struct TreeLink {
+    child: u32,
+    parent: u32,
+    /// The parent's depth in ranks below the root.
+    d_parent: u32,
+    /// Channels merged into the link.
+    mult: u32,
+    /// The NIC of an inter-node link; none inside a node.
+    nic: Option<u32>,
+    /// The child's node's depth in node hops.
+    node_hops: u32,
+    /// The channel group, the child's node and the child's position in its chain.
+    group: usize,
+    node: u32,
+    pos: u32,
+}
+
 /// One hop between two ranks as the model needs it.
 #[derive(Debug, Clone, Copy)]
 struct HopInfo {
@@ -536,6 +567,63 @@ impl Comm {
         }
     }
 
+    /// Whether `node` is its parent's first (0) or second (1) child in tree `t`, as trees.cc
+    /// v2.8.4-1 `ncclGetBtree` numbers them: in the tree's own numbering (the second tree shifted
+    /// or mirrored, `ncclGetDtree`), a child below its parent is the first.
+    fn node_child_type(nodes: u32, t: usize, node: u32) -> u32 {
+        let own = |x: u32| match (t, nodes % 2) {
+            (0, _) => x,
+            (_, 1) => (x + nodes - 1) % nodes,
+            _ => nodes - 1 - x,
+        };
+        match Self::node_parent(nodes, t, node) {
+            Some(p) if own(node) > own(p) => 1,
+            _ => 0,
+        }
+    }
+
+    /// NCCL's tree pattern for this communicator. 2.8.4 asks for TREE on up to 2 nodes and
+    /// BALANCED_TREE beyond (init.cc v2.8.4-1 l.652), which its search turns into SPLIT_TREE
+    /// below compute capability 8.0 ("SPLIT_TREE works better on older archs", search.cc
+    /// v2.8.4-1 l.680-682); 2.18 and 2.21 always ask for BALANCED_TREE (init.cc v2.18.3-1 l.884,
+    /// v2.21.5-1 l.1057) and keep it (their search tries TREE only on Hopper when BALANCED_TREE
+    /// finds no full solution, not modelled).
+    fn tree_pattern(&self) -> TreePattern {
+        match self.config.version {
+            NcclVersion::V2_8_4 if self.nodes <= 2 => TreePattern::Tree,
+            NcclVersion::V2_8_4 if self.arch.compcap() < 80 => TreePattern::Split,
+            _ => TreePattern::Balanced,
+        }
+    }
+
+    /// Which GPU of a node's chain of `per_node` (its position in the chain) a child node's tree
+    /// connects to under `pattern`, for a child of `child_type` (connect.cc v2.8.4-1 l.43-49;
+    /// v2.18.3-1 l.49-51, v2.21.5-1 l.51-53): the parent link always leaves from the chain's first
+    /// GPU; children attach to the first GPU under TREE, to the second under SPLIT_TREE, and the
+    /// first child to the second GPU, the second child to the first under BALANCED_TREE.
+    fn tree_attach(pattern: TreePattern, child_type: u32, per_node: u32) -> u32 {
+        let at = match pattern {
+            TreePattern::Tree => 0,
+            TreePattern::Split => 1,
+            TreePattern::Balanced => u32::from(child_type == 0),
+        };
+        at.min(per_node.max(1) - 1)
+    }
+
+    /// The pattern the tree pipeline is laid out with: NCCL's, except BALANCED_TREE under Simple,
+    /// laid out as TREE. Under Simple every hop is a pipeline step and the steps are global, each
+    /// as long as its slowest transfer, so balanced children of one level landing one hop apart
+    /// would spread the network hops (5 us each) over twice the steps, where NCCL overlaps them
+    /// (on 8 A100 nodes a 1 KiB all-reduce went from 56 to 77 us that way when LL still stepped
+    /// per hop; measured 64 us). Under LL and LL128 a node's chain is one step wherever the
+    /// children land, so the steps stay aligned; SPLIT_TREE moves every child of a level alike.
+    fn tree_layout(&self, proto: Proto) -> TreePattern {
+        match self.tree_pattern() {
+            TreePattern::Balanced if proto == Proto::Simple => TreePattern::Tree,
+            p => p,
+        }
+    }
+
     fn tree_allreduce(&self, choice: &Choice, bytes: u64) -> Shape {
         let (g, m) = (self.per_node, self.nodes);
         let nc = choice.channels.max(1);
@@ -566,14 +654,15 @@ impl Comm {
             }
             *nic_count.entry(ch.nic.unwrap_or(0)).or_default() += mult;
         }
-        // Edges (child, parent, parent's depth in ranks, channels, NIC for inter-node edges).
-        let mut raw: Vec<(u32, u32, u32, u32, Option<u32>)> = Vec::new();
+        let mut raw: Vec<TreeLink> = Vec::new();
+        // (group, node) -> where its children land, or none for a node without children.
+        let mut lands: rustc_hash::FxHashMap<(usize, u32), u32> = Default::default();
         let mut max_depth = 0;
-        for (tree, ch, mult) in &groups {
-            let node_depth: Vec<u32> = (0..m)
+        let mut max_node_depth = 0;
+        for (gi, (tree, ch, mult)) in groups.iter().enumerate() {
+            let node_hops: Vec<u32> = (0..m)
                 .map(|u| {
-                    let mut d = 0;
-                    let mut x = u;
+                    let (mut d, mut x) = (0, u);
                     while let Some(p) = Self::node_parent(m, *tree, x) {
                         d += 1;
                         x = p;
@@ -584,30 +673,78 @@ impl Comm {
                     d
                 })
                 .collect();
-            // A node's head (first of its chain) sits at its node's depth; the chain hangs below.
+            max_node_depth = node_hops.iter().copied().fold(max_node_depth, u32::max);
+            // The chain position of the parent node's GPU that node `u` connects to.
+            let layout = self.tree_layout(choice.proto);
+            let attach = |u: u32| Self::tree_attach(layout, Self::node_child_type(m, *tree, u), g);
+            // Depth (in ranks) of each node's head (first of its chain): one below the GPU of
+            // its parent node that it connects to.
+            let node_depth: Vec<u32> = (0..m)
+                .map(|u| {
+                    let mut d = 0;
+                    let mut x = u;
+                    let mut hops = 0;
+                    while let Some(p) = Self::node_parent(m, *tree, x) {
+                        d += attach(x) + 1;
+                        x = p;
+                        hops += 1;
+                        if hops > m {
+                            break;
+                        }
+                    }
+                    d
+                })
+                .collect();
+            // The chain hangs below its head.
             for u in 0..m {
                 let d_head = node_depth[u as usize];
                 for k in 1..g {
                     let child = u * g + ch.order[k as usize];
                     let parent = u * g + ch.order[k as usize - 1];
-                    raw.push((child, parent, d_head + k - 1, *mult, None));
+                    raw.push(TreeLink {
+                        child,
+                        parent,
+                        d_parent: d_head + k - 1,
+                        mult: *mult,
+                        nic: None,
+                        node_hops: node_hops[u as usize],
+                        group: gi,
+                        node: u,
+                        pos: k,
+                    });
                     max_depth = max_depth.max(d_head + k);
                 }
                 if let Some(p) = Self::node_parent(m, *tree, u) {
-                    raw.push((
-                        u * g + ch.order[0],
-                        p * g + ch.order[0],
-                        node_depth[p as usize],
-                        *mult,
-                        Some(ch.nic.unwrap_or(0)),
-                    ));
-                    max_depth = max_depth.max(node_depth[p as usize] + 1);
+                    let at = attach(u);
+                    let d_parent = node_depth[p as usize] + at;
+                    raw.push(TreeLink {
+                        child: u * g + ch.order[0],
+                        parent: p * g + ch.order[at as usize],
+                        d_parent,
+                        mult: *mult,
+                        nic: Some(ch.nic.unwrap_or(0)),
+                        node_hops: node_hops[u as usize],
+                        group: gi,
+                        node: u,
+                        pos: 0,
+                    });
+                    lands.insert((gi, p), at);
+                    max_depth = max_depth.max(d_parent + 1);
                 }
             }
         }
         let d = max_depth;
+        // LL and LL128 carry a flag in every line, so inside a node each GPU reduces (up) or
+        // copies (down) a round of lines and passes it on as it lands (prims_ll.h and
+        // prims_ll128.h v2.8.4-1, `recvReduceSend`/`recvCopySend` per round of lines), while
+        // across nodes the proxy moves whole buffer steps (net.cc v2.8.4-1). So a piece crosses
+        // a node's chain within one pipeline step, and each node level takes two: the chain,
+        // then the network hop. Simple signals whole slices: its hops stay a step each.
+        let cut_through = choice.proto != Proto::Simple;
+        let big_d = max_node_depth;
         let mut edges = Vec::new();
-        for &(child, parent, d_parent, mult, nic) in &raw {
+        let mut hops = Vec::with_capacity(raw.len());
+        for &TreeLink { child, parent, d_parent, mult, nic, node_hops: nd, .. } in &raw {
             let inter = nic.is_some();
             let (lc, lp) = (child % g, parent % g);
             let on_arc = if inter {
@@ -621,10 +758,42 @@ impl Comm {
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
             let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, split.0);
             let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, split.1);
-            // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down: the
-            // parent sends at d + d_parent.
-            edges.push(Edge { src: child, dst: parent, offset: d - (d_parent + 1), bytes, hop: up });
-            edges.push(Edge { src: parent, dst: child, offset: d + d_parent, bytes, hop: down });
+            hops.push((up, down));
+            let (up_offset, down_offset) = match (cut_through, inter) {
+                // Up: the chain of a node nd hops below the root at 2(D - nd), its link to the
+                // parent node one step later; down: mirrored, after the root's chain.
+                (true, false) => (2 * (big_d - nd), 2 * big_d + 1 + 2 * nd),
+                (true, true) => (2 * (big_d - nd) + 1, 2 * big_d + 2 * nd),
+                // Up: the child (depth d_parent + 1) sends at offset d - (d_parent + 1); down:
+                // the parent sends at d + d_parent.
+                (false, _) => (d - (d_parent + 1), d + d_parent),
+            };
+            edges.push(Edge { src: child, dst: parent, offset: up_offset, bytes, hop: up });
+            edges.push(Edge { src: parent, dst: child, offset: down_offset, bytes, hop: down });
+        }
+        if cut_through {
+            // A chain's hops share one step, each as long as the slowest edge in it: give every
+            // edge of a node's chain the latency a piece meets along the part of the chain on
+            // its way: the whole chain in a node without children (its own data is all it
+            // moves), else the hops from where the children land to the chain's first GPU (the
+            // rest of the chain ran on the node's own data before the children's arrived).
+            let mut chain: rustc_hash::FxHashMap<(usize, u32, bool), Nanos> = Default::default();
+            for (&TreeLink { nic, group: gi, node: u, pos: k, .. }, &(up, down)) in raw.iter().zip(&hops) {
+                let on_way = match lands.get(&(gi, u)) {
+                    None => true,
+                    Some(&at) => k <= at,
+                };
+                if nic.is_none() && on_way {
+                    *chain.entry((gi, u, true)).or_default() += up.latency_ns;
+                    *chain.entry((gi, u, false)).or_default() += down.latency_ns;
+                }
+            }
+            for (i, &TreeLink { nic, group: gi, node: u, .. }) in raw.iter().enumerate() {
+                if nic.is_none() {
+                    edges[2 * i].hop.latency_ns = chain.get(&(gi, u, true)).copied().unwrap_or(0);
+                    edges[2 * i + 1].hop.latency_ns = chain.get(&(gi, u, false)).copied().unwrap_or(0);
+                }
+            }
         }
         edges.sort_by_key(|e| (e.offset, e.src, e.dst));
         let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
@@ -819,6 +988,101 @@ mod tests {
             let pair = r.links.iter().map(|&l| m.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
             assert!(cap > 0.5 * pair && cap <= pair, "{a}->{b}: channels capped at {cap} of the pair's {pair}");
         }
+    }
+
+    /// `ncclGetBtree`'s parent-child type (trees.cc v2.8.4-1): on 4 nodes the first tree is
+    /// 0 <- 2 <- {1, 3}, node 2 being node 0's second child (0's only child is its `d1`), node 1
+    /// node 2's first and node 3 its second; the second tree mirrors it (3 <- 1 <- {2, 0}),
+    /// where node 2 (mirrored 1, below mirrored 2) is the first child.
+    #[test]
+    fn tree_children_are_first_or_second_as_nccls_btree_numbers_them() {
+        let parent_and_type = |t: usize, u: u32| (Comm::node_parent(4, t, u), Comm::node_child_type(4, t, u));
+        assert_eq!(parent_and_type(0, 2), (Some(0), 1));
+        assert_eq!(parent_and_type(0, 1), (Some(2), 0));
+        assert_eq!(parent_and_type(0, 3), (Some(2), 1));
+        assert_eq!(parent_and_type(1, 1), (Some(3), 1));
+        assert_eq!(parent_and_type(1, 2), (Some(1), 0));
+        assert_eq!(parent_and_type(1, 0), (Some(1), 1));
+        // Odd node counts shift the second tree by one: node 1 is its root.
+        assert_eq!(Comm::node_parent(3, 1, 1), None);
+        assert_eq!(parent_and_type(0, 0).0, None);
+    }
+
+    /// Where a child node's tree link lands on its parent node (connect.cc v2.8.4-1 l.43-49 with
+    /// init.cc l.652 and search.cc l.680-682): NCCL 2.8.4 on V100s runs TREE on 2 nodes (every
+    /// link at the chain's first GPU) and SPLIT_TREE beyond (children at the second GPU); on
+    /// A100s BALANCED_TREE beyond 2 nodes, as 2.21.5 does at any node count.
+    #[test]
+    fn tree_links_land_where_nccls_tree_pattern_puts_them() {
+        let attach = |topology: &str, gpus: u32, version: NcclVersion| {
+            let m = load_topology(topology).unwrap().instantiate(gpus).unwrap();
+            let ranks: Vec<u32> = (0..gpus).collect();
+            let comm = Comm::new(&m, &ranks, NcclConfig { version, force: Force::default() });
+            (comm.tree_pattern(), comm.tree_layout(Proto::Ll), comm.tree_layout(Proto::Simple))
+        };
+        use TreePattern::{Balanced, Split, Tree};
+        assert_eq!(attach("abci-v", 8, NcclVersion::V2_8_4), (Tree, Tree, Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_8_4), (Split, Split, Split));
+        assert_eq!(attach("abci-a", 16, NcclVersion::V2_8_4), (Tree, Tree, Tree));
+        // BALANCED_TREE is laid out as TREE under Simple (see `tree_layout`).
+        assert_eq!(attach("abci-a", 32, NcclVersion::V2_8_4), (Balanced, Balanced, Tree));
+        assert_eq!(attach("abci-v", 16, NcclVersion::V2_21_5), (Balanced, Balanced, Tree));
+        let on = |p, child_type| Comm::tree_attach(p, child_type, 4);
+        assert_eq!((on(TreePattern::Tree, 0), on(TreePattern::Tree, 1)), (0, 0));
+        assert_eq!((on(TreePattern::Split, 0), on(TreePattern::Split, 1)), (1, 1));
+        assert_eq!((on(TreePattern::Balanced, 0), on(TreePattern::Balanced, 1)), (1, 0));
+        assert_eq!(Comm::tree_attach(TreePattern::Split, 0, 1), 0, "a one-GPU chain has no second GPU");
+
+        // SPLIT_TREE on 4 V100 nodes: each inter-node edge goes from a chain's first GPU to the
+        // second GPU of the parent node's chain (same channel order on every node), so a node's
+        // head sits two ranks below its parent node's head.
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let forced = Choice { algo: NcclAlgo::Tree, ..comm.choose(CollectiveOp::AllReduce, 4096).unwrap() };
+        let Shape::Pipeline { edges, .. } = comm.tree_allreduce(&forced, 4096) else { panic!("tree is a pipeline") };
+        let inter: Vec<&Edge> = edges.iter().filter(|e| e.src / 4 != e.dst / 4).collect();
+        assert!(!inter.is_empty());
+        for e in inter {
+            let at = |c: &Channel, r: u32| c.order.iter().position(|&l| l == r % 4);
+            let first_to_second = |a: u32, b: u32| comm.tree.iter().any(|c| at(c, a) == Some(0) && at(c, b) == Some(1));
+            assert!(first_to_second(e.src, e.dst) || first_to_second(e.dst, e.src), "{e:?}");
+        }
+    }
+
+    /// A tree all-reduce under LL or LL128 crosses a node's chain in one pipeline step (every GPU
+    /// forwards each round of flagged lines as it lands, prims_ll.h / prims_ll128.h v2.8.4-1) and
+    /// each network hop in the next (the proxy sends whole steps, net.cc v2.8.4-1): on 4 V100
+    /// nodes (depth 2 in nodes) the up pass takes steps 0-4 and the down pass 5-9. A piece meets
+    /// the whole chain's latency in a node without children, and only the hops from where the
+    /// children land (SPLIT_TREE: the second GPU) to the first GPU in the others. Simple keeps a
+    /// step per hop.
+    #[test]
+    fn ll_trees_cross_a_node_in_one_step_and_the_network_in_the_next() {
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let choice = comm.choose(CollectiveOp::AllReduce, 4096).unwrap();
+        assert_eq!((choice.algo, choice.proto, choice.channels), (NcclAlgo::Tree, Proto::Ll, 1));
+        let Shape::Pipeline { edges, span, .. } = comm.tree_allreduce(&choice, 4096) else {
+            panic!("tree is a pipeline")
+        };
+        assert_eq!(span, 10);
+        let hop = comm.hop_latency_us(NcclAlgo::Tree, Proto::Ll, Some(Func::AllReduce), false);
+        let hop_ns = us(hop);
+        // Tree 0 on 4 nodes: 0 <- 2 <- {1, 3}; nodes 1 and 3 have no children.
+        for e in edges.iter().filter(|e| e.src / 4 == e.dst / 4) {
+            let node = e.src / 4;
+            let up = comm.tree[0].order.iter().position(|&l| l == e.src % 4)
+                > comm.tree[0].order.iter().position(|&l| l == e.dst % 4);
+            let want = if node % 2 == 1 { 3 * hop_ns } else { hop_ns };
+            assert_eq!(e.hop.latency_ns, want, "{e:?}");
+            let depth = [0, 2, 1, 2][node as usize];
+            assert_eq!(e.offset, if up { 2 * (2 - depth) } else { 5 + 2 * depth }, "{e:?}");
+        }
+        let simple = Choice { proto: Proto::Simple, ..choice };
+        let Shape::Pipeline { span, .. } = comm.tree_allreduce(&simple, 4096) else { panic!("tree is a pipeline") };
+        assert!(span > 10, "Simple keeps a step per hop: span {span}");
     }
 
     /// NCCL 2.3.7 across nodes: rings only, LL for a small all-reduce, and every ring step at the
