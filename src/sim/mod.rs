@@ -275,7 +275,9 @@ pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     let mut engine = Engine::new(dag, machine, options);
     let outcome = engine.mirror_setup().and_then(|()| {
         engine.shadow_setup();
-        engine.run()
+        engine.run()?;
+        engine.shadow_bytes();
+        Ok(())
     });
     // Every task counts as done once the run ends, even one that failed.
     TASKS_DONE.fetch_add((dag.len() - engine.reported) as u64, Ordering::Relaxed);
@@ -786,7 +788,6 @@ impl<'a> Engine<'a> {
     fn try_reserve(&mut self, slot: u32, with_outside: bool) -> Result<Reserve> {
         const PROVISIONAL: u32 = u32::MAX;
         self.mirror_before_reserve(slot)?;
-        self.shadow_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let memo = self.reserve_classes(slot, &plan, first)?;
@@ -805,10 +806,10 @@ impl<'a> Engine<'a> {
             'members: for &route in routes.iter() {
                 for &l in &self.routes[route as usize].links {
                     let li = l as usize;
-                    // Held by another collective, or busy: not eligible (busy: unless timed next to
-                    // the flows).
+                    // Held by another collective (or carrying live shadows: they stay, see
+                    // `shadow.rs`), or busy: not eligible (busy: unless timed next to the flows).
                     let held = self.reserved_by[li];
-                    if held != 0 && held != PROVISIONAL {
+                    if (held != 0 && held != PROVISIONAL) || self.shadows.is_marked(l) {
                         outcome = Reserve::Held;
                         break 'members;
                     }
@@ -1172,7 +1173,6 @@ impl<'a> Engine<'a> {
     fn try_partial(&mut self, slot: u32) -> Result<bool> {
         const PROVISIONAL: u32 = u32::MAX;
         self.mirror_before_reserve(slot)?;
-        self.shadow_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
         let mut partial = Partial::default();
@@ -1187,10 +1187,10 @@ impl<'a> Engine<'a> {
             let route_ids = self.routes_of(&scratch)?;
             let (real, free_time) = {
                 let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &scratch, &route_ids);
-                let (net, reserved_by) = (&self.net, &self.reserved_by);
+                let (net, reserved_by, shadows) = (&self.net, &self.reserved_by, &self.shadows);
                 let touched = |l: u32| {
                     let held = reserved_by[l as usize];
-                    net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL)
+                    net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL) || shadows.is_marked(l)
                 };
                 self.timer.split(&members, touched, &self.link_capacity)
             };

@@ -16,8 +16,9 @@
 //! routes (the *footprint*) carries nothing but the representatives of live classes with the very
 //! same routes: checked when the representative starts moving, and kept by turning the shadows
 //! into the flows a full run holds at that instant (their representative's state, copied) the
-//! moment other traffic is about to reach the footprint (a flow activating, a collective trying to
-//! reserve). Results are bit-identical to running every transfer as its own flow
+//! moment other traffic is about to reach the footprint (a flow activating); a collective does
+//! not reserve links of a footprint (reserving treats them as held by another collective, so its
+//! transfers there run as flows). Results are bit-identical to running every transfer as its own flow
 //! ([`super::Options::collective_flows`], tested in `tests/collective_shadows.rs`).
 
 use super::{Engine, EventKind, FlowId, Owner, Pending, Xfer};
@@ -47,6 +48,8 @@ pub(super) struct StepClasses {
     routes: Vec<u32>,
     singles: Vec<u32>,
     classes: Vec<Class>,
+    /// Per class: steps whose shadows arrived (their bytes are added to the links at the end).
+    arrived: Vec<std::cell::Cell<u64>>,
 }
 
 /// A class of one running step: its representative's pending slot keys it.
@@ -70,8 +73,9 @@ pub(super) struct Shadows {
     running: HashMap<u32, Running>,
     /// Representatives' pending slots of the live classes.
     live: Vec<u32>,
-    /// Per link: live classes whose footprint holds it, and their id.
-    mark: Vec<u32>,
+    /// Per class id: live classes of it. Per link: 1 + the id whose live classes' footprint holds
+    /// it, or 0 (footprints of two ids that share a link are never live together).
+    live_count: Vec<u32>,
     owner: Vec<u32>,
     /// Scratch: per link, the epoch it was last seen in (route disjointness).
     stamp: Vec<u32>,
@@ -80,6 +84,24 @@ pub(super) struct Shadows {
     /// (live ones, or ones whose representative found other traffic as it began to move).
     pub shadowed: u64,
     pub unshadowed: u64,
+}
+
+impl Shadows {
+    /// A live class of `class`'s id is no longer live.
+    fn left(&mut self, class: &Class) {
+        self.live_count[class.id as usize] -= 1;
+        if self.live_count[class.id as usize] == 0 {
+            for &l in &class.links {
+                self.owner[l as usize] = 0;
+            }
+        }
+    }
+
+    /// Whether live shadows are on link `l`: no collective may reserve it (its timing would leave
+    /// them out), so reserving treats it as held by another collective.
+    pub(super) fn is_marked(&self, l: u32) -> bool {
+        self.owner.get(l as usize).is_some_and(|&o| o > 0)
+    }
 }
 
 impl Engine<'_> {
@@ -91,7 +113,6 @@ impl Engine<'_> {
         let s = &mut self.shadows;
         s.enabled = !(o.record_flows || o.collective_flows || self.mirror.enabled());
         if s.enabled {
-            s.mark = vec![0; n];
             s.owner = vec![0; n];
             s.stamp = vec![0; n];
         }
@@ -133,7 +154,10 @@ impl Engine<'_> {
         let xfers = self.step_scratch.clone();
         let routes = self.routes_of(&xfers)?;
         let found = self.classify(&xfers, &routes);
-        let value = found.map(|(singles, classes)| Rc::new(StepClasses { xfers, routes, singles, classes }));
+        let value = found.map(|(singles, classes)| {
+            let arrived = classes.iter().map(|_| std::cell::Cell::new(0)).collect();
+            Rc::new(StepClasses { xfers, routes, singles, classes, arrived })
+        });
         self.shadows.memo.insert(key, value.clone());
         Ok(value)
     }
@@ -183,6 +207,9 @@ impl Engine<'_> {
             let links = route_list.iter().flat_map(|&r| self.routes[r as usize].links.iter().copied()).collect();
             let next = self.shadows.ids.len() as u32;
             let id = *self.shadows.ids.entry(route_list).or_insert(next);
+            if id == next {
+                self.shadows.live_count.push(0);
+            }
             classes.push(Class { rep: m[0], shadows: m[1..].to_vec(), id, links });
         }
         if classes.is_empty() {
@@ -202,15 +229,20 @@ impl Engine<'_> {
         }
         let quiet = self.shadows.running.get(&slot).map(|r| {
             let class = &r.classes.classes[r.class as usize];
-            let rep_links = self.routes[r.classes.routes[class.rep as usize] as usize].links.len();
-            let s = &self.shadows;
-            class.links.iter().enumerate().all(|(k, &l)| {
-                let (li, mark) = (l as usize, s.mark[l as usize]);
-                self.reserved_by[li] == 0
-                    && (mark == 0 || s.owner[li] == class.id)
-                    && self.net.flows_on(l) == if k < rep_links { mark as usize } else { 0 }
-            })
+            // Classes of the same routes live: by the invariant the footprint carries only them.
+            self.shadows.live_count[class.id as usize] > 0
+                || class.links.iter().all(|&l| {
+                    self.reserved_by[l as usize] == 0
+                        && self.shadows.owner[l as usize] == 0
+                        && self.net.flows_on(l) == 0
+                })
         });
+        // Its footprint carries only the flows of classes like this one turned into flows (each
+        // shadow's image in its representative's state): they become shadows again.
+        let quiet = match quiet {
+            Some(false) => Some(self.reshadow(slot)?),
+            q => q,
+        };
         match quiet {
             Some(true) => return Ok(true),
             Some(false) => self.shadows_to_pending(slot),
@@ -224,16 +256,86 @@ impl Engine<'_> {
         Ok(false)
     }
 
+    /// Before representative `slot` moves: if every link of its class's footprint carries the same
+    /// k flows of other collectives' steps (each the flow of a class with the same routes: on the
+    /// representative's route one per collective, on each shadow's route one per collective in the
+    /// state of that collective's flow on the representative's route), nothing else, no live
+    /// shadow and no reservation, those classes are still each other's images: the flows on the
+    /// shadows' routes become shadows again (live) and the class can go live beside them.
+    fn reshadow(&mut self, slot: u32) -> Result<bool> {
+        let r = &self.shadows.running[&slot];
+        let (classes, ci) = (r.classes.clone(), r.class as usize);
+        let class = &classes.classes[ci];
+        let rep_route = classes.routes[class.rep as usize];
+        let rep_first = self.routes[rep_route as usize].links[0];
+        let k = self.net.flows_on(rep_first);
+        if k == 0
+            || class
+                .links
+                .iter()
+                .any(|&l| self.reserved_by[l as usize] != 0 || self.shadows.is_marked(l) || self.net.flows_on(l) != k)
+        {
+            return Ok(false);
+        }
+        // The collectives' flows on the representative's route, with their steps' classes.
+        let mut partners = Vec::with_capacity(k);
+        for f in self.net.flows_of(rep_first).to_vec() {
+            let ps = self.flow_slot[f as usize];
+            let p = self.pending[ps as usize];
+            let Owner::Collective(c) = p.owner else { return Ok(false) };
+            let run = &self.collectives[c as usize];
+            if p.route != rep_route || run.partial.is_some() || run.reservation.is_some() || run.step != p.step {
+                return Ok(false);
+            }
+            let Some(theirs) = self.step_classes(c, p.step)? else { return Ok(false) };
+            let Some(tc) = theirs.classes.iter().position(|x| x.id == class.id) else { return Ok(false) };
+            partners.push((f, ps, c, theirs, tc));
+        }
+        let mut absorbed = Vec::new();
+        for &i in &class.shadows {
+            let route = classes.routes[i as usize];
+            for &g in self.net.flows_of(self.routes[route as usize].links[0]) {
+                let gs = self.flow_slot[g as usize];
+                let gp = self.pending[gs as usize];
+                let Owner::Collective(c) = gp.owner else { return Ok(false) };
+                let Some(&(f, ps, ..)) = partners.iter().find(|p| p.2 == c) else { return Ok(false) };
+                if gp.route != route
+                    || gp.step != self.pending[ps as usize].step
+                    || self.net.state(g) != self.net.state(f)
+                {
+                    return Ok(false);
+                }
+                absorbed.push((g, gs));
+            }
+        }
+        for (g, gs) in absorbed {
+            self.net.remove(g);
+            self.free_pending.push(gs);
+        }
+        for (f, ps, c, theirs, tc) in partners {
+            let step = self.pending[ps as usize].step;
+            self.shadows
+                .running
+                .insert(ps, Running { collective: c, step, classes: theirs, class: tc as u32, flow: None });
+            self.shadow_moving(ps, f);
+        }
+        Ok(true)
+    }
+
     /// A representative whose shadows went live now moves as fluid flow `f`.
     pub(super) fn shadow_moving(&mut self, slot: u32, f: FlowId) {
         let r = self.shadows.running.get_mut(&slot).expect("a representative");
         r.flow = Some(f);
-        let class = &r.classes.classes[r.class as usize];
-        for &l in &class.links {
-            self.shadows.mark[l as usize] += 1;
-            self.shadows.owner[l as usize] = class.id;
+        let (classes, ci) = (r.classes.clone(), r.class as usize);
+        let class = &classes.classes[ci];
+        let s = &mut self.shadows;
+        s.live_count[class.id as usize] += 1;
+        if s.live_count[class.id as usize] == 1 {
+            for &l in &class.links {
+                s.owner[l as usize] = class.id + 1;
+            }
         }
-        self.shadows.live.push(slot);
+        s.live.push(slot);
     }
 
     /// A representative that may not go live: its shadows become flows starting now, as they would
@@ -267,10 +369,10 @@ impl Engine<'_> {
             return;
         }
         for &l in links {
-            if self.shadows.mark[l as usize] == 0 {
+            if self.shadows.owner[l as usize] == 0 {
                 continue;
             }
-            let id = self.shadows.owner[l as usize];
+            let id = self.shadows.owner[l as usize] - 1;
             let mut hit: Vec<u32> = Vec::new();
             let Shadows { live, running, .. } = &mut self.shadows;
             live.retain(|&rep| {
@@ -288,23 +390,6 @@ impl Engine<'_> {
         }
     }
 
-    /// A collective is about to try reserving links: live shadows on the links of its remaining
-    /// steps become flows first (a full run has them there).
-    pub(super) fn shadow_before_reserve(&mut self, slot: u32) -> Result<()> {
-        if self.shadows.live.is_empty() {
-            return Ok(());
-        }
-        let plan = self.collectives[slot as usize].plan.clone();
-        let first = self.collectives[slot as usize].step;
-        let memo = self.reserve_classes(slot, &plan, first)?;
-        let routes: Vec<u32> = memo.borrow().classes.iter().flat_map(|(_, routes, _)| routes.iter().copied()).collect();
-        for r in routes {
-            let links = self.routes[r as usize].links.clone();
-            self.unshadow_links(&links);
-        }
-        Ok(())
-    }
-
     /// A live class's shadows become flows in their representative's state (see the module
     /// comment); their links are marked for the next solve, which leaves an unchanged component
     /// as it is.
@@ -312,9 +397,7 @@ impl Engine<'_> {
         self.shadows.unshadowed += 1;
         let r = self.shadows.running.remove(&rep).expect("a live class");
         let class = &r.classes.classes[r.class as usize];
-        for &l in &class.links {
-            self.shadows.mark[l as usize] -= 1;
-        }
+        self.shadows.left(class);
         let orig = self.pending[rep as usize];
         let state = self.net.state(r.flow.expect("live"));
         for &i in &class.shadows {
@@ -344,6 +427,24 @@ impl Engine<'_> {
         }
     }
 
+    /// Adds the bytes of every shadow that arrived to its links (whole bytes: the sums are exact in
+    /// any order, as [`Engine::account_steps`]'s).
+    pub(super) fn shadow_bytes(&mut self) {
+        for classes in self.shadows.memo.values().flatten() {
+            for (class, arrived) in classes.classes.iter().zip(&classes.arrived) {
+                if arrived.get() == 0 {
+                    continue;
+                }
+                for &i in &class.shadows {
+                    let (x, route) = (classes.xfers[i as usize], classes.routes[i as usize]);
+                    for &l in &self.routes[route as usize].links {
+                        self.link_bytes[l as usize] += (x.bytes * arrived.get()) as f64;
+                    }
+                }
+            }
+        }
+    }
+
     /// A representative arrived (before `flow_finished` counts it): its live shadows arrive with it.
     pub(super) fn shadows_arrive(&mut self, slot: u32) {
         if self.shadows.running.is_empty() {
@@ -351,16 +452,10 @@ impl Engine<'_> {
         }
         let Some(r) = self.shadows.running.remove(&slot) else { return };
         let class = &r.classes.classes[r.class as usize];
-        for &l in &class.links {
-            self.shadows.mark[l as usize] -= 1;
-        }
+        self.shadows.left(class);
         self.shadows.live.retain(|&s| s != slot);
-        for &i in &class.shadows {
-            let (x, route) = (r.classes.xfers[i as usize], r.classes.routes[i as usize]);
-            for &l in &self.routes[route as usize].links {
-                self.link_bytes[l as usize] += x.bytes as f64;
-            }
-        }
+        let arrived = &r.classes.arrived[r.class as usize];
+        arrived.set(arrived.get() + 1);
         let n = class.shadows.len() as u32;
         self.shadows.shadowed += n as u64;
         self.collectives[r.collective as usize].outstanding -= n;
