@@ -7,12 +7,11 @@
 mod common;
 
 use common::assert_same_run;
-use common::plan::plan_setup;
+use common::plan::{plan_setup, small_gpt};
 use dagsim::collective::{Algorithm, CollectiveOp};
 use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
 use dagsim::hw::{load_topology, Machine};
 use dagsim::sim::{simulate, Options, Run};
-use dagsim::workload::transformer::TransformerConfig;
 
 fn task(work: Work) -> Task {
     Task { work, queue: None, phase: Phase::Forward, gpu: Some(0), iteration: 0, layer: None, priority: 0 }
@@ -76,20 +75,6 @@ fn two_rings_on_one_group_are_timed_by_class_exactly() {
     // when the copy (or the other ring, out of step) reached their links.
     assert!(shadowed > 1000, "{shadowed} transfers shadowed");
     assert!(turned >= 5, "shadows turned into flows {turned} times");
-}
-
-/// A small GPT (8 layers, hidden 1024) so that many plans run quickly.
-fn small_gpt() -> TransformerConfig {
-    TransformerConfig {
-        name: "gpt-small".into(),
-        layers: 8,
-        hidden: 1024,
-        heads: 16,
-        kv_heads: 16,
-        ffn_hidden: 4096,
-        vocab: 8192,
-        ..TransformerConfig::named("gpt3-175b").unwrap()
-    }
 }
 
 #[test]

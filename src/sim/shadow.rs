@@ -345,21 +345,28 @@ impl Engine<'_> {
         self.shadows.unshadowed += 1;
         let start = self.pending[slot as usize].start;
         for &i in &r.classes.classes[r.class as usize].shadows {
-            let (x, route) = (r.classes.xfers[i as usize], r.classes.routes[i as usize]);
-            let p = Pending {
-                owner: Owner::Collective(r.collective),
-                route,
-                bytes: x.bytes,
-                src: x.src,
-                dst: x.dst,
-                step: r.step,
-                start,
-                cap: x.cap,
-            };
-            let ps = self.new_pending(p);
-            self.flows_created -= 1; // counted when its step started
+            let ps = self.shadow_pending(&r, i, start);
             self.push(start, EventKind::FlowActivate(ps));
         }
+    }
+
+    /// The pending flow of shadow `i` (its index in the step) of a running class, moving from
+    /// `start`; returns its slot.
+    fn shadow_pending(&mut self, r: &Running, i: u32, start: crate::units::Nanos) -> u32 {
+        let (x, route) = (r.classes.xfers[i as usize], r.classes.routes[i as usize]);
+        let p = Pending {
+            owner: Owner::Collective(r.collective),
+            route,
+            bytes: x.bytes,
+            src: x.src,
+            dst: x.dst,
+            step: r.step,
+            start,
+            cap: x.cap,
+        };
+        let ps = self.new_pending(p);
+        self.flows_created -= 1; // counted when its step started
+        ps
     }
 
     /// Other traffic is about to reach `links`: every live class whose footprint holds one of them
@@ -401,19 +408,8 @@ impl Engine<'_> {
         let orig = self.pending[rep as usize];
         let state = self.net.state(r.flow.expect("live"));
         for &i in &class.shadows {
-            let (x, route) = (r.classes.xfers[i as usize], r.classes.routes[i as usize]);
-            let p = Pending {
-                owner: Owner::Collective(r.collective),
-                route,
-                bytes: x.bytes,
-                src: x.src,
-                dst: x.dst,
-                step: r.step,
-                start: orig.start,
-                cap: x.cap,
-            };
-            let ps = self.new_pending(p);
-            self.flows_created -= 1; // counted when its step started
+            let ps = self.shadow_pending(&r, i, orig.start);
+            let route = r.classes.routes[i as usize];
             let links = std::mem::take(&mut self.routes[route as usize].links);
             let (g, version) = self.net.insert_state(&links, state);
             for &l in &links {
