@@ -1,5 +1,6 @@
 //! Collectives on reserved links (the fast path) give bit-identical runs to the step-by-step
-//! reference, with and without contention from other traffic.
+//! reference (every collective step by flows, each transfer its own flow), with and without
+//! contention from other traffic.
 
 mod common;
 
@@ -11,7 +12,9 @@ use dagsim::strategy::Strategy;
 
 fn compare(setup: &Setup, gpus: u32) -> (u64, u64) {
     let fast = setup.simulate(gpus, Options::default()).unwrap();
-    let slow = setup.simulate(gpus, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    let slow = setup
+        .simulate(gpus, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
+        .unwrap();
     assert_same_run(&fast.run, &slow.run, &format!("{gpus} GPUs"));
     assert_eq!(slow.run.reserved_collectives, 0);
     (fast.run.reserved_collectives, fast.run.materialized_collectives)
@@ -87,7 +90,12 @@ fn contention_at_any_instant_is_handled_exactly() {
             b.add_edge(wait, copy);
             let dag = b.build(DagMeta { gpus: 4, iterations: 0, iteration_end: vec![] }).unwrap();
             let fast = simulate(&dag, &m, Options::default()).unwrap();
-            let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            let slow = simulate(
+                &dag,
+                &m,
+                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+            )
+            .unwrap();
             assert_same_run(&fast, &slow, &format!("delay {delay}, {bytes} bytes"));
             assert!(fast.reserved_collectives >= 1);
             materialized += fast.materialized_collectives;
@@ -152,7 +160,12 @@ fn contention_inside_shared_steps_is_handled_exactly() {
         ] {
             let dag = dag(Some((delay, src, dst, bytes)));
             let fast = simulate(&dag, &m, Options::default()).unwrap();
-            let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            let slow = simulate(
+                &dag,
+                &m,
+                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+            )
+            .unwrap();
             assert_same_run(&fast, &slow, &format!("delay {delay}"));
             assert!(fast.reserved_collectives >= 1, "delay {delay}");
             materialized += fast.materialized_collectives;
@@ -209,7 +222,8 @@ fn collectives_next_to_outside_flows_match_the_reference() {
         b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap()
     };
     let fast = simulate(&d, &m, Options::default()).unwrap();
-    let slow = simulate(&d, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    let slow =
+        simulate(&d, &m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() }).unwrap();
     assert_eq!((fast.start.clone(), fast.end.clone()), (slow.start, slow.end));
     assert!(fast.end[1] < fast.end[2], "the reads outlast the collective");
     assert_eq!((fast.reserved_collectives, fast.materialized_collectives), (1, 0));
@@ -225,7 +239,12 @@ fn collectives_next_to_outside_flows_match_the_reference() {
         {
             let dag = dag(reads, copy);
             let fast = simulate(&dag, &m, Options::default()).unwrap();
-            let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            let slow = simulate(
+                &dag,
+                &m,
+                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+            )
+            .unwrap();
             assert_same_run(&fast, &slow, &format!("case {k}"));
             reserved += fast.reserved_collectives;
             materialized += fast.materialized_collectives;
@@ -282,7 +301,12 @@ fn partly_reserved_collectives_match_the_reference() {
             for copies in &cases {
                 let dag = dag(algorithm, copies);
                 let fast = simulate(&dag, &m, Options::default()).unwrap();
-                let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+                let slow = simulate(
+                    &dag,
+                    &m,
+                    Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+                )
+                .unwrap();
                 let what = format!("{algorithm:?}, case {k}, copies {copies:?}");
                 assert_same_run(&fast, &slow, &what);
                 assert_eq!(slow.partial_collectives, 0);
@@ -321,7 +345,8 @@ fn a_ring_beside_a_long_copy_costs_events_per_step_not_per_transfer() {
     b.add_task(task(Work::Transfer { src: m.gpus[0].host, dst: m.gpus[4].host, bytes: 20_000_000_000 }));
     let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap();
     let fast = simulate(&dag, &m, Options::default()).unwrap();
-    let slow = simulate(&dag, &m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    let slow = simulate(&dag, &m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
+        .unwrap();
     assert_eq!(
         (&fast.start, &fast.end, &fast.link_bytes, fast.flows),
         (&slow.start, &slow.end, &slow.link_bytes, slow.flows)
@@ -408,7 +433,7 @@ proptest::proptest! {
             }
             let dag = b.build(DagMeta { gpus: 16, iterations: 0, iteration_end: vec![] }).unwrap();
             let fast = simulate(&dag, m, Options::default()).unwrap();
-            let slow = simulate(&dag, m, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+            let slow = simulate(&dag, m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() }).unwrap();
             prop_assert_eq!(&fast.start, &slow.start);
             prop_assert_eq!(&fast.end, &slow.end);
             prop_assert_eq!(&fast.link_bytes, &slow.link_bytes);

@@ -6,23 +6,8 @@
 mod common;
 
 use common::assert_same_run;
-use common::plan::plan_setup;
+use common::plan::{plan_setup, small_gpt};
 use dagsim::sim::Options;
-use dagsim::workload::transformer::TransformerConfig;
-
-/// A small GPT (8 layers, hidden 1024) so that many plans run quickly.
-fn small_gpt() -> TransformerConfig {
-    TransformerConfig {
-        name: "gpt-small".into(),
-        layers: 8,
-        hidden: 1024,
-        heads: 16,
-        kv_heads: 16,
-        ffn_hidden: 4096,
-        vocab: 8192,
-        ..TransformerConfig::named("gpt3-175b").unwrap()
-    }
-}
 
 #[test]
 fn shadowed_image_transfers_match_the_reference_path() {

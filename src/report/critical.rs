@@ -98,6 +98,8 @@ mod tests {
             partial_collectives: 0,
             shadowed_transfers: 0,
             shadows_to_flows: 0,
+            collective_shadows: 0,
+            collective_shadows_to_flows: 0,
             collectives: Vec::new(),
             collective_labels: Vec::new(),
         }

@@ -143,6 +143,11 @@ impl FluidNet {
         (id, f.version)
     }
 
+    /// The live flows on link `l`.
+    pub fn flows_of(&self, l: u32) -> &[FlowId] {
+        &self.on_link[l as usize]
+    }
+
     /// The state of a live flow.
     pub fn state(&self, id: FlowId) -> FlowState {
         let f = &self.flows[id as usize];

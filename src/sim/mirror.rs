@@ -65,6 +65,11 @@ impl Mirror {
         self.route.get(r as usize).copied().unwrap_or(false)
     }
 
+    /// Whether images may be shadowed in this run (every image a translated copy).
+    pub fn enabled(&self) -> bool {
+        !self.link.is_empty()
+    }
+
     /// Whether link `l` is one of them.
     pub fn is_link(&self, l: usize) -> bool {
         self.link.get(l).copied().unwrap_or(false)

@@ -26,6 +26,7 @@
 
 pub mod fluid;
 mod mirror;
+mod shadow;
 mod step;
 
 use crate::collective::{CollectiveUse, Latency, Lowerer, Plan, NO_RAIL};
@@ -51,6 +52,10 @@ pub struct Options {
     /// Run every image transfer (a left-out DP replica's pipeline transfer) as its own flow, never
     /// as its original's shadow (the reference path; slower, same results: see `sim/mirror.rs`).
     pub image_flows: bool,
+    /// Run every transfer of a collective step run by flows as its own flow, never as the shadow
+    /// of an identical transfer over a route of the same shape (the reference path; slower, same
+    /// results: see `sim/shadow.rs`).
+    pub collective_flows: bool,
 }
 
 /// One finished flow, when [`Options::record_flows`] is on.
@@ -96,6 +101,10 @@ pub struct Run {
     /// times other traffic reaching their links turned the shadows under way into flows.
     pub shadowed_transfers: u64,
     pub shadows_to_flows: u64,
+    /// Collective transfers that arrived as the shadows of identical ones (not flows of their
+    /// own), and the times other traffic turned a class's shadows into flows.
+    pub collective_shadows: u64,
+    pub collective_shadows_to_flows: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
     /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
@@ -264,7 +273,12 @@ impl Xfer {
 pub fn simulate(dag: &Dag, machine: &Machine, options: Options) -> Result<Run> {
     TASKS_TOTAL.fetch_add(dag.len() as u64, Ordering::Relaxed);
     let mut engine = Engine::new(dag, machine, options);
-    let outcome = engine.mirror_setup().and_then(|()| engine.run());
+    let outcome = engine.mirror_setup().and_then(|()| {
+        engine.shadow_setup();
+        engine.run()?;
+        engine.shadow_bytes();
+        Ok(())
+    });
     // Every task counts as done once the run ends, even one that failed.
     TASKS_DONE.fetch_add((dag.len() - engine.reported) as u64, Ordering::Relaxed);
     outcome.map(|()| engine.into_run())
@@ -364,6 +378,7 @@ struct Engine<'a> {
     /// Finished tasks already added to the process's progress count.
     reported: usize,
     mirror: mirror::Mirror,
+    shadows: shadow::Shadows,
 }
 
 impl<'a> Engine<'a> {
@@ -418,6 +433,7 @@ impl<'a> Engine<'a> {
             seeds: Vec::new(),
             reported: 0,
             mirror: mirror::Mirror::default(),
+            shadows: shadow::Shadows::default(),
         }
     }
 
@@ -498,6 +514,8 @@ impl<'a> Engine<'a> {
             partial_collectives: self.partial_count,
             shadowed_transfers: self.mirror.shadowed,
             shadows_to_flows: self.mirror.unshadowed,
+            collective_shadows: self.shadows.shadowed,
+            collective_shadows_to_flows: self.shadows.unshadowed,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
         }
@@ -699,6 +717,9 @@ impl<'a> Engine<'a> {
 
     /// Runs a collective's current step by flows.
     fn start_step_flows(&mut self, slot: u32) -> Result<()> {
+        if self.start_step_shadowed(slot)? {
+            return Ok(());
+        }
         let step = self.collectives[slot as usize].step;
         self.load_step(slot, step);
         let scratch = std::mem::take(&mut self.step_scratch);
@@ -785,10 +806,10 @@ impl<'a> Engine<'a> {
             'members: for &route in routes.iter() {
                 for &l in &self.routes[route as usize].links {
                     let li = l as usize;
-                    // Held by another collective, or busy: not eligible (busy: unless timed next to
-                    // the flows).
+                    // Held by another collective (or carrying live shadows: they stay, see
+                    // `shadow.rs`), or busy: not eligible (busy: unless timed next to the flows).
                     let held = self.reserved_by[li];
-                    if held != 0 && held != PROVISIONAL {
+                    if (held != 0 && held != PROVISIONAL) || self.shadows.is_marked(l) {
                         outcome = Reserve::Held;
                         break 'members;
                     }
@@ -1166,10 +1187,10 @@ impl<'a> Engine<'a> {
             let route_ids = self.routes_of(&scratch)?;
             let (real, free_time) = {
                 let members = Self::members(self.machine, &self.routes, &mut self.route_caps, &scratch, &route_ids);
-                let (net, reserved_by) = (&self.net, &self.reserved_by);
+                let (net, reserved_by, shadows) = (&self.net, &self.reserved_by, &self.shadows);
                 let touched = |l: u32| {
                     let held = reserved_by[l as usize];
-                    net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL)
+                    net.flows_on(l) > 0 || (held != 0 && held != PROVISIONAL) || shadows.is_marked(l)
                 };
                 self.timer.split(&members, touched, &self.link_capacity)
             };
@@ -1421,6 +1442,7 @@ impl<'a> Engine<'a> {
             return self.flow_finished(slot);
         }
         self.mirror_before_move(slot)?;
+        let rep_live = self.shadow_before_move(slot)?;
         // Traffic arriving on a reserved link: the collective holding it goes back to flows first.
         // (A partly reserved collective's own flows may cross links it holds for another class.)
         for i in 0..nlinks {
@@ -1435,6 +1457,9 @@ impl<'a> Engine<'a> {
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
         self.map_flow(f, slot);
         self.mirror_moving(slot, f);
+        if rep_live {
+            self.shadow_moving(slot, f);
+        }
         Ok(())
     }
 
@@ -1445,6 +1470,7 @@ impl<'a> Engine<'a> {
             let Owner::Task(t) = p.owner else { unreachable!("shared compute belongs to a task") };
             return self.finish(t);
         }
+        self.shadows_arrive(slot);
         for &l in &self.routes[p.route as usize].links {
             self.link_bytes[l as usize] += p.bytes as f64;
         }

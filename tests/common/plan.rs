@@ -33,3 +33,17 @@ pub fn plan_setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, seq_l
 pub fn plan_report(s: &PlanSetup, symmetric: bool) -> PlanReport {
     s.predict_with(symmetric).unwrap().llm.unwrap()
 }
+
+/// A small GPT (8 layers, hidden 1024) so that many plans run quickly.
+pub fn small_gpt() -> TransformerConfig {
+    TransformerConfig {
+        name: "gpt-small".into(),
+        layers: 8,
+        hidden: 1024,
+        heads: 16,
+        kv_heads: 16,
+        ffn_hidden: 4096,
+        vocab: 8192,
+        ..TransformerConfig::named("gpt3-175b").unwrap()
+    }
+}
