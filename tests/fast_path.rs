@@ -356,7 +356,9 @@ fn a_ring_beside_a_long_copy_costs_events_per_step_not_per_transfer() {
     assert!(fast.events < 6 * steps, "{} events for {steps} steps", fast.events);
     assert!(slow.events > 2 * steps * gpus as u64 - 1);
     let fast = simulate(&dag, &channels, Options::default()).unwrap();
-    let slow = simulate(&dag, &channels, Options { stepwise_collectives: true, ..Options::default() }).unwrap();
+    let slow =
+        simulate(&dag, &channels, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
+            .unwrap();
     assert_eq!(
         (&fast.start, &fast.end, &fast.link_bytes, fast.flows),
         (&slow.start, &slow.end, &slow.link_bytes, slow.flows)
