@@ -10,7 +10,7 @@ use common::assert_same_run;
 use common::plan::{plan_setup, small_gpt};
 use dagsim::collective::{Algorithm, CollectiveOp};
 use dagsim::dag::{DagBuilder, DagMeta, Phase, Task, Work};
-use dagsim::hw::{load_topology, Machine};
+use dagsim::hw::{load_topology, Machine, NicRoute};
 use dagsim::sim::{simulate, Options, Run};
 
 fn task(work: Work) -> Task {
@@ -41,9 +41,18 @@ fn grouped_equals_flow_by_flow(dag: &dagsim::dag::Dag, m: &Machine, what: &str) 
 /// 2 identical network ones: two classes, each timed once while the rings share every link.
 #[test]
 fn two_rings_on_one_group_are_timed_by_class_exactly() {
-    let m = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    // One ring per collective (`--nic-route local`); under the default `channels` a ring across
+    // nodes runs as one ring per GPU of a node, whose transfers share NVLink links, so they form
+    // no classes: checked against the reference too, last.
+    let channels = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
+    let mut m = channels.clone();
+    m.nic_route = NicRoute::Local;
     let (mut shadowed, mut turned) = (0, 0);
-    for offset in [0u64, 1, 2_500, 7_000, 13_000, 40_000, 123_457, 1_000_000] {
+    for (m, offset) in [0u64, 1, 2_500, 7_000, 13_000, 40_000, 123_457, 1_000_000]
+        .into_iter()
+        .map(|o| (&m, o))
+        .chain([(&channels, 0), (&channels, 40_000)])
+    {
         for copy in [None, Some(5_000u64), Some(30_000), Some(77_777)] {
             let mut b = DagBuilder::new();
             let group = b.add_group((0..16).collect());
@@ -66,7 +75,8 @@ fn two_rings_on_one_group_are_timed_by_class_exactly() {
                 b.add_edge(wait, c);
             }
             let dag = b.build(DagMeta { gpus: 16, iterations: 0, iteration_end: vec![] }).unwrap();
-            let run = grouped_equals_flow_by_flow(&dag, &m, &format!("offset {offset}, copy {copy:?}"));
+            let what = format!("offset {offset}, copy {copy:?}, {}", m.nic_route.name());
+            let run = grouped_equals_flow_by_flow(&dag, m, &what);
             shadowed += run.collective_shadows;
             turned += run.collective_shadows_to_flows;
         }
@@ -90,13 +100,16 @@ fn plans_with_shadowed_collectives_match_the_reference_path() {
         ("tp=8,pp=2,dp=4,sp=on,zero=1", 1, 16, "dgx-a100"),
     ];
     let (mut shadowed, mut turned) = (0, 0);
-    for (spec, mb, gbs, topology) in plans {
-        let s = plan_setup(small_gpt(), spec, mb, gbs, 1024, topology);
+    for ((spec, mb, gbs, topology), route) in
+        plans.into_iter().flat_map(|p| [(p, NicRoute::Local), (p, NicRoute::Channels)])
+    {
+        let mut s = plan_setup(small_gpt(), spec, mb, gbs, 1024, topology);
+        s.topology.nic_route = route;
         for symmetric in [true, false] {
             let fast = s.simulate(symmetric, Options::default()).unwrap();
             let slow = s.simulate(symmetric, Options { collective_flows: true, ..Options::default() }).unwrap();
             let (a, b) = (&fast.run, &slow.run);
-            let what = format!("{topology} {spec} (symmetric {symmetric})");
+            let what = format!("{topology} {spec} (symmetric {symmetric}, {})", route.name());
             assert_same_run(a, b, &what);
             assert_eq!(a.makespan, b.makespan, "{what}");
             assert!(a.events <= b.events, "{what}: grouping adds events");
