@@ -230,6 +230,11 @@ fn t(src: u32, dst: u32, bytes: u64) -> Transfer {
     Transfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY }
 }
 
+/// The largest power of two not above `ranks` (at least 1): the butterflies' core.
+pub fn largest_pow2(ranks: u32) -> u32 {
+    1 << (u32::BITS - 1 - ranks.max(1).leading_zeros())
+}
+
 /// The butterflies' fold for ranks beyond the largest power of two `pow2`: at the first of `steps`
 /// steps each extra rank r sends its `bytes` to r - pow2, at the last it gets the result back.
 /// Emits those transfers and returns None on the fold steps; otherwise the step's index among the
@@ -312,10 +317,10 @@ impl Plan {
             }
             (CollectiveOp::AllReduce, Algorithm::Tree) => tree(true, true),
             (CollectiveOp::AllReduce, Algorithm::HalvingDoubling) => {
-                Plan::HalvingDoubling { ranks, pow2: 1 << (u32::BITS - 1 - ranks.leading_zeros()), bytes }
+                Plan::HalvingDoubling { ranks, pow2: largest_pow2(ranks), bytes }
             }
             (CollectiveOp::AllReduce, Algorithm::RecursiveDoubling) => {
-                Plan::RecursiveDoubling { ranks, pow2: 1 << (u32::BITS - 1 - ranks.leading_zeros()), bytes }
+                Plan::RecursiveDoubling { ranks, pow2: largest_pow2(ranks), bytes }
             }
             (CollectiveOp::AllReduce, Algorithm::Ps) => Plan::AllToAll { ranks, chunk: share, steps: 2 },
             (CollectiveOp::AllReduce, Algorithm::PsCentral) => Plan::Central { ranks, bytes },

@@ -89,7 +89,7 @@ fn sum_ns_per_byte(rate: f64, algorithm: Algorithm, ranks: u32) -> f64 {
     let n = ranks.max(1);
     match algorithm {
         Algorithm::RecursiveDoubling => {
-            let pow2 = 1u32 << (u32::BITS - 1 - n.leading_zeros());
+            let pow2 = crate::collective::largest_pow2(n);
             1e9 / rate * (pow2.trailing_zeros() + (n > pow2) as u32) as f64
         }
         _ => 1e9 / rate * (n - 1) as f64 / n as f64,

@@ -349,18 +349,7 @@ impl Engine<'_> {
                 match live.flow {
                     Some(f) => {
                         let state = self.net.state(f);
-                        let links = std::mem::take(&mut self.routes[route as usize].links);
-                        let (g, version) = self.net.insert_state(&links, state);
-                        // Re-solving a component that did not change leaves it as it is; one
-                        // that did (its original's) is re-solved as a full run would.
-                        for &l in &links {
-                            self.net.mark_dirty(l);
-                        }
-                        self.routes[route as usize].links = links;
-                        self.map_flow(g, slot);
-                        if let Some(due) = state.due {
-                            self.push(due, EventKind::FlowDone(g, version));
-                        }
+                        self.flow_in_state(route, state, slot);
                     }
                     None => self.push(orig.start, EventKind::FlowActivate(slot)),
                 }

@@ -1383,6 +1383,22 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Starts pending `slot` as a flow on `route` in a live flow's `state` (a shadow turned into a
+    /// flow: `mirror.rs`, `shadow.rs`). Its links are marked for the next solve, which leaves an
+    /// unchanged component as it is and re-solves one that did change as a full run would.
+    fn flow_in_state(&mut self, route: u32, state: fluid::FlowState, slot: u32) {
+        let links = std::mem::take(&mut self.routes[route as usize].links);
+        let (g, version) = self.net.insert_state(&links, state);
+        for &l in &links {
+            self.net.mark_dirty(l);
+        }
+        self.routes[route as usize].links = links;
+        self.map_flow(g, slot);
+        if let Some(due) = state.due {
+            self.push(due, EventKind::FlowDone(g, version));
+        }
+    }
+
     fn map_flow(&mut self, f: FlowId, slot: u32) {
         if self.flow_slot.len() <= f as usize {
             self.flow_slot.resize(f as usize + 1, 0);

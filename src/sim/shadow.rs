@@ -409,17 +409,7 @@ impl Engine<'_> {
         let state = self.net.state(r.flow.expect("live"));
         for &i in &class.shadows {
             let ps = self.shadow_pending(&r, i, orig.start);
-            let route = r.classes.routes[i as usize];
-            let links = std::mem::take(&mut self.routes[route as usize].links);
-            let (g, version) = self.net.insert_state(&links, state);
-            for &l in &links {
-                self.net.mark_dirty(l);
-            }
-            self.routes[route as usize].links = links;
-            self.map_flow(g, ps);
-            if let Some(due) = state.due {
-                self.push(due, EventKind::FlowDone(g, version));
-            }
+            self.flow_in_state(r.classes.routes[i as usize], state, ps);
         }
     }
 
