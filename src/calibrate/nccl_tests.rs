@@ -52,7 +52,10 @@ pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
     let n = n.max(1) as f64;
     match op {
         CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
-        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => (n - 1.0) / n,
+        CollectiveOp::AllGather
+        | CollectiveOp::ReduceScatter
+        | CollectiveOp::AllToAll
+        | CollectiveOp::HybridAllToAll { .. } => (n - 1.0) / n,
         CollectiveOp::Broadcast
         | CollectiveOp::Reduce
         | CollectiveOp::Gather

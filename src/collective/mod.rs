@@ -14,6 +14,7 @@ pub mod nccl;
 pub use model::{CollectiveModel, CollectiveUse, Lowerer};
 
 use crate::units::Nanos;
+use crate::workload::moe::expected_ranks_per_token;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -41,6 +42,12 @@ pub enum CollectiveOp {
     /// Every rank sends its `bytes` to the next rank of the group and receives the previous
     /// rank's: one ring step of point-to-point sends (a context-parallel ring's exchange).
     SendRecv,
+    /// An MoE token dispatch (or combine) as HybridEP runs it: `bytes` is one rank's tokens, each
+    /// routed to `top_k` of `experts` experts spread evenly over the group's ranks. A token
+    /// crosses once to every other node that holds any of its experts (one RDMA copy, to the rank
+    /// of the same local index there) and fans out over the node's NVLink to the GPUs that need
+    /// it (see [`Plan::HybridAllToAll`]).
+    HybridAllToAll { experts: u32, top_k: u32 },
 }
 
 impl CollectiveOp {
@@ -67,6 +74,7 @@ impl CollectiveOp {
             CollectiveOp::ReduceScatter => "reduce-scatter",
             CollectiveOp::AllToAll => "all-to-all",
             CollectiveOp::SendRecv => "send-recv",
+            CollectiveOp::HybridAllToAll { .. } => "hybrid-all-to-all",
         }
     }
 }
@@ -283,6 +291,12 @@ pub enum Plan {
     RecursiveDoubling { ranks: u32, pow2: u32, bytes: u64 },
     /// All-to-all of `chunk` bytes per pair, `steps` times (push, pull).
     AllToAll { ranks: u32, chunk: u64, steps: u32 },
+    /// HybridEP's two-level token exchange on `nodes` nodes of `per_node` ranks, in one step (its
+    /// RDMA and NVLink stages are pipelined chunk by chunk: deepseek-ai/DeepEP hybrid-ep branch,
+    /// docs/README_Hybrid-EP.md, "Hierarchical Communication Design", "warp-level pipeline"):
+    /// every rank sends `inter` bytes to the rank of its local index on each other node and
+    /// `intra` bytes to each other rank of its own node (its own tokens and those it forwards).
+    HybridAllToAll { per_node: u32, nodes: u32, inter: u64, intra: u64 },
     /// Everyone to the root, then the root to everyone, `bytes` each way.
     Central { ranks: u32, bytes: u64 },
     /// NCCL's lowering of one call ([`nccl::plan::NcclPlan`]).
@@ -350,7 +364,27 @@ impl Plan {
             }
             (CollectiveOp::AllToAll, _) => Plan::AllToAll { ranks, chunk: share, steps: 1 },
             (CollectiveOp::SendRecv, _) => Plan::Ring { ranks, chunk: bytes, steps: 1 },
+            (CollectiveOp::HybridAllToAll { experts, top_k }, _) => Self::hybrid_all_to_all(layout, bytes, experts, top_k),
         }
+    }
+
+    /// [`CollectiveOp::HybridAllToAll`] of one rank's `bytes` of tokens on `layout`. Under uniform
+    /// routing a token reaches a given rank with probability q = R(ranks) / ranks and a given node
+    /// with probability R(nodes) / nodes, R being [`expected_ranks_per_token`] over that many
+    /// equal holders of the experts. Each rank sends q x `bytes` of its own tokens to every other
+    /// rank of its node and forwards as much from each remote node's rank of its local index, so
+    /// `nodes` x q x `bytes` to each local peer. On one node, or on ranks not laid out node by
+    /// node, it is the flat all-to-all of q x `bytes` a pair.
+    fn hybrid_all_to_all(layout: Layout, bytes: u64, experts: u32, top_k: u32) -> Plan {
+        let ranks = layout.ranks;
+        let reach = |holders: u32| expected_ranks_per_token(experts, top_k, holders) / holders as f64;
+        let pair = (bytes as f64 * reach(ranks)).ceil() as u64;
+        let (g, m) = (layout.per_node, layout.nodes());
+        if g < 1 || m < 2 || experts % m != 0 {
+            return Plan::AllToAll { ranks, chunk: pair, steps: 1 };
+        }
+        let inter = (bytes as f64 * reach(m)).ceil() as u64;
+        Plan::HybridAllToAll { per_node: g, nodes: m, inter, intra: pair * m as u64 }
     }
 
     /// This plan with a ring of `op` across nodes run as one ring per local rank
@@ -378,7 +412,7 @@ impl Plan {
             Plan::Nccl(ref p) => p.step_count(),
             Plan::Empty => 0,
             Plan::Ring { steps, .. } | Plan::StripedRing { steps, .. } | Plan::AllToAll { steps, .. } => steps,
-            Plan::FromRoot { .. } | Plan::ToRoot { .. } => 1,
+            Plan::FromRoot { .. } | Plan::ToRoot { .. } | Plan::HybridAllToAll { .. } => 1,
             Plan::RingBroadcast { ranks, pieces, .. } => ranks - 2 + pieces,
             Plan::Hierarchical { per_node, nodes, .. } => 2 * (per_node - 1) + 2 * (nodes - 1),
             Plan::Tree { depth, up, down, .. } => depth * (up as u32 + down as u32),
@@ -398,7 +432,8 @@ impl Plan {
             | Plan::StripedRing { .. }
             | Plan::FromRoot { .. }
             | Plan::ToRoot { .. }
-            | Plan::AllToAll { .. } => 0,
+            | Plan::AllToAll { .. }
+            | Plan::HybridAllToAll { .. } => 0,
             // Every sender busy in the middle of the pipeline; fill and drain steps differ.
             Plan::RingBroadcast { ranks, pieces, .. } => {
                 if step + 2 >= ranks && step < pieces {
@@ -510,6 +545,15 @@ impl Plan {
                     }
                 }
             }
+            Plan::HybridAllToAll { per_node: g, nodes: m, inter, intra } => {
+                for node in 0..m {
+                    for local in 0..g {
+                        let src = node * g + local;
+                        (0..g).filter(|&i| i != local).for_each(|i| f(t(src, node * g + i, intra)));
+                        (0..m).filter(|&b| b != node).for_each(|b| f(t(src, b * g + local, inter)));
+                    }
+                }
+            }
             Plan::Central { ranks, bytes } => {
                 for r in 1..ranks {
                     let (src, dst) = if step == 0 { (r, 0) } else { (0, r) };
@@ -531,6 +575,7 @@ impl Plan {
             Plan::HalvingDoubling { .. } => "ideal halving-doubling".into(),
             Plan::RecursiveDoubling { .. } => "ideal recursive-doubling".into(),
             Plan::AllToAll { .. } => "ideal all-to-all".into(),
+            Plan::HybridAllToAll { .. } => "ideal hybrid-ep".into(),
             Plan::Central { .. } => "ideal ps-central".into(),
         }
     }

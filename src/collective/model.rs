@@ -317,7 +317,9 @@ impl Lowerer {
             return Ok(p);
         }
         let layout = Layout::from_nodes(ranks.iter().map(|&r| machine.gpus[r as usize].node));
-        let nccl_algorithm = matches!(algorithm, Algorithm::Ring | Algorithm::Tree | Algorithm::Auto);
+        // HybridEP is a library of its own, not NCCL: its exchange lowers as written here.
+        let nccl_algorithm = matches!(algorithm, Algorithm::Ring | Algorithm::Tree | Algorithm::Auto)
+            && !matches!(op, CollectiveOp::HybridAllToAll { .. });
         let plan = match machine.collectives {
             CollectiveModel::Nccl(_) if nccl_algorithm && layout.ranks >= 2 && bytes > 0 => {
                 let config = machine.collectives.config_for(algorithm);

@@ -212,6 +212,7 @@ fn collective_op(op: TpCollective) -> CollectiveOp {
         TpCollective::AllGather => CollectiveOp::AllGather,
         TpCollective::ReduceScatter => CollectiveOp::ReduceScatter,
         TpCollective::AllToAll => CollectiveOp::AllToAll,
+        TpCollective::HybridAllToAll { experts, top_k } => CollectiveOp::HybridAllToAll { experts, top_k },
     }
 }
 

@@ -308,8 +308,9 @@ impl ParallelPlan {
                 "moe-dispatcher" | "moe_dispatcher" => {
                     p.moe.dispatcher = match value.as_str() {
                         "alltoall" => Dispatcher::AllToAll,
-                        "flex" | "deepep" | "hybridep" => Dispatcher::Flex,
-                        v => return Err(err(format!("moe-dispatcher={v}: expected alltoall or flex (deepep, hybridep)"))),
+                        "flex" | "deepep" => Dispatcher::Flex,
+                        "hybridep" => Dispatcher::HybridEp,
+                        v => return Err(err(format!("moe-dispatcher={v}: expected alltoall, flex (deepep) or hybridep"))),
                     }
                 }
                 "recompute" => {
@@ -665,10 +666,11 @@ mod tests {
         assert_eq!(p.name(), "tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective");
         assert_eq!(ParallelPlan::parse("fsdp=hybrid").unwrap().sharding, Sharding::FsdpHybrid);
         assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
-        for flex in ["flex", "deepep", "hybridep"] {
+        for flex in ["flex", "deepep"] {
             let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
             assert_eq!(p.moe.dispatcher, Dispatcher::Flex);
         }
+        assert_eq!(ParallelPlan::parse("ep=8,moe-dispatcher=hybridep").unwrap().moe.dispatcher, Dispatcher::HybridEp);
         // The builder's folded plan (CP inside DP) still names the user's plan, in messages too.
         let mut cp = ParallelPlan::parse("tp=2,cp=4,dp=2").unwrap();
         (cp.micro_batch, cp.global_batch) = (1, 8);
@@ -681,7 +683,7 @@ mod tests {
             ("zero=4", "0, 1, 2 or 3"),
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
-            ("moe-dispatcher=nccl", "alltoall or flex"),
+            ("moe-dispatcher=nccl", "alltoall, flex (deepep) or hybridep"),
             ("host=jit", "eager, graphs or off"),
             ("host-launch-us=0", "positive number"),
             ("host-launch-us=1e30", "beyond the limit"),

@@ -113,13 +113,21 @@ pub enum Dispatcher {
     /// `alltoall`: the tokens are permuted into one copy per routed expert before the all-to-all
     /// (`MoEAlltoAllTokenDispatcher`), so a token routed to two experts of one GPU is sent twice.
     AllToAll,
-    /// `flex` with the DeepEP or HybridEP backend: each token is sent once to every GPU that holds
-    /// any of its experts and permuted there (`buffer.get_dispatch_layout` gives
-    /// `is_token_in_rank`, then `buffer.dispatch`: megatron/core/transformer/moe/fused_a2a.py @
-    /// core_v0.15.3 l.86-121); the combine returns one partial sum per GPU. Their inter-node
-    /// step (one RDMA copy per remote node, forwarded over NVLink there) is not modelled: the
-    /// exchange runs as an all-to-all of the deduplicated bytes.
+    /// `flex` with the DeepEP backend: each token is sent once to every GPU that holds any of its
+    /// experts and permuted there (`buffer.get_dispatch_layout` gives `is_token_in_rank`, then
+    /// `buffer.dispatch`: megatron/core/transformer/moe/fused_a2a.py @ core_v0.15.3 l.86-121);
+    /// the combine returns one partial sum per GPU. The exchange runs as one flat all-to-all of
+    /// the deduplicated bytes.
     Flex,
+    /// `flex` with the HybridEP backend (`--moe-flex-dispatcher-backend hybridep`, DeepEP's
+    /// hybrid-ep branch): a token crosses once to each other node that holds any of its experts
+    /// and fans out over NVLink there ([`crate::collective::CollectiveOp::HybridAllToAll`]). The
+    /// dispatch permutes the tokens by expert and pads each expert's rows to the FP8 alignment in
+    /// the same kernel, the combine un-permutes (`_HybridEPManager.dispatch`/`combine`,
+    /// `get_permuted_hidden_states_by_experts` returns its input: megatron/core/transformer/moe/
+    /// token_dispatcher.py @ core_v0.16.0 l.942-1082), so no permute, un-permute or padding
+    /// kernel runs beside it.
+    HybridEp,
 }
 
 impl Default for MoeRouting {
@@ -160,7 +168,7 @@ impl MoeRouting {
         if self.pad_to_capacity && self.capacity_factor.is_none() {
             return err("moe-pad=on needs moe-capacity=F (padding is to the capacity)");
         }
-        if self.capacity_factor.is_some() && self.dispatcher == Dispatcher::Flex {
+        if self.capacity_factor.is_some() && self.dispatcher != Dispatcher::AllToAll {
             // Megatron-Bridge's apply_moe_token_drop asserts the alltoall dispatcher (v0.2.0).
             return err("moe-capacity (token drop) needs moe-dispatcher=alltoall, as Megatron's capacity factor does");
         }
@@ -234,6 +242,36 @@ const CS_QUANTIZE_KERNELS: f64 = 3.0;
 /// Bytes per element those kernels move: the amax pass reads the 16-bit input (2), the cast reads
 /// it again (2) and writes the FP8 data row-wise and transposed (1 + 1) for the backward GEMMs.
 const CS_QUANTIZE_BYTES: f64 = 6.0;
+
+/// Kernels of Megatron-Core's top-k router beyond its gating GEMM and its fused top-k
+/// (megatron/core/transformer/moe/router.py and moe_utils.py @ core_v0.15.0, with
+/// `moe_router_fusion`, as every Megatron-Bridge Qwen3 perf config sets it, and the default
+/// `aux_loss` load balancing), each over the tokens x experts scores, (forward, backward):
+/// forward `fused_compute_score_for_moe_aux_loss`, `routing_map.sum(dim=0)`, `fused_moe_aux_loss`,
+/// and `save_to_aux_losses_tracker`'s division and in-place add (`TopKRouter._apply_aux_loss`
+/// l.282-307); backward the score and the loss kernels' gradients, `MoEAuxLossAutoScaler`'s
+/// `ones_like(aux_loss) * scale`, and the sum of the logits' two gradients.
+const ROUTER_AUX_KERNELS: (u32, u32) = (5, 5);
+/// Bytes per (token, expert) those kernels move, (forward, backward): FP32 logits read and
+/// scores written (4 + 4) with the routing map (1), the map summed (1), the scores read by the
+/// loss (4); backward the scores' gradient written and read (4 + 4), the logits' two gradients
+/// summed (4 + 4 + 4).
+const ROUTER_AUX_BYTES: (f64, f64) = (14.0, 20.0);
+/// Small kernels of the token dispatcher's metadata, forward only, on per-expert counts (no
+/// bandwidth to speak of). `MoEAlltoAllTokenDispatcher.preprocess` (token_dispatcher.py @
+/// core_v0.15.0 l.429-549): dropless, `routing_map.sum(dim=0).long()` (2) and with ep > 1 the
+/// input splits' sum, the EP all-gather of the counts, the local experts' slice, and three sums
+/// (6 more); padded to capacity a `torch.full` (1). Transformer Engine's fused permute builds its
+/// row-id map in 3 kernels before the permute (`moe_permute_with_probs`, the `permute` op here).
+const DISPATCH_METADATA_KERNELS: (u32, u32, u32) = (2, 6, 1);
+const PERMUTE_MAP_KERNELS: u32 = 3;
+/// `apply_router_token_dropping` (moe_utils.py @ core_v0.15.0 l.656-712), forward: `topk` over
+/// the tokens of each expert, `zeros_like`, `scatter`, `.bool()`, the probabilities masked; the
+/// mask's gradient backward.
+const TOKEN_DROP_KERNELS: (u32, u32) = (5, 1);
+/// Rows of an FP8 GEMM's input Transformer Engine aligns each group to (`Fp8Padding`: 16 but
+/// for MXFP8, transformer_engine/pytorch/module/fp8_padding.py).
+const FP8_ALIGN_ROWS: u64 = 16;
 
 /// What Transformer Engine's `GroupedLinear` (the experts' fc1 and fc2 under Megatron-Core's
 /// `TEGroupedMLP`) spends beyond one grouped GEMM of `local` equal groups, as (forward, backward)
@@ -328,15 +366,41 @@ pub(super) fn moe_blocks(
     let x_bytes = (tokens * h) as f64 * e;
     let copies_bytes = (busiest * h) as f64 * e;
 
-    // Router: norm, logits, FP32 softmax and top-k, permutation of the token copies.
+    let dispatcher = x.routing.dispatcher;
+    let padded = x.routing.capacity_factor.is_some() && x.routing.pad_to_capacity;
+    // `n` kernels moving `bytes` in all.
+    let kernels = |n: u32, bytes: f64| if n == 0 { 0.0 } else { d.stream(bytes) + (n - 1) as f64 * LAUNCH_NS };
+    // Router: norm, logits, FP32 softmax and top-k, the load-balancing loss, the dispatcher's
+    // metadata, permutation of the token copies (fused into HybridEP's dispatch).
     let norm = op("norm", d.stream(2.0 * x_bytes), d.stream(3.0 * x_bytes), 0.0);
-    let logits = (tokens * m.experts as u64) as f64 * 4.0;
-    let router_ops = vec![
+    let scores = (tokens * m.experts as u64) as f64;
+    let logits = scores * 4.0;
+    let (aux_f, aux_b) = ROUTER_AUX_KERNELS;
+    let mut router_ops = vec![
         norm,
         linear("router", 1, tokens, m.experts as u64, h, tokens),
         op("topk", d.stream(2.0 * logits), d.stream(2.0 * logits), 0.0),
-        op("permute", d.stream(x_bytes + copies_bytes), d.stream(x_bytes + copies_bytes), 0.0),
+        op("router-aux-loss", kernels(aux_f, ROUTER_AUX_BYTES.0 * scores), kernels(aux_b, ROUTER_AUX_BYTES.1 * scores), 0.0)
+            .with_kernels(aux_f, aux_b),
     ];
+    let (dropless_one, dropless_ep, pad_full) = DISPATCH_METADATA_KERNELS;
+    let mut metadata = if padded { pad_full } else { dropless_one + if ep > 1 { dropless_ep } else { 0 } };
+    let (mut metadata_b, mut metadata_bytes) = (0, 0.0);
+    if x.routing.capacity_factor.is_some() {
+        metadata += TOKEN_DROP_KERNELS.0;
+        metadata_b += TOKEN_DROP_KERNELS.1;
+        metadata_bytes = 3.0 * logits; // the probabilities read by topk and by the mask, masked
+    }
+    if dispatcher != Dispatcher::HybridEp {
+        metadata += PERMUTE_MAP_KERNELS;
+    }
+    router_ops.push(
+        op("dispatch-metadata", kernels(metadata, metadata_bytes), kernels(metadata_b, logits), 0.0)
+            .with_kernels(metadata, metadata_b),
+    );
+    if dispatcher != Dispatcher::HybridEp {
+        router_ops.push(op("permute", d.stream(x_bytes + copies_bytes), d.stream(x_bytes + copies_bytes), 0.0));
+    }
     // Experts: grouped GEMMs over the local experts at the busiest GPU's load; shared experts on
     // every token of this GPU (Megatron splits them over the TP group; with sequence parallelism
     // each rank's share of the work is the same).
@@ -358,8 +422,37 @@ pub(super) fn moe_blocks(
         let (kf, kb) = te_grouped_linear_kernels(local, fp8);
         g.with_kernels(1 + kf, 2 + kb)
     };
-    let mut expert_ops =
-        vec![grouped("expert-fc1", gates * fe, h), op("expert-activation", af, ab, 0.0), grouped("expert-fc2", h, fe)];
+    // A pass that reads and writes every routed copy on this GPU.
+    let copy_pass = |name| op(name, d.stream(2.0 * copies_bytes), d.stream(2.0 * copies_bytes), 0.0);
+    // The all-to-all dispatcher sorts the received copies by local expert and back ("Permutation
+    // 2", `sort_chunks_by_idxs`, or a transpose when padded to capacity: `dispatch_postprocess`
+    // and `combine_preprocess`, token_dispatcher.py @ core_v0.15.0 l.663-745); the flex
+    // dispatchers receive them by GPU and permute them once (the `permute` op).
+    let sorts = dispatcher == Dispatcher::AllToAll && local > 1;
+    // Under FP8, `TEGroupedMLP` pads each expert's rows to the FP8 alignment and unpads its
+    // output (`fp8_padding`/`fp8_unpadding`, experts.py @ core_v0.15.0 l.859-958; Transformer
+    // Engine's `Fp8Padding` copies unless every count is aligned already): dropless counts are
+    // not (the Megatron-Bridge Qwen3 recipes leave `moe_router_padding_for_fp8` off), capacity
+    // ones are when the capacity is; HybridEP's dispatch pads them itself.
+    let pads = fp8 && dispatcher != Dispatcher::HybridEp && !(padded && per_expert % FP8_ALIGN_ROWS == 0);
+    let mut expert_ops = Vec::new();
+    if sorts {
+        expert_ops.push(copy_pass("sort-by-expert"));
+    }
+    if pads {
+        expert_ops.push(copy_pass("fp8-pad").with_kernels(2, 1)); // the inputs and their probabilities
+    }
+    expert_ops.extend([
+        grouped("expert-fc1", gates * fe, h),
+        op("expert-activation", af, ab, 0.0),
+        grouped("expert-fc2", h, fe),
+    ]);
+    if pads {
+        expert_ops.push(copy_pass("fp8-unpad"));
+    }
+    if sorts {
+        expert_ops.push(copy_pass("unsort-by-expert"));
+    }
     if m.shared_ffn > 0 {
         let fs = m.shared_ffn;
         let (sf, sb) = act((tokens * fs) as f64);
@@ -368,10 +461,10 @@ pub(super) fn moe_blocks(
         expert_ops.push(linear("shared-fc2", 1, tokens, h, fs, tokens));
     }
     // Combine: un-permute and sum the k weighted copies; residual add (no dropout in MoE models).
-    let combine_ops = vec![
-        op("unpermute", d.stream(copies_bytes + x_bytes), d.stream(copies_bytes + x_bytes), 0.0),
-        op("residual", d.stream(3.0 * x_bytes), d.stream(3.0 * x_bytes), 0.0),
-    ];
+    let mut combine_ops = vec![op("residual", d.stream(3.0 * x_bytes), d.stream(3.0 * x_bytes), 0.0)];
+    if dispatcher != Dispatcher::HybridEp {
+        combine_ops.insert(0, op("unpermute", d.stream(copies_bytes + x_bytes), d.stream(copies_bytes + x_bytes), 0.0));
+    }
 
     let recompute = |ops: &[OpCost]| {
         if o.recompute == super::llm::Recompute::Full {
@@ -380,10 +473,12 @@ pub(super) fn moe_blocks(
             0.0
         }
     };
-    // What each GPU sends: its copies, or under the flex dispatcher each token once per GPU.
-    let sent = match x.routing.dispatcher {
+    // What each GPU sends: its copies; under DeepEP each token once per GPU; under HybridEP its
+    // tokens, which the collective sends once per node and fans out.
+    let sent = match dispatcher {
         Dispatcher::AllToAll => busiest,
         Dispatcher::Flex => (tokens as f64 * expected_ranks_per_token(m.experts, m.top_k, ep) * load).ceil() as u64,
+        Dispatcher::HybridEp => (tokens as f64 * load).ceil() as u64,
     };
     let a2a = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (ep > 1).then(|| TpComm {
@@ -394,7 +489,10 @@ pub(super) fn moe_blocks(
             ring: None,
         })
     };
-    let all = TpCollective::AllToAll;
+    let all = match dispatcher {
+        Dispatcher::HybridEp => TpCollective::HybridAllToAll { experts: m.experts, top_k: m.top_k },
+        _ => TpCollective::AllToAll,
+    };
     // Full recomputation repeats the layer's forward all-to-alls before its backward ones.
     let combine_bwd = if o.recompute == super::llm::Recompute::Full { vec![all, all, all] } else { vec![all] };
     let norm_scale = cfg.norm_params();

@@ -121,7 +121,11 @@ fn func_of(op: CollectiveOp) -> Option<Func> {
         CollectiveOp::Reduce => Some(Func::Reduce),
         CollectiveOp::AllGather => Some(Func::AllGather),
         CollectiveOp::ReduceScatter => Some(Func::ReduceScatter),
-        CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll | CollectiveOp::SendRecv => None,
+        CollectiveOp::Gather
+        | CollectiveOp::Scatter
+        | CollectiveOp::AllToAll
+        | CollectiveOp::SendRecv
+        | CollectiveOp::HybridAllToAll { .. } => None,
     }
 }
 
@@ -312,9 +316,14 @@ impl Comm {
             (CollectiveOp::ReduceScatter, _) => self.ring(&choice, Func::ReduceScatter, bytes, self.ranks - 1),
             (CollectiveOp::Broadcast, _) => self.ring_pipeline(&choice, Func::Broadcast, bytes, false),
             (CollectiveOp::Reduce, _) => self.ring_pipeline(&choice, Func::Reduce, bytes, true),
-            (CollectiveOp::Gather | CollectiveOp::Scatter | CollectiveOp::AllToAll | CollectiveOp::SendRecv, _) => {
-                self.direct(op, bytes)
-            }
+            (
+                CollectiveOp::Gather
+                | CollectiveOp::Scatter
+                | CollectiveOp::AllToAll
+                | CollectiveOp::SendRecv
+                | CollectiveOp::HybridAllToAll { .. },
+                _,
+            ) => self.direct(op, bytes),
         };
         Ok(NcclPlan { func, choice, shape, base_ns })
     }
