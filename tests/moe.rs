@@ -154,6 +154,44 @@ fn expert_parallelism_trades_memory_for_all_to_all_time() {
 }
 
 #[test]
+fn hybrid_ep_crosses_nodes_once_a_token_and_node() {
+    // ep 16 over two DGX A100 nodes: HybridEP sends a token once to the other node and fans it
+    // out over NVLink there; the flat flex exchange sends it to each GPU it reaches there.
+    let r = |d: &str| {
+        let s = setup(small_moe(), &format!("tp=1,pp=1,dp=16,ep=16,moe-dispatcher={d}"), 1, 16, "dgx-a100");
+        let (fast, full) = (report(&s, true), report(&s, false));
+        assert_eq!(fast.step_time_s, full.step_time_s, "{d}");
+        let sim = s.simulate(false, Options::default()).unwrap();
+        let ops: Vec<_> = sim
+            .dag
+            .tasks()
+            .iter()
+            .filter_map(|t| match t.work {
+                Work::Collective { op, .. } if t.phase == Phase::ExpertParallel => Some(op.name()),
+                _ => None,
+            })
+            .collect();
+        (full, ops)
+    };
+    let (flex, flex_ops) = r("flex");
+    let (hybrid, hybrid_ops) = r("hybridep");
+    assert!(flex_ops.iter().all(|&o| o == "all-to-all") && !flex_ops.is_empty());
+    assert!(hybrid_ops.iter().all(|&o| o == "hybrid-all-to-all") && hybrid_ops.len() == flex_ops.len());
+    assert!(
+        hybrid.breakdown.tp_comm < 0.8 * flex.breakdown.tp_comm,
+        "{} vs {}",
+        hybrid.breakdown.tp_comm,
+        flex.breakdown.tp_comm
+    );
+    // Inside one node the two send the same tokens to the same GPUs.
+    let one = |d: &str| {
+        report(&setup(small_moe(), &format!("tp=1,pp=1,dp=8,ep=8,moe-dispatcher={d}"), 1, 8, "dgx-a100"), true)
+    };
+    let (f8, h8) = (one("flex"), one("hybridep"));
+    assert!((f8.breakdown.tp_comm - h8.breakdown.tp_comm).abs() < 0.02 * f8.breakdown.tp_comm);
+}
+
+#[test]
 fn bad_moe_plans_name_the_flag_and_what_would_be_valid() {
     let err = |spec: &str| setup(small_moe(), spec, 1, 32, "dgx-a100").predict_with(true).unwrap_err().to_string();
     let e = err("tp=1,pp=1,dp=32,ep=3");

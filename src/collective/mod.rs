@@ -47,7 +47,10 @@ pub enum CollectiveOp {
     /// crosses once to every other node that holds any of its experts (one RDMA copy, to the rank
     /// of the same local index there) and fans out over the node's NVLink to the GPUs that need
     /// it (see [`Plan::HybridAllToAll`]).
-    HybridAllToAll { experts: u32, top_k: u32 },
+    HybridAllToAll {
+        experts: u32,
+        top_k: u32,
+    },
 }
 
 impl CollectiveOp {
@@ -364,7 +367,9 @@ impl Plan {
             }
             (CollectiveOp::AllToAll, _) => Plan::AllToAll { ranks, chunk: share, steps: 1 },
             (CollectiveOp::SendRecv, _) => Plan::Ring { ranks, chunk: bytes, steps: 1 },
-            (CollectiveOp::HybridAllToAll { experts, top_k }, _) => Self::hybrid_all_to_all(layout, bytes, experts, top_k),
+            (CollectiveOp::HybridAllToAll { experts, top_k }, _) => {
+                Self::hybrid_all_to_all(layout, bytes, experts, top_k)
+            }
         }
     }
 
@@ -779,6 +784,46 @@ mod tests {
             Plan::lower_on(CollectiveOp::AllGather, Algorithm::Ring, two_by_two, 4000),
             Plan::Ring { .. }
         ));
+    }
+
+    #[test]
+    fn hybrid_ep_sends_a_token_once_per_remote_node_and_fans_it_out_inside() {
+        // 2 nodes of 2 ranks, 8 experts (2 a rank, 4 a node), top 2, 1200 bytes of tokens a rank.
+        let op = CollectiveOp::HybridAllToAll { experts: 8, top_k: 2 };
+        let p = Plan::lower_on(op, Algorithm::Auto, Layout { ranks: 4, per_node: 2 }, 1200);
+        // A given rank is missed with probability C(6,2)/C(8,2) = 15/28, a node with
+        // C(4,2)/C(8,2) = 6/28: 1200 x 13/28 to each local peer from each node (own and
+        // forwarded), 1200 x 22/28 once to the other node's rank of the same local index.
+        let (pair, inter) = ((1200.0f64 * 13.0 / 28.0).ceil() as u64, (1200.0f64 * 22.0 / 28.0).ceil() as u64);
+        assert_eq!(p, Plan::HybridAllToAll { per_node: 2, nodes: 2, inter, intra: 2 * pair });
+        assert_eq!(
+            steps(&p),
+            vec![vec![
+                t(0, 1, 2 * pair),
+                t(0, 2, inter),
+                t(1, 0, 2 * pair),
+                t(1, 3, inter),
+                t(2, 3, 2 * pair),
+                t(2, 0, inter),
+                t(3, 2, 2 * pair),
+                t(3, 1, inter)
+            ]]
+        );
+        // What crosses between nodes: one copy a token and node, where the flat exchange of the
+        // flex dispatcher sends one to each rank it reaches there.
+        let flat = Plan::lower_on(CollectiveOp::AllToAll, Algorithm::Auto, Layout::flat(4), 4 * pair);
+        let across = |p: &Plan| {
+            let mut b = 0;
+            p.for_each_transfer(0, |x| b += if x.src / 2 != x.dst / 2 { x.bytes } else { 0 });
+            b
+        };
+        assert!(across(&p) < across(&flat), "{} vs {}", across(&p), across(&flat));
+        // On one node (or ranks not node by node) it is the flat exchange of the tokens each rank needs.
+        let one = Plan::lower_on(op, Algorithm::Auto, Layout { ranks: 4, per_node: 4 }, 1200);
+        let four = Plan::AllToAll { ranks: 4, chunk: (1200.0f64 * 13.0 / 28.0).ceil() as u64, steps: 1 };
+        assert_eq!(one, four);
+        assert_eq!(Plan::lower_on(op, Algorithm::Auto, Layout::flat(4), 1200), four);
+        assert_eq!(op.name(), "hybrid-all-to-all");
     }
 
     #[test]

@@ -1235,6 +1235,52 @@ mod tests {
         assert!(e.contains("sp=on"), "{e}");
     }
 
+    fn named_op<'a>(b: &'a BlockCost, name: &str) -> &'a OpCost {
+        b.ops.iter().find(|o| o.name == name).unwrap_or_else(|| panic!("no {name} in {}", b.name))
+    }
+
+    #[test]
+    fn moe_layers_pay_the_copies_megatron_makes_beyond_the_gemms() {
+        // Qwen3-30B-A3B at ep 8 (16 local experts), 4096 tokens of 2048: 32768 routed copies.
+        use super::super::moe::MoeRouting;
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let copies_bytes = (4096 * 8 * 2048 * 2) as f64;
+        let run = |precision, routing| {
+            let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
+            let x = MoeOptions { ep: 8, routing, ..Default::default() };
+            (Device::new(h100, &o).unwrap(), cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap())
+        };
+        let dropless = MoeRouting::default();
+        let (d, c) = run(Precision::Fp8, dropless);
+        // The alltoall dispatcher's sort by local expert and back, and FP8's row padding of the
+        // dropless counts: each reads and writes every copy, forward and backward.
+        let pass = 2.0 * copies_bytes / d.memory + LAUNCH_NS;
+        for name in ["sort-by-expert", "unsort-by-expert", "fp8-pad", "fp8-unpad"] {
+            let op = named_op(&c.experts, name);
+            assert!((op.forward_ns - pass).abs() < 1e-6 && (op.backward_ns - pass).abs() < 1e-6, "{name}");
+        }
+        // The router's load-balancing loss: 5 kernels each way on the 4096 x 128 scores.
+        let aux = named_op(&c.router, "router-aux-loss");
+        assert_eq!(aux.kernels, (5, 5));
+        assert!((aux.forward_ns - (14.0 * 4096.0 * 128.0 / d.memory + 5.0 * LAUNCH_NS)).abs() < 1e-6);
+        // Dropless metadata with ep > 1 (8 kernels) and TE's row-id map (3).
+        assert_eq!(named_op(&c.router, "dispatch-metadata").kernels, (11, 0));
+        // BF16 needs no padding; padded to a capacity of 16-aligned rows neither does FP8, and
+        // the capacity's counts are known without the dropless metadata, but the drop adds masks.
+        let (_, bf16) = run(Precision::Bf16, dropless);
+        assert!(!bf16.experts.ops.iter().any(|o| o.name == "fp8-pad"));
+        let drop = MoeRouting { capacity_factor: Some(1.0), pad_to_capacity: true, ..Default::default() };
+        let (_, padded) = run(Precision::Fp8, drop);
+        assert!(!padded.experts.ops.iter().any(|o| o.name == "fp8-pad"));
+        assert!(padded.experts.ops.iter().any(|o| o.name == "sort-by-expert"));
+        assert_eq!(named_op(&padded.router, "dispatch-metadata").kernels, (1 + 5 + 3, 1));
+        // One expert a GPU: nothing to sort.
+        let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
+        let one = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 128, ..Default::default() }).unwrap().moe.unwrap();
+        assert!(!one.experts.ops.iter().any(|o| o.name == "sort-by-expert"));
+    }
+
     #[test]
     fn grouped_expert_gemms_pay_one_launch_per_expert_and_fp8_current_scaling_casts() {
         // Qwen3-30B-A3B, ep 8: 16 local experts, 4096 x 8 token copies of 2048 -> 2 x 768 (fc1).
@@ -1244,7 +1290,7 @@ mod tests {
         let at = |precision| {
             let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
             let c = cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap();
-            (Device::new(h100, &o).unwrap(), c.experts.ops[0].clone())
+            (Device::new(h100, &o).unwrap(), named_op(&c.experts, "expert-fc1").clone())
         };
         let (local, copies, n, k) = (16u64, 4096 * 8u64, 2 * 768u64, 2048u64);
         let per_expert = copies / local;
@@ -1268,7 +1314,7 @@ mod tests {
         let one = MoeOptions { ep: 128, ..Default::default() };
         let o = CostOptions { seq_len: 4096, ..opts(1) };
         let d = Device::new(h100, &o).unwrap();
-        let fc1 = cost_moe(&cfg, h100, &o, &one).unwrap().moe.unwrap().experts.ops[0].clone();
+        let fc1 = named_op(&cost_moe(&cfg, h100, &o, &one).unwrap().moe.unwrap().experts, "expert-fc1").clone();
         assert!((fc1.forward_ns - d.gemm(1, copies, n, k, d.matmul).0).abs() < 1e-6);
     }
 
@@ -1297,11 +1343,24 @@ mod tests {
             };
             cost_moe(&cfg, h100, &o, &x).unwrap().moe.unwrap()
         };
-        let (plain, flex) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex));
+        let (plain, flex, hybrid) = (run(Dispatcher::AllToAll), run(Dispatcher::Flex), run(Dispatcher::HybridEp));
         assert_eq!(plain.router.tp.as_ref().unwrap().bytes, 4096 * 8 * 2048 * 2);
         assert_eq!(flex.router.tp.as_ref().unwrap().bytes, (4096.0 * ranks).ceil() as u64 * 2048 * 2);
-        // The experts compute the same copies either way.
-        assert_eq!(plain.experts.ops, flex.experts.ops);
+        // HybridEP's exchange takes each token once; the collective spreads it (collective::Plan).
+        let a2a = hybrid.router.tp.as_ref().unwrap();
+        assert_eq!(a2a.bytes, 4096 * 2048 * 2);
+        assert_eq!(a2a.forward, vec![TpCollective::HybridAllToAll { experts: 128, top_k: 8 }]);
+        // The experts run the same GEMMs either way; the alltoall dispatcher also sorts the copies
+        // by local expert and back, and HybridEP's dispatch permutes and pads them itself.
+        let names = |b: &BlockCost| b.ops.iter().map(|o| o.name).collect::<Vec<_>>();
+        for name in ["expert-fc1", "expert-activation", "expert-fc2"] {
+            assert_eq!(named_op(&plain.experts, name), named_op(&flex.experts, name));
+            assert_eq!(named_op(&plain.experts, name), named_op(&hybrid.experts, name));
+        }
+        assert!(names(&plain.experts).contains(&"sort-by-expert") && !names(&flex.experts).contains(&"sort-by-expert"));
+        assert!(names(&flex.experts).contains(&"fp8-pad") && !names(&hybrid.experts).contains(&"fp8-pad"));
+        assert!(names(&flex.router).contains(&"permute") && !names(&hybrid.router).contains(&"permute"));
+        assert!(!names(&hybrid.combine).contains(&"unpermute"));
         // Token drop needs Megatron's alltoall dispatcher.
         let drop = MoeRouting { capacity_factor: Some(1.0), dispatcher: Dispatcher::Flex, ..Default::default() };
         let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 16, routing: drop, cp: 1, ..Default::default() })

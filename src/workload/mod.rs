@@ -83,7 +83,10 @@ pub enum TpCollective {
     AllToAll,
     /// MoE token dispatch and combine as HybridEP runs them: the block's `bytes` are this rank's
     /// tokens, once (see [`crate::collective::CollectiveOp::HybridAllToAll`]).
-    HybridAllToAll { experts: u32, top_k: u32 },
+    HybridAllToAll {
+        experts: u32,
+        top_k: u32,
+    },
 }
 
 /// The group a layer's collectives run over.

@@ -380,8 +380,13 @@ pub(super) fn moe_blocks(
         norm,
         linear("router", 1, tokens, m.experts as u64, h, tokens),
         op("topk", d.stream(2.0 * logits), d.stream(2.0 * logits), 0.0),
-        op("router-aux-loss", kernels(aux_f, ROUTER_AUX_BYTES.0 * scores), kernels(aux_b, ROUTER_AUX_BYTES.1 * scores), 0.0)
-            .with_kernels(aux_f, aux_b),
+        op(
+            "router-aux-loss",
+            kernels(aux_f, ROUTER_AUX_BYTES.0 * scores),
+            kernels(aux_b, ROUTER_AUX_BYTES.1 * scores),
+            0.0,
+        )
+        .with_kernels(aux_f, aux_b),
     ];
     let (dropless_one, dropless_ep, pad_full) = DISPATCH_METADATA_KERNELS;
     let mut metadata = if padded { pad_full } else { dropless_one + if ep > 1 { dropless_ep } else { 0 } };
