@@ -249,7 +249,7 @@ const CS_QUANTIZE_BYTES: f64 = 6.0;
 /// `aux_loss` load balancing), each over the tokens x experts scores, (forward, backward):
 /// forward `fused_compute_score_for_moe_aux_loss`, `routing_map.sum(dim=0)`, `fused_moe_aux_loss`,
 /// and `save_to_aux_losses_tracker`'s division and in-place add (`TopKRouter._apply_aux_loss`
-/// l.282-307); backward the score and the loss kernels' gradients, `MoEAuxLossAutoScaler`'s
+/// l.267-293 and l.377-420); backward the score and the loss kernels' gradients, `MoEAuxLossAutoScaler`'s
 /// `ones_like(aux_loss) * scale`, and the sum of the logits' two gradients.
 const ROUTER_AUX_KERNELS: (u32, u32) = (5, 5);
 /// Bytes per (token, expert) those kernels move, (forward, backward): FP32 logits read and
@@ -431,7 +431,7 @@ pub(super) fn moe_blocks(
     let copy_pass = |name| op(name, d.stream(2.0 * copies_bytes), d.stream(2.0 * copies_bytes), 0.0);
     // The all-to-all dispatcher sorts the received copies by local expert and back ("Permutation
     // 2", `sort_chunks_by_idxs`, or a transpose when padded to capacity: `dispatch_postprocess`
-    // and `combine_preprocess`, token_dispatcher.py @ core_v0.15.0 l.663-745); the flex
+    // and `combine_preprocess`, token_dispatcher.py @ core_v0.15.0 l.635-745); the flex
     // dispatchers receive them by GPU and permute them once (the `permute` op).
     let sorts = dispatcher == Dispatcher::AllToAll && local > 1;
     // Under FP8, `TEGroupedMLP` pads each expert's rows to the FP8 alignment and unpads its
