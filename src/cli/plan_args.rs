@@ -51,6 +51,7 @@ impl PlanArgs {
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             seq_len: None, // the scenario's, where --seq-len put it
+            layers: None,
             matmul_tflops: self.matmul_tflops,
             gpus,
         })
