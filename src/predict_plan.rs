@@ -94,6 +94,10 @@ impl PlanSetup {
         })?;
         let mut model = TransformerConfig::resolve(&name)?;
         if let Some(layers) = r.layers {
+            if layers == 0 {
+                return Err(Error::invalid("--layers", "a model needs at least 1 layer"));
+            }
+            crate::limits::check("layers", layers as u64)?;
             model.layers = layers;
             model.check(&format!("{name} with {layers} layers"))?;
         }
