@@ -256,6 +256,7 @@ fn plan_setup(
         micro_batch: Some(1),
         global_batch: Some(global_batch),
         seq_len: None,
+        layers: None,
         matmul_tflops: None,
         gpus: None,
     })
@@ -281,6 +282,7 @@ fn rail_plan_setup(
         micro_batch: Some(1),
         global_batch: Some(global_batch),
         seq_len: None,
+        layers: None,
         matmul_tflops: None,
         gpus: None,
     })

@@ -76,6 +76,8 @@ pub struct PlanRequest<'a> {
     pub micro_batch: Option<u32>,
     pub global_batch: Option<u32>,
     pub seq_len: Option<u32>,
+    /// Layers to build the model with instead of its config's (a proxy with fewer layers).
+    pub layers: Option<u32>,
     pub matmul_tflops: Option<f64>,
     /// The GPU count asked for, which the plan's degrees must multiply to.
     pub gpus: Option<u32>,
@@ -90,7 +92,15 @@ impl PlanSetup {
         let name = scenario.workload.model.clone().ok_or_else(|| {
             Error::invalid("--parallel", "a plan needs a transformer --model (a named config or a config.json)")
         })?;
-        let model = TransformerConfig::resolve(&name)?;
+        let mut model = TransformerConfig::resolve(&name)?;
+        if let Some(layers) = r.layers {
+            if layers == 0 {
+                return Err(Error::invalid("--layers", "a model needs at least 1 layer"));
+            }
+            crate::limits::check("layers", layers as u64)?;
+            model.layers = layers;
+            model.check(&format!("{name} with {layers} layers"))?;
+        }
         let topology = r.topology;
         let gpu = match (&scenario.workload.gpu, topology.gpu_name()) {
             (Some(g), _) => GpuSpec::by_name(g)?,

@@ -655,6 +655,8 @@ fn plan_and_fabric_cases(out: &mut Vec<Case>) {
         (&["--matmul-tflops", "0"][..], "--matmul-tflops"),
         (&["--matmul-tflops", "nan"][..], "--matmul-tflops"),
         (&["--seq-len", "0"][..], "seq"),
+        (&["--layers", "0"][..], "--layers"),
+        (&["--layers", "4294967295"][..], "--limit layers="),
     ] {
         push(format!("parallel dp=2 {}", extra.join(" ")), vec![], plan("llama2-7b", "dp=2", extra), &[flag]);
     }

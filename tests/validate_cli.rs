@@ -396,6 +396,25 @@ fn plan_rows_predict_a_transformer_and_refuse_what_does_not_fit() {
         .unwrap();
     let p = json(&out)[0].clone();
     assert_eq!(v["rows"][0]["predicted"].as_f64(), p["llm"]["tokens_per_s_per_gpu"].as_f64(), "{v}");
+    // A proxy with fewer layers (the `layers` column): half the layers, less than the whole step
+    // but more than half of it (embedding and head stay); pp x vp must divide the proxy's layers.
+    let lhead = "id,model,topology,gpus,parallel,micro_batch,global_batch,seq_len,layers,metric,unit,measured,source\n";
+    let proxy = f.set(
+        "proxy.csv",
+        &format!(
+            "{lhead}full,llama2-7b,dgx-a100,16,\"{plan}\",1,16,2048,,iteration_time,s,1,hand\n\
+             half,llama2-7b,dgx-a100,16,\"{plan}\",1,16,2048,16,iteration_time,s,1,hand\n"
+        ),
+    );
+    let (_, v) = run_json(&proxy, &["--tolerance", "1000%", "--max-error", "1000%"]);
+    let (full, half) = (v["rows"][0]["predicted"].as_f64().unwrap(), v["rows"][1]["predicted"].as_f64().unwrap());
+    assert!(half < full && half > 0.5 * full, "{half} vs {full}");
+    let odd =
+        f.set("odd.csv", &format!("{lhead}a,llama2-7b,dgx-a100,16,\"{plan}\",1,16,2048,7,iteration_time,s,1,hand\n"));
+    let out = dagsim().arg("validate").arg(&odd).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("row `a`") && stderr.contains("7"), "{stderr}");
     let cases: &[(&str, &[&str])] = &[
         // A plan metric without a plan, and plan columns without one.
         (

@@ -51,6 +51,7 @@ pub fn run(args: Args) -> Result<u8> {
         micro_batch: Some(1),
         global_batch: Some(args.gpus),
         matmul_tflops: None,
+        layers: None,
     };
     let Some(mut base) = flags.setup(&args.setup, None, Some(&[args.gpus]))? else { return Ok(exit::BAD_INPUT) };
     base.plan.global_batch = args.global_batch;

@@ -1,5 +1,5 @@
 //! The flags of a parallel plan for a transformer (`--parallel`, `--micro-batch`,
-//! `--global-batch`, `--matmul-tflops`; `--seq-len` is a setup flag, as in `trace gen`), shared by the subcommands that simulate one
+//! `--global-batch`, `--matmul-tflops`, `--layers`; `--seq-len` is a setup flag, as in `trace gen`), shared by the subcommands that simulate one
 //! (`predict`, `timeline`). With the setup flags (model, GPU, precision, machine) they build a
 //! validated [`PlanSetup`].
 
@@ -25,6 +25,10 @@ pub struct PlanArgs {
     /// table's (with --parallel).
     #[arg(long, value_name = "TFLOPS", requires = "parallel")]
     pub matmul_tflops: Option<f64>,
+    /// Build the transformer with this many layers instead of its config's: a benchmark's proxy of
+    /// the model (with --parallel; pp x vp must divide it).
+    #[arg(long, value_name = "N", requires = "parallel")]
+    pub layers: Option<u32>,
 }
 
 impl PlanArgs {
@@ -51,6 +55,7 @@ impl PlanArgs {
             micro_batch: self.micro_batch,
             global_batch: self.global_batch,
             seq_len: None, // the scenario's, where --seq-len put it
+            layers: self.layers,
             matmul_tflops: self.matmul_tflops,
             gpus,
         })

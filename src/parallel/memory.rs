@@ -18,7 +18,10 @@ use std::ops::Range;
 /// gradient buffer (`--accumulate-allreduce-grads-in-fp32`), FP32 master weights and two FP32
 /// Adam moments: 2 + 4 + 12 = 18 (Megatron-LM `docs/source/distrib_optimizer.md`: "18 bytes").
 /// FP32 training: 4 + 4 + 8. ZeRO-3/FSDP keeps FP32 sharded parameters and gradients and the
-/// moments (16) and gathers 16-bit copies for use.
+/// moments (16) and gathers 16-bit copies for use. Under `grad-reduce=bf16` the gradient buffer
+/// is 16-bit: Megatron-Core allocates it in `torch.float if grad_reduce_in_fp32 else param.dtype`
+/// (`megatron/core/distributed/distributed_data_parallel.py`), Apex DistributedFusedAdam in its
+/// `grad_sync_dtype`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct StateBytes {
     weights: f64,
@@ -26,10 +29,10 @@ struct StateBytes {
     optimizer: f64,
 }
 
-fn state_bytes(precision: Precision, sharding: Sharding) -> StateBytes {
+fn state_bytes(precision: Precision, sharding: Sharding, grad_bytes: u64) -> StateBytes {
     match (precision, sharding.shards_params()) {
         (Precision::Fp32, _) => StateBytes { weights: 4.0, grads: 4.0, optimizer: 8.0 },
-        (_, false) => StateBytes { weights: 2.0, grads: 4.0, optimizer: 12.0 },
+        (_, false) => StateBytes { weights: 2.0, grads: grad_bytes as f64, optimizer: 12.0 },
         (_, true) => StateBytes { weights: 4.0, grads: 4.0, optimizer: 8.0 },
     }
 }
@@ -208,7 +211,7 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
         Sharding::None => 1.0,
         _ => plan.dp as f64,
     };
-    let b = state_bytes(precision, plan.sharding);
+    let b = state_bytes(precision, plan.sharding, plan.grad_bytes);
     let grad_div = if plan.sharding.shards_grads() { shard } else { 1.0 };
     let opt_div = if plan.sharding.shards_optimizer() { shard } else { 1.0 };
     let weight_div = if plan.sharding.shards_params() { shard } else { 1.0 };
@@ -343,8 +346,16 @@ mod tests {
     #[test]
     fn state_is_eighteen_bytes_per_parameter_and_zero_shards_it() {
         let m = TransformerConfig::named("llama2-70b").unwrap();
-        let mem = |sharding, dp| {
-            let p = ParallelPlan { tp: 8, dp, sharding, micro_batch: 1, global_batch: dp, ..Default::default() };
+        let mem_with = |sharding, dp, grad_bytes| {
+            let p = ParallelPlan {
+                tp: 8,
+                dp,
+                sharding,
+                micro_batch: 1,
+                global_batch: dp,
+                grad_bytes,
+                ..Default::default()
+            };
             let input = MemoryInput {
                 model: &m,
                 plan: &p,
@@ -356,11 +367,16 @@ mod tests {
             };
             plan_memory(&input).peak().clone()
         };
+        let mem = |sharding, dp| mem_with(sharding, dp, crate::workload::llm::GRAD_BYTES);
         let none = mem(Sharding::None, 4);
         assert_eq!(none.weights + none.gradients + none.optimizer, 18 * none.params);
         let z1 = mem(Sharding::Zero1, 4);
         assert_eq!(z1.optimizer, none.optimizer / 4);
         assert_eq!(z1.gradients, none.gradients);
+        // grad-reduce=bf16: a 16-bit gradient buffer (Megatron-Core's param.dtype), 16 bytes a parameter.
+        let bf16 = mem_with(Sharding::None, 4, 2);
+        assert_eq!(bf16.gradients * 2, none.gradients);
+        assert_eq!(bf16.weights + bf16.gradients + bf16.optimizer, 16 * bf16.params);
         let z3 = mem(Sharding::Zero3, 4);
         assert_eq!(z3.weights + z3.gradients + z3.optimizer, 4 * z3.params); // 16 bytes over dp = 4
         assert!(z3.gathered > 0);

@@ -98,6 +98,9 @@ pub struct RowSetup {
     pub micro_batch: Option<u32>,
     pub global_batch: Option<u32>,
     pub seq_len: Option<u32>,
+    /// Layers the transformer is built with instead of its config's: a benchmark's proxy of the
+    /// model with fewer layers (e.g. NVIDIA's DGX Cloud recipes on fewer GPUs).
+    pub layers: Option<u32>,
     /// The NCCL release the measured run used, where its source says so: the NCCL collective
     /// model simulates the row with that version's tuner and constants (the ideal model ignores it).
     pub nccl: Option<crate::collective::nccl::version::NcclVersion>,
@@ -157,6 +160,7 @@ pub const COLUMNS: &[&str] = &[
     "micro_batch",
     "global_batch",
     "seq_len",
+    "layers",
     "nccl",
     "metric",
     "unit",
@@ -300,6 +304,7 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             micro_batch: count("micro_batch")?,
             global_batch: count("global_batch")?,
             seq_len: count("seq_len")?,
+            layers: count("layers")?,
             not_nccl: cell("nccl") == Some("none"),
             nccl: cell("nccl")
                 .filter(|&v| v != "none")
@@ -320,7 +325,7 @@ pub fn parse_measurements(text: &str, path: &Path, base: &Path) -> Result<Vec<Ro
             if metric.needs_plan() {
                 return Err(Error::parse(at("metric"), format!("`{metric_name}` needs a `parallel` plan")));
             }
-            for c in ["micro_batch", "global_batch", "seq_len"] {
+            for c in ["micro_batch", "global_batch", "seq_len", "layers"] {
                 if cell(c).is_some() {
                     return Err(Error::parse(at(c), "only a row with a `parallel` plan takes it"));
                 }
@@ -467,6 +472,21 @@ mod tests {
         let bad = "id,trace,metric,measured,source,nccl\na,t.csv,throughput,3,paper,2.2.13\n";
         let e = parse_measurements(bad, Path::new("set.csv"), Path::new("")).unwrap_err().to_string();
         assert!(e.contains("set.csv:2 (field `nccl`)") && e.contains("2.2.13") && e.contains("2.3.7"), "{e}");
+    }
+
+    /// A proxy config's layer count is read for plan rows and refused without a plan.
+    #[test]
+    fn layers_column_builds_a_proxy_of_a_plan_row() {
+        let head = "id,model,gpus,parallel,layers,metric,measured,source\n";
+        let text = format!("{head}a,llama3-405b,32,\"tp=8,cp=2,dp=2\",7,iteration_time,9,src\n");
+        let rows = parse_measurements(&text, Path::new("set.csv"), Path::new("")).unwrap();
+        assert_eq!(rows[0].setup.layers, Some(7));
+        let no_plan = format!("{head}a,llama3-405b,32,,7,iteration_time,9,src\n");
+        let e = parse_measurements(&no_plan, Path::new("set.csv"), Path::new("")).unwrap_err().to_string();
+        assert!(e.contains("set.csv:2 (field `layers`)") && e.contains("parallel"), "{e}");
+        let zero = format!("{head}a,llama3-405b,32,\"tp=8,cp=2,dp=2\",0,iteration_time,9,src\n");
+        let e = parse_measurements(&zero, Path::new("set.csv"), Path::new("")).unwrap_err().to_string();
+        assert!(e.contains("(field `layers`)") && e.contains("positive whole number"), "{e}");
     }
 
     fn err(body: &str) -> String {

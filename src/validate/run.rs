@@ -118,6 +118,7 @@ impl Model {
                 micro_batch: row.micro_batch,
                 global_batch: row.global_batch,
                 seq_len: row.seq_len,
+                layers: row.layers,
                 matmul_tflops: None,
                 gpus: row.gpus,
             })

@@ -21,6 +21,9 @@ pub enum Family {
     Mpt,
     /// BLOOM: ALiBi, an extra LayerNorm after the embedding, GELU, biases, tied embeddings.
     Bloom,
+    /// NVIDIA Nemotron-4: rotary positions, LayerNorm (NeMo's `layernorm1p`: a scale and a bias),
+    /// squared-ReLU MLP of two matrices, grouped-query attention, no biases, untied embeddings.
+    Nemotron,
     /// BERT-style encoder: bidirectional attention, learned positions and token types.
     Encoder,
 }
@@ -32,6 +35,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Mpt => "mpt",
             Family::Bloom => "bloom",
+            Family::Nemotron => "nemotron",
             Family::Encoder => "encoder",
         }
     }
@@ -431,6 +435,18 @@ fn mpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, seq: u32, s
     }
 }
 
+/// A Nemotron-4 shape: a Llama-like decoder (rotary positions, grouped-query attention, no
+/// biases, untied output layer) with LayerNorm and a squared-ReLU MLP of two matrices (costed as
+/// the GELU MLP: one element-wise pass).
+fn nemotron(name: &str, layers: u32, hidden: u64, heads: u32, source: &str) -> TransformerConfig {
+    TransformerConfig {
+        family: Family::Nemotron,
+        gated_mlp: false,
+        norm: Norm::LayerNorm,
+        ..llama(name, layers, hidden, heads, 8, 4 * hidden, 256_000, 4096, source)
+    }
+}
+
 /// Megatron pads GPT-2's 50,257-token vocabulary to a multiple of 128 x TP; the papers below use
 /// 51,200 (Korthikanti et al. 2022, Table 3; Narayanan et al. 2021, Sec. 5.1).
 const MEGATRON_VOCAB: u64 = 51_200;
@@ -815,6 +831,69 @@ pub static NAMED: &[Named] = &[
         },
     },
     Named {
+        name: "grok1-314b",
+        aliases: &["grok-1", "grok1", "grok-1-314b"],
+        build: || {
+            moe(
+                llama(
+                    "grok1-314b",
+                    64,
+                    6144,
+                    48,
+                    8,
+                    32768,
+                    131072,
+                    8192,
+                    "xai-org/grok-1 README (Model Specifications: 314B parameters, 8 experts, 2 per token, 64 \
+                     layers, 48 query and 8 key/value heads, embedding 6,144, vocabulary 131,072, RoPE, context \
+                     8,192) and model.py (key_size 128, widening_factor 8: expert FFN int(8 x 6144) x 2 / 3 = \
+                     32,768, gated GELU, RMSNorm, untied output); NVIDIA dgxc-benchmarking v25.03 \
+                     grok1_314b.yaml: the same shape (ffn_hidden_size 32768, fast-geglu)",
+                ),
+                MoeConfig {
+                    experts: 8,
+                    top_k: 2,
+                    expert_ffn: 32768,
+                    shared_ffn: 0,
+                    shared_gate: false,
+                    dense_layers: 0,
+                },
+            )
+        },
+    },
+    Named {
+        name: "nemotron4-15b",
+        aliases: &["nemotron-4-15b", "nemotron4 15b"],
+        build: || {
+            nemotron(
+                "nemotron4-15b",
+                32,
+                6144,
+                48,
+                "Parmar et al. 2024 (Nemotron-4 15B, arXiv 2402.16819) Table 1: 32 layers, hidden 6144, 48 \
+                 heads, 8 KV heads, seq 4096, vocabulary 256,000, squared ReLU, RoPE, no biases, untied \
+                 embeddings: 3.2 B embedding and 12.5 B non-embedding parameters; NeMo-Framework-Launcher \
+                 24.12 conf/training/nemotron/nemotron_15b.yaml: ffn_hidden_size 24576, layernorm1p",
+            )
+        },
+    },
+    Named {
+        name: "nemotron4-340b",
+        aliases: &["nemotron-4-340b", "nemotron4 340b"],
+        build: || {
+            nemotron(
+                "nemotron4-340b",
+                96,
+                18432,
+                96,
+                "NVIDIA 2024 (Nemotron-4 340B technical report, arXiv 2406.11704) Table 1: 96 layers, hidden \
+                 18432, 96 heads, 8 KV heads, seq 4096, vocabulary 256,000, squared ReLU, RoPE, untied: 9.4 B \
+                 embedding and 331.6 B non-embedding parameters; NeMo-Framework-Launcher 24.12 \
+                 conf/training/nemotron/nemotron_340b.yaml: ffn_hidden_size 4 x hidden, layernorm1p",
+            )
+        },
+    },
+    Named {
         name: "mpt-7b",
         aliases: &["mpt7b"],
         build: || {
@@ -1164,6 +1243,9 @@ mod tests {
         assert!(near(total("mpt-30b"), 29.95e9, 0.01));
         assert!(near(total("mpt-70b"), 64_862_437_376.0, 0.01));
         assert!(near(total("bloom-176b"), 176_247e6, 0.001), "{}", total("bloom-176b"));
+        // Nemotron-4: 3.2 B + 12.5 B and 9.4 B + 331.6 B (embedding + non-embedding, the papers').
+        assert!(near(total("nemotron4-15b"), 15.7e9, 0.01), "{}", total("nemotron4-15b"));
+        assert!(near(total("nemotron4-340b"), 341e9, 0.01), "{}", total("nemotron4-340b"));
     }
 
     #[test]
@@ -1184,6 +1266,8 @@ mod tests {
             assert!(near(p.total(), total, tol), "{name}: {} vs {total}", p.total());
             assert!(near(p.active(), active, tol.max(0.02)), "{name}: active {} vs {active}", p.active());
         }
+        // Grok-1: 314 B published (xai-org/grok-1 README); no active count is published.
+        assert!(near(count("grok1-314b").total(), 314e9, 0.01), "{}", count("grok1-314b").total());
         let m = r#"{"model_type": "mixtral", "_name_or_path": "mistralai/Mixtral-8x7B-v0.1",
             "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
