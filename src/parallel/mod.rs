@@ -176,6 +176,11 @@ pub enum HostLaunch {
     Graphs,
     /// The host always runs ahead of the GPU (no host tasks).
     Off,
+    /// PyTorch eager under `CUDA_LAUNCH_BLOCKING=1` (CUDA's environment variable that makes
+    /// every launch synchronous, CUDA C++ Programming Guide, "Asynchronous Concurrent
+    /// Execution"): each block's launches, then its kernels, then the next block's launches;
+    /// BigScience trained BLOOM so (tr11-176B-ml README l.489) to avoid hangs on 40+ nodes.
+    Blocking,
 }
 
 impl HostLaunch {
@@ -184,6 +189,7 @@ impl HostLaunch {
             HostLaunch::Eager => "eager",
             HostLaunch::Graphs => "graphs",
             HostLaunch::Off => "off",
+            HostLaunch::Blocking => "blocking",
         }
     }
 }
@@ -366,7 +372,8 @@ impl ParallelPlan {
                         "eager" => HostLaunch::Eager,
                         "graphs" | "cuda-graphs" => HostLaunch::Graphs,
                         "off" => HostLaunch::Off,
-                        v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
+                        "blocking" => HostLaunch::Blocking,
+                        v => return Err(err(format!("host={v}: expected eager, graphs, blocking or off"))),
                     }
                 }
                 "host-launch-us" | "host_launch_us" => {
@@ -770,7 +777,7 @@ mod tests {
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
             ("moe-dispatcher=nccl", "alltoall or flex"),
-            ("host=jit", "eager, graphs or off"),
+            ("host=jit", "eager, graphs, blocking or off"),
             ("host-launch-us=0", "positive number"),
             ("host-launch-us=1e30", "beyond the limit"),
             ("expert=2", "unknown key `expert`"),
