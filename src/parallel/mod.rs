@@ -723,7 +723,8 @@ impl ParallelPlan {
             let items = layers + 2 * ends;
             let k = items.div_ceil(self.pp);
             let item = |i: u32| i.saturating_sub(ends).min(layers);
-            return vec![item((stage * k).min(items))..item(((stage + 1) * k).min(items))];
+            let range = item((stage * k).min(items))..item(((stage + 1) * k).min(items));
+            return vec![range];
         }
         let per = layers / (self.pp * self.vp);
         (0..self.vp)
