@@ -390,7 +390,7 @@ impl PlanSetup {
         let mut layers = cost.launches(self.plan.recompute);
         match self.plan.host {
             HostLaunch::Off => return None,
-            HostLaunch::Eager => {}
+            HostLaunch::Eager | HostLaunch::Blocking => {}
             HostLaunch::Graphs => {
                 for x in &mut layers {
                     x.forward = x.forward.min(1);
@@ -398,7 +398,11 @@ impl PlanSetup {
                 }
             }
         }
-        Some(HostModel { launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)), layers })
+        Some(HostModel {
+            launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)),
+            layers,
+            blocking: self.plan.host == HostLaunch::Blocking,
+        })
     }
 
     /// The setup as the DAG builder sees it under context parallelism: CP folded into DP

@@ -104,3 +104,24 @@ fn a_plan_dag_past_the_task_limit_is_refused_while_built() {
     // The same plan within the default limit runs.
     assert!(run(&plan[..4]).contains("step time"));
 }
+
+#[test]
+fn deepspeed_partitions_run_layers_that_pp_does_not_divide() {
+    // Llama 2 7B's 32 layers on 3 stages: Megatron's even split refuses them and names the way out.
+    fails(&["--parallel", "tp=2,pp=3", "--global-batch", "6"], &["--parallel", "does not divide", "pp-partition"]);
+    let stages = |partition: &str| {
+        let spec = format!("tp=2,pp=3,pp-partition={partition}");
+        let json: serde_json::Value =
+            serde_json::from_str(&run(&["--parallel", &spec, "--global-batch", "6", "--format", "json"])).unwrap();
+        let compute: Vec<f64> =
+            json[0]["llm"]["stages"].as_array().unwrap().iter().map(|s| s["compute"].as_f64().unwrap()).collect();
+        compute
+    };
+    // type:transformer: 11, 11, 10 layers (the last stage adds the output layer).
+    let t = stages("type:transformer");
+    assert_eq!(t.len(), 3);
+    assert!(t[0] > t[1] && t[1] > t[2], "11 layers and the embedding, 11, then 10 and the output layer: {t:?}");
+    // type:transformer|embedding: the embedding and the output layer count as layers: 11, 12, 9.
+    let e = stages("type:transformer|embedding");
+    assert!(e[1] > t[1] && e[2] < t[2] && e[0] == t[0], "{e:?} vs {t:?}");
+}

@@ -70,7 +70,7 @@ fn step(host: Option<HostModel>) -> u64 {
 
 fn host(kernels: u32, sync_at: Option<usize>) -> Option<HostModel> {
     let layers = (0..L).map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) }).collect();
-    Some(HostModel { launch_ns: C, layers })
+    Some(HostModel { launch_ns: C, layers, blocking: false })
 }
 
 #[test]
@@ -95,4 +95,16 @@ fn a_forward_sync_makes_the_gpu_wait_for_two_launches() {
 fn graphs_of_one_launch_per_pass_keep_the_gpu_bound_step() {
     // A CUDA graph per block and pass: one launch each (the plan's `host=graphs`).
     assert_eq!(step(host(1, None)), 2 * L as u64 * G + U + C);
+}
+
+#[test]
+fn blocking_launches_add_the_host_chain_to_the_gpu_time() {
+    // CUDA_LAUNCH_BLOCKING=1 (`host=blocking`): every block's K launches, then its GPU time,
+    // then the next block's launches; the optimizer's launch, then its update.
+    let k = 10;
+    let blocking = host(k, None).map(|h| HostModel { blocking: true, ..h });
+    assert_eq!(step(blocking), 2 * L as u64 * (k as u64 * C + G) + C + U);
+    // A host-bound step pays the same sum: nothing overlaps.
+    let blocking = host(30, None).map(|h| HostModel { blocking: true, ..h });
+    assert_eq!(step(blocking), 2 * L as u64 * (30 * C + G) + C + U);
 }

@@ -82,6 +82,10 @@ pub struct HostModel {
     pub launch_ns: Nanos,
     /// Per workload layer: its kernels per pass and whether the host syncs after its forward.
     pub layers: Vec<Launches>,
+    /// `CUDA_LAUNCH_BLOCKING=1`: every launch returns only when its kernel is done, so the host
+    /// cannot run ahead: a block's launches come before its GPU task and the next block's
+    /// launches after it (host and GPU time add up instead of overlapping).
+    pub blocking: bool,
 }
 
 impl PlanLayout {
@@ -751,13 +755,26 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Pass::Forward => x.forward,
                                 Pass::Backward => x.backward,
                             });
-                            let launch =
-                                host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
-                            b.add_edge(launch, t);
+                            if h.blocking {
+                                let ns = kernels as Nanos * h.launch_ns;
+                                let launch = host_chain(&mut b, &mut host_prev[gi], ns, g, it, l);
+                                b.add_edge(launch, t);
+                                // A blocking collective or receive before the block holds the host too.
+                                if let Some(p) = last[k] {
+                                    b.add_edge(p, launch);
+                                }
+                                let wait = host_chain(&mut b, &mut host_prev[gi], 0, g, it, l);
+                                b.add_edge(t, wait);
+                                host_sync[k] = Some(wait);
+                            } else {
+                                let launch =
+                                    host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
+                                b.add_edge(launch, t);
+                            }
                             // Reading the layer's result: the host launches the rest of the layer,
                             // waits for the GPU to finish it, then launches what follows (its
                             // collectives wait for that launch).
-                            if step.pass == Pass::Forward && h.layers.get(l).is_some_and(|x| x.sync) {
+                            if !h.blocking && step.pass == Pass::Forward && h.layers.get(l).is_some_and(|x| x.sync) {
                                 if host_owed[gi] > 0 {
                                     let rest = std::mem::take(&mut host_owed[gi]);
                                     host_chain(&mut b, &mut host_prev[gi], rest, g, it, l);

@@ -123,6 +123,43 @@ pub struct ParallelPlan {
     /// Host time per launch, ns, replacing [`eager_launch_ns`]'s (`host-launch-us=`, e.g. one
     /// measured on the user's own host).
     pub host_launch_ns: Option<u64>,
+    /// How the transformer layers are split over the pipeline stages (`pp-partition=`).
+    #[serde(skip_serializing_if = "PpPartition::is_even")]
+    pub pp_partition: PpPartition,
+}
+
+/// How the layers are split over pipeline stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PpPartition {
+    /// Megatron's split: every stage (chunk) the same number of layers, which must divide them.
+    #[default]
+    Even,
+    /// DeepSpeed's `PipelineModule(partition_method='type:transformer')`, the default of
+    /// Megatron-DeepSpeed's `GPTModelPipe`: `partition_balanced` over weights 1 per transformer
+    /// layer, whose smallest bottleneck puts ceil(L / pp) layers on each stage in order and what
+    /// is left on the last (DeepSpeed `runtime/utils.py` `_lprobe`, v0.5-0.6; the BLOOM
+    /// chronicles, tr11 prequel l.870: "78/12=6.5 - so the last stage has 1 block, while the
+    /// rest have 7"). The embedding stays on the first stage, the tied output layer on the last.
+    Transformer,
+    /// BigScience's `--pp-partition-method 'type:transformer|embedding'`: the same balance with
+    /// the input embedding and the tied output layer each weighing one transformer layer, so the
+    /// first and last stages take one layer fewer (tr11-176B-ml README: 70 layers on 12 stages
+    /// as [embed | 5], 6 x 10, [5 | embed]).
+    TransformerEmbedding,
+}
+
+impl PpPartition {
+    pub fn is_even(&self) -> bool {
+        *self == PpPartition::Even
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            PpPartition::Even => "even",
+            PpPartition::Transformer => "type:transformer",
+            PpPartition::TransformerEmbedding => "type:transformer|embedding",
+        }
+    }
 }
 
 /// How the framework's host thread feeds a GPU (`dag::plan`'s host model).
@@ -139,6 +176,11 @@ pub enum HostLaunch {
     Graphs,
     /// The host always runs ahead of the GPU (no host tasks).
     Off,
+    /// PyTorch eager under `CUDA_LAUNCH_BLOCKING=1` (CUDA's environment variable that makes
+    /// every launch synchronous, CUDA C++ Programming Guide, "Asynchronous Concurrent
+    /// Execution"): each block's launches, then its kernels, then the next block's launches;
+    /// BigScience trained BLOOM so (tr11-176B-ml README l.489) to avoid hangs on 40+ nodes.
+    Blocking,
 }
 
 impl HostLaunch {
@@ -147,6 +189,7 @@ impl HostLaunch {
             HostLaunch::Eager => "eager",
             HostLaunch::Graphs => "graphs",
             HostLaunch::Off => "off",
+            HostLaunch::Blocking => "blocking",
         }
     }
 }
@@ -203,6 +246,7 @@ impl Default for ParallelPlan {
             grad_bytes: crate::workload::llm::GRAD_BYTES,
             host: HostLaunch::Eager,
             host_launch_ns: None,
+            pp_partition: PpPartition::Even,
         }
     }
 }
@@ -329,12 +373,25 @@ impl ParallelPlan {
                         "eager" => HostLaunch::Eager,
                         "graphs" | "cuda-graphs" => HostLaunch::Graphs,
                         "off" => HostLaunch::Off,
-                        v => return Err(err(format!("host={v}: expected eager, graphs or off"))),
+                        "blocking" => HostLaunch::Blocking,
+                        v => return Err(err(format!("host={v}: expected eager, graphs, blocking or off"))),
                     }
                 }
                 "host-launch-us" | "host_launch_us" => {
                     let us = crate::units::check_duration_us(number(&value)?).map_err(|m| err(format!("{key}={value}: {m}")))?;
                     p.host_launch_ns = Some((us * 1e3).round() as u64)
+                }
+                "pp-partition" | "pp_partition" => {
+                    p.pp_partition = match value.as_str() {
+                        "even" => PpPartition::Even,
+                        "type:transformer" | "transformer" => PpPartition::Transformer,
+                        "type:transformer|embedding" | "transformer+embedding" => PpPartition::TransformerEmbedding,
+                        v => {
+                            return Err(err(format!(
+                                "pp-partition={v}: expected even, type:transformer or type:transformer|embedding"
+                            )))
+                        }
+                    }
                 }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
@@ -345,7 +402,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us"
+                         grad-reduce, host, host-launch-us, pp-partition"
                     )))
                 }
             }
@@ -418,6 +475,9 @@ impl ParallelPlan {
         if self.host != HostLaunch::Eager {
             s += &format!(",host={}", self.host.name());
         }
+        if self.pp > 1 && !self.pp_partition.is_even() {
+            s += &format!(",pp-partition={}", self.pp_partition.name());
+        }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
         }
@@ -483,12 +543,37 @@ impl ParallelPlan {
                 ),
             );
         }
-        if layers % (self.pp * self.vp) != 0 {
+        if !self.pp_partition.is_even() && self.pp > 1 {
+            if self.vp > 1 {
+                return bad(
+                    "--parallel",
+                    format!(
+                        "pp-partition={} takes one chunk per stage (DeepSpeed's pipeline engine); vp={} needs pp-partition=even",
+                        self.pp_partition.name(),
+                        self.vp
+                    ),
+                );
+            }
+            // DeepSpeed needs a transformer layer on every stage (tr11 prequel: "DS breaks if
+            // there isn't at least one transformer block per gpu").
+            if let Some(empty) = (0..self.pp).find(|&s| self.stage_layers(layers, s)[0].is_empty()) {
+                return bad(
+                    "--parallel",
+                    format!(
+                        "pp-partition={} leaves stage {empty} of pp={} without a transformer layer of the model's {layers}; \
+                         use fewer stages",
+                        self.pp_partition.name(),
+                        self.pp
+                    ),
+                );
+            }
+        } else if layers % (self.pp * self.vp) != 0 {
             let divisors: Vec<String> = (1..=layers).filter(|d| layers % d == 0).map(|d| d.to_string()).collect();
             return bad(
                 "--parallel",
                 format!(
-                    "pp x vp = {} x {} = {} does not divide the model's {layers} layers; pp x vp must be one of {}",
+                    "pp x vp = {} x {} = {} does not divide the model's {layers} layers; pp x vp must be one of {} \
+                     (or split unevenly as DeepSpeed does: pp-partition=type:transformer)",
                     self.pp,
                     self.vp,
                     self.pp * self.vp,
@@ -630,7 +715,18 @@ impl ParallelPlan {
 
     /// Transformer layers of each model chunk of `stage` (Megatron's interleaved assignment:
     /// chunk c of stage s holds the (c pp + s)-th slice of L / (pp vp) layers).
+    /// Under a DeepSpeed partition (`vp` 1) stage s holds items [s k, (s + 1) k) of the layers
+    /// (with the embedding and the output layer as items at both ends under
+    /// `type:transformer|embedding`), k = ceil(items / pp).
     pub fn stage_layers(&self, layers: u32, stage: u32) -> Vec<Range<u32>> {
+        if !self.pp_partition.is_even() && self.pp > 1 {
+            let ends = u32::from(self.pp_partition == PpPartition::TransformerEmbedding);
+            let items = layers + 2 * ends;
+            let k = items.div_ceil(self.pp);
+            let item = |i: u32| i.saturating_sub(ends).min(layers);
+            let range = item((stage * k).min(items))..item(((stage + 1) * k).min(items));
+            return vec![range];
+        }
         let per = layers / (self.pp * self.vp);
         (0..self.vp)
             .map(|c| {
@@ -684,7 +780,7 @@ mod tests {
             ("ep2", "key=value"),
             ("moe-imbalance=-1", "positive number"),
             ("moe-dispatcher=nccl", "alltoall, flex (deepep) or hybridep"),
-            ("host=jit", "eager, graphs or off"),
+            ("host=jit", "eager, graphs, blocking or off"),
             ("host-launch-us=0", "positive number"),
             ("host-launch-us=1e30", "beyond the limit"),
             ("expert=2", "unknown key `expert`"),
@@ -708,6 +804,36 @@ mod tests {
         assert_eq!(p.coords(45), Coords { tp: 5, dp: 1, stage: 2 });
         let i = ParallelPlan { pp: 4, vp: 2, ..Default::default() };
         assert_eq!(i.stage_layers(16, 1), vec![2..4, 10..12]);
+    }
+
+    #[test]
+    fn deepspeed_partitions_split_layers_unevenly() {
+        let split = |spec: &str, layers| {
+            let p = ParallelPlan::parse(spec).unwrap();
+            (0..p.pp).map(|s| p.stage_layers(layers, s)[0].clone()).collect::<Vec<_>>()
+        };
+        // tr11 prequel l.870: 78 layers on 12 stages, 7 each and 1 on the last.
+        let r = split("pp=12,pp-partition=type:transformer", 78);
+        assert_eq!(r.iter().map(|r| r.len()).collect::<Vec<_>>(), [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 1]);
+        assert_eq!((r[0].clone(), r[11].clone()), (0..7, 77..78));
+        // tr11-176B-ml README: BLOOM's 70 layers as [embed | 5], 6 x 10, [5 | embed].
+        let r = split("pp=12,pp-partition=type:transformer|embedding", 70);
+        assert_eq!(r.iter().map(|r| r.len()).collect::<Vec<_>>(), [5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5]);
+        assert_eq!((r[0].clone(), r[1].clone(), r[11].clone()), (0..5, 5..11, 65..70));
+        // Divisible layers: the same split as Megatron's.
+        assert_eq!(split("pp=12,pp-partition=transformer", 72), split("pp=12", 72));
+        let mut p = ParallelPlan::parse("tp=1,pp=12,dp=1,pp-partition=type:transformer").unwrap();
+        (p.micro_batch, p.global_batch) = (1, 12);
+        assert!(p.check(12, 78).is_ok());
+        assert!(p.name().ends_with("pp-partition=type:transformer"), "{}", p.name());
+        // 13 layers on 12 stages: ceil gives 2 each, so the last stages would be empty.
+        let e = p.check(12, 13).unwrap_err().to_string();
+        assert!(e.contains("without a transformer layer"), "{e}");
+        let e = ParallelPlan::parse("pp-partition=parameters").unwrap_err().to_string();
+        assert!(e.contains("pp-partition=parameters") && e.contains("type:transformer"), "{e}");
+        let mut v = ParallelPlan::parse("pp=2,vp=2,pp-partition=type:transformer").unwrap();
+        (v.micro_batch, v.global_batch) = (1, 2);
+        assert!(v.check(2, 8).unwrap_err().to_string().contains("vp=2 needs pp-partition=even"));
     }
 
     #[test]
