@@ -800,6 +800,14 @@ impl Comm {
         Shape::Pipeline { edges, pieces, span }
     }
 
+    /// Gives every edge of a node's cut-through part of a chain the latency of the whole part.
+    fn share_chain_latency(part: &mut [Edge]) {
+        let total: Nanos = part.iter().map(|e| e.hop.latency_ns).sum();
+        for e in part {
+            e.hop.latency_ns = total;
+        }
+    }
+
     /// Broadcast (from rank 0) or reduce (to rank 0) pipelined along each channel's ring.
     fn ring_pipeline(&self, choice: &Choice, f: Func, bytes: u64, to_root: bool) -> Shape {
         let (n, g, m) = (self.ranks, self.per_node, self.nodes);
@@ -864,15 +872,38 @@ impl Comm {
                 *arcs.entry(key).or_default() += mult;
             }
         }
+        // Across nodes, LL128 pieces are whole steps (the proxy posts a step once the GPU has
+        // filled it), but inside each node the GPUs still forward every round of flagged lines
+        // as it lands (prims_ll128.h v2.8.4-1), so a piece crosses a node's part of the chain
+        // within one pipeline step, as in `tree_allreduce`: the node's hops share a step and
+        // each carries the latency of the whole part; the network hop is a step of its own.
+        let cut_through = m > 1 && choice.proto == Proto::Ll128;
         let mut edges = Vec::new();
         for ((c, mult), chain) in pats.iter().zip(&chains) {
+            let first = edges.len();
+            let (mut stage, mut run_start) = (0u32, first);
             for (k, h) in chain.iter().enumerate() {
                 let &(src, dst, inter) = h;
                 let info = self.hop_info(src % g, dst % g, inter, c.nic);
                 let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
                 let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail, 1.0);
                 let bytes = ((piece * *mult as u64) as f64 * w).round() as u64;
-                edges.push(Edge { src, dst, offset: k as u32, bytes, hop });
+                let offset = if !cut_through {
+                    k as u32
+                } else if inter {
+                    Self::share_chain_latency(&mut edges[run_start..]);
+                    stage += u32::from(run_start < edges.len());
+                    run_start = edges.len() + 1;
+                    stage += 1;
+                    stage - 1
+                } else {
+                    stage
+                };
+                edges.push(Edge { src, dst, offset, bytes, hop });
+            }
+            if cut_through {
+                let from = run_start.min(edges.len());
+                Self::share_chain_latency(&mut edges[from..]);
             }
         }
         let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
