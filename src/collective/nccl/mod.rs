@@ -872,12 +872,13 @@ impl Comm {
                 *arcs.entry(key).or_default() += mult;
             }
         }
-        // Across nodes, LL128 pieces are whole steps (the proxy posts a step once the GPU has
-        // filled it), but inside each node the GPUs still forward every round of flagged lines
-        // as it lands (prims_ll128.h v2.8.4-1), so a piece crosses a node's part of the chain
-        // within one pipeline step, as in `tree_allreduce`: the node's hops share a step and
-        // each carries the latency of the whole part; the network hop is a step of its own.
-        let cut_through = m > 1 && choice.proto == Proto::Ll128;
+        // Across nodes, LL and LL128 pieces are whole steps (the proxy posts a step once the GPU
+        // has filled it), but inside each node the GPUs still forward every round of flagged
+        // lines as it lands (prims_ll.h, prims_ll128.h v2.8.4-1), so a piece crosses a node's
+        // part of the chain within one pipeline step, as in `tree_allreduce`: the node's hops
+        // share a step and each carries the latency of the whole part; the network hop is a
+        // step of its own. (On one node the pieces themselves are rounds of lines for LL128.)
+        let cut_through = m > 1 && choice.proto != Proto::Simple;
         let mut edges = Vec::new();
         for ((c, mult), chain) in pats.iter().zip(&chains) {
             let first = edges.len();
@@ -1019,6 +1020,56 @@ mod tests {
             let pair = r.links.iter().map(|&l| m.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
             assert!(cap > 0.5 * pair && cap <= pair, "{a}->{b}: channels capped at {cap} of the pair's {pair}");
         }
+    }
+
+    /// A broadcast across nodes under LL/LL128 cuts through each node's part of a channel's chain
+    /// (prims_ll.h, prims_ll128.h v2.8.4-1: lines forwarded as they land) and steps only over the
+    /// network (net.cc v2.8.4-1: the proxy sends whole steps): on 2 A-nodes (16 ranks) a chain of
+    /// 15 hops is 3 pipeline steps (node 0's 7 hops, the network hop, node 1's 7 hops), each
+    /// intra-node hop carrying the latency of its node's whole part. Simple keeps a step per hop.
+    #[test]
+    fn a_broadcast_across_nodes_cuts_through_each_node() {
+        let m = load_topology("abci-a").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let plan = comm.lower(CollectiveOp::Broadcast, 4 << 20).unwrap();
+        assert_eq!(plan.choice.proto, Proto::Ll128);
+        let Shape::Pipeline { edges, span, .. } = &plan.shape else { panic!("not a pipeline: {:?}", plan.shape) };
+        assert_eq!(*span, 3);
+        for e in edges {
+            let inter = e.src / 8 != e.dst / 8;
+            let want = if inter { 1 } else { 2 * (e.src / 8) };
+            assert_eq!(e.offset, want, "{} -> {}", e.src, e.dst);
+        }
+        // Every intra-node hop of one node of one chain carries the same (summed) latency.
+        let intra: Vec<Nanos> = edges.iter().filter(|e| e.src / 8 == e.dst / 8).map(|e| e.hop.latency_ns).collect();
+        let single = comm.hop_latency_us(NcclAlgo::Ring, Proto::Ll128, Some(Func::Broadcast), false);
+        assert!(intra.iter().all(|&l| l == 7 * us(single)), "{intra:?}");
+        let force = Force { proto: Some(Proto::Simple), ..Force::default() };
+        let simple = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force });
+        let Shape::Pipeline { span, .. } = simple.lower(CollectiveOp::Broadcast, 4 << 20).unwrap().shape else {
+            panic!("not a pipeline")
+        };
+        assert_eq!(span, 15);
+    }
+
+    /// NCCL 2.8.4 counts an A100's 12 NVLinks (12 x 21 GB/s, topo.h `SM80_NVLINK_WIDTH`) whatever
+    /// rate the preset measured: abci-a's 205 GB/s under two-way load keeps the 24 channels of
+    /// the nominal links (6 at 42 GB/s, doubled by the search, search.cc l.799-806, and by the
+    /// communicator); inferred from the rate alone (205 / 23, 9 links) it would have 18.
+    #[test]
+    fn a100_channels_count_nvlinks_not_the_measured_rate() {
+        let m = load_topology("abci-a").unwrap().instantiate(8).unwrap();
+        let ranks: Vec<u32> = (0..8).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        assert_eq!(comm.ring.len(), 24);
+        let mut no_count = m.clone();
+        for l in &mut no_count.links {
+            l.nvlinks = None;
+        }
+        let inferred =
+            Comm::new(&no_count, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        assert_eq!(inferred.ring.len(), 18);
     }
 
     /// `ncclGetBtree`'s parent-child type (trees.cc v2.8.4-1): on 4 nodes the first tree is
