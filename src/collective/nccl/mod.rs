@@ -815,8 +815,10 @@ impl Comm {
         let w = protocol::wire_factor(choice.proto);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
         // Inside a node the next GPU forwards each LL128 round of flagged lines as it lands;
-        // across nodes the proxy sends whole steps. LL stays at steps: per-line forwarding made
-        // ABCI's V100 LL broadcasts (128-512 KiB) 40-47% too fast, against 1-8% at steps.
+        // across nodes the proxy sends whole steps. LL pieces are steps, which cut through each
+        // node's chain (below). Per-line LL pieces or cut-through made ABCI's V100 LL broadcasts
+        // of 32-512 KiB 22-48% too fast (steps per hop: 1-10%, but 4-16 KiB 30-88% too slow):
+        // more LL channels add less than the model gives them, as in the A100 LL all-reduces.
         let chunk = if m == 1 && choice.proto == Proto::Ll128 {
             protocol::forward_unit_bytes(choice.proto, choice.threads)
         } else {
@@ -877,8 +879,10 @@ impl Comm {
         // lines as it lands (prims_ll.h, prims_ll128.h v2.8.4-1), so a piece crosses a node's
         // part of the chain within one pipeline step, as in `tree_allreduce`: the node's hops
         // share a step and each carries the latency of the whole part; the network hop is a
-        // step of its own. (On one node the pieces themselves are rounds of lines for LL128.)
-        let cut_through = m > 1 && choice.proto != Proto::Simple;
+        // step of its own. LL does the same on a single node (pieces of a step crossing the
+        // whole chain in one pipeline step): stepping per hop made ABCI's 4-16 KiB V100 LL
+        // broadcasts 30-88% too slow. LL128 on one node pipelines rounds of lines instead.
+        let cut_through = choice.proto == Proto::Ll || (m > 1 && choice.proto == Proto::Ll128);
         let mut edges = Vec::new();
         for ((c, mult), chain) in pats.iter().zip(&chains) {
             let first = edges.len();
@@ -1051,6 +1055,13 @@ mod tests {
             panic!("not a pipeline")
         };
         assert_eq!(span, 15);
+        // LL cuts through a single node too: 16 KiB on 4 V100s is one step of one piece.
+        let v = load_topology("abci-v").unwrap().instantiate(4).unwrap();
+        let one = Comm::new(&v, &[0, 1, 2, 3], NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let plan = one.lower(CollectiveOp::Broadcast, 16 << 10).unwrap();
+        assert_eq!(plan.choice.proto, Proto::Ll);
+        let Shape::Pipeline { span, pieces, .. } = plan.shape else { panic!("not a pipeline") };
+        assert_eq!((span, pieces), (1, 1));
     }
 
     /// NCCL 2.8.4 counts an A100's 12 NVLinks (12 x 21 GB/s, topo.h `SM80_NVLINK_WIDTH`) whatever
