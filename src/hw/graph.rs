@@ -132,12 +132,12 @@ pub struct GraphStorage {
 fn link_curve(l: &LinkEntry, at: &dyn Fn(&str) -> Location) -> Result<BandwidthCurve> {
     let what = format!("link {} -> {}", l.from, l.to);
     match (l.nvlinks, l.kind) {
-        (Some(0), _) => return Err(Error::parse(at("nvlinks"), format!("{what}: must be at least 1"))),
+        (Some(0), _) => return Err(Error::parse(at("nvlinks"), format!("{what}: nvlinks must be at least 1"))),
         (Some(_), LinkKind::Nvlink | LinkKind::Nvswitch) | (None, _) => {}
         (Some(_), k) => {
             return Err(Error::parse(
                 at("nvlinks"),
-                format!("{what}: only NVLink and NVSwitch links count NVLinks, not {k:?}"),
+                format!("{what}: nvlinks given, but only NVLink and NVSwitch links count NVLinks, not {}", k.name()),
             ))
         }
     }
