@@ -247,6 +247,21 @@ fn topology_cases(out: &mut Vec<Case>) {
             &["topo.json", msg],
         ));
     }
+    // NVLink counts: at least one, and only on NVLink or NVSwitch links.
+    let abci_a = shipped("topologies/abci-a.json");
+    for (name, from, to, msg) in [
+        ("nvlinks 0", "\"nvlinks\": 12", "\"nvlinks\": 0", "nvlinks must be at least 1"),
+        ("nvlinks on qpi", "\"bandwidth_gb_s\": 50.0", "\"bandwidth_gb_s\": 50.0, \"nvlinks\": 2", "only NVLink"),
+        ("nvlinks negative", "\"nvlinks\": 12", "\"nvlinks\": -1", "topo.json:"),
+    ] {
+        assert!(abci_a.contains(from), "{from}");
+        out.push(case(
+            format!("topology {name}"),
+            vec![("topo.json", abci_a.replacen(from, to, 1))],
+            &["predict", "--trace", "../t.csv", "--topology", "topo.json", "--gpus", "8"],
+            &["topo.json", msg],
+        ));
+    }
     // Every shipped preset with one bandwidth broken.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies");
     let mut presets: Vec<_> = std::fs::read_dir(&dir)

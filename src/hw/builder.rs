@@ -186,6 +186,7 @@ fn link(from: &str, to: &str, kind: LinkKind, latency_us: f64, gb_s: f64) -> Lin
         bandwidth_gbit_s: None,
         curve: None,
         duplex: true,
+        nvlinks: None,
     }
 }
 

@@ -204,6 +204,7 @@ impl FabricSpec {
                 kind: net.kind,
                 latency_ns: lat,
                 bandwidth: BandwidthCurve::constant(rate),
+                nvlinks: None,
             };
             links.push(mk(a, b));
             links.push(mk(b, a));

@@ -78,6 +78,10 @@ pub struct LinkEntry {
     pub curve: Option<Vec<CurvePoint>>,
     #[serde(default = "yes")]
     pub duplex: bool,
+    /// NVLinks this link aggregates (NVLink and NVSwitch links): what NCCL counts for its link
+    /// width when `bandwidth_gb_s` is a measured rate rather than a multiple of one link's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlinks: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,6 +131,16 @@ pub struct GraphStorage {
 /// A link's rate: a curve if given, else the flat rate. Errors name `field`.
 fn link_curve(l: &LinkEntry, at: &dyn Fn(&str) -> Location) -> Result<BandwidthCurve> {
     let what = format!("link {} -> {}", l.from, l.to);
+    match (l.nvlinks, l.kind) {
+        (Some(0), _) => return Err(Error::parse(at("nvlinks"), format!("{what}: nvlinks must be at least 1"))),
+        (Some(_), LinkKind::Nvlink | LinkKind::Nvswitch) | (None, _) => {}
+        (Some(_), k) => {
+            return Err(Error::parse(
+                at("nvlinks"),
+                format!("{what}: nvlinks given, but only NVLink and NVSwitch links count NVLinks, not {}", k.name()),
+            ))
+        }
+    }
     if let Some(points) = &l.curve {
         for p in points {
             crate::units::check_rate_gb_s(p.gb_s).map_err(|m| Error::parse(at("curve"), format!("{what}: {m}")))?;
@@ -270,6 +284,7 @@ impl GraphSpec {
                     kind: LinkKind::Storage,
                     latency_ns: disk.0,
                     bandwidth: disk.1.clone(),
+                    nvlinks: None,
                 });
                 Some(s)
             }
@@ -288,15 +303,36 @@ impl GraphSpec {
             for (l, curve) in self.links.iter().zip(&curves) {
                 let (a, b) = (id(&l.from), id(&l.to));
                 let latency_ns = us_to_ns(l.latency_us);
-                links.push(Link { from: a, to: b, kind: l.kind, latency_ns, bandwidth: curve.clone() });
+                links.push(Link {
+                    from: a,
+                    to: b,
+                    kind: l.kind,
+                    latency_ns,
+                    bandwidth: curve.clone(),
+                    nvlinks: l.nvlinks,
+                });
                 if l.duplex {
-                    links.push(Link { from: b, to: a, kind: l.kind, latency_ns, bandwidth: curve.clone() });
+                    links.push(Link {
+                        from: b,
+                        to: a,
+                        kind: l.kind,
+                        latency_ns,
+                        bandwidth: curve.clone(),
+                        nvlinks: l.nvlinks,
+                    });
                 }
             }
             if let (Some((sw, kind, lat, rate)), Some(net)) = (network, &self.network) {
                 for a in &net.attach {
                     for (from, to) in [(id(a), sw), (sw, id(a))] {
-                        links.push(Link { from, to, kind, latency_ns: lat, bandwidth: BandwidthCurve::constant(rate) });
+                        links.push(Link {
+                            from,
+                            to,
+                            kind,
+                            latency_ns: lat,
+                            bandwidth: BandwidthCurve::constant(rate),
+                            nvlinks: None,
+                        });
                     }
                 }
             }
@@ -311,6 +347,7 @@ impl GraphSpec {
                         kind: LinkKind::Storage,
                         latency_ns: disk.0,
                         bandwidth: disk.1.clone(),
+                        nvlinks: None,
                     });
                     d
                 }

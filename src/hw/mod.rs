@@ -148,6 +148,10 @@ pub struct Link {
     pub kind: LinkKind,
     pub latency_ns: u64,
     pub bandwidth: BandwidthCurve,
+    /// NVLinks an NVLink or NVSwitch link aggregates, when the topology file says (NCCL counts
+    /// them for its link width); otherwise NCCL's model infers the count from the rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvlinks: Option<u32>,
 }
 
 impl Link {

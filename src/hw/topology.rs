@@ -386,7 +386,14 @@ impl Topology {
         };
         let add_pair = |links: &mut Vec<Link>, a: DeviceId, b: DeviceId, kind, lat: u64, rate: f64| {
             for (from, to) in [(a, b), (b, a)] {
-                links.push(Link { from, to, kind, latency_ns: lat, bandwidth: BandwidthCurve::constant(rate) });
+                links.push(Link {
+                    from,
+                    to,
+                    kind,
+                    latency_ns: lat,
+                    bandwidth: BandwidthCurve::constant(rate),
+                    nvlinks: None,
+                });
             }
         };
 
@@ -412,6 +419,7 @@ impl Topology {
                 kind: LinkKind::Storage,
                 latency_ns: disk.0,
                 bandwidth: BandwidthCurve::constant(disk.1),
+                nvlinks: None,
             });
             Some(s)
         } else {
@@ -431,6 +439,7 @@ impl Topology {
                         kind: LinkKind::Storage,
                         latency_ns: disk.0,
                         bandwidth: BandwidthCurve::constant(disk.1),
+                        nvlinks: None,
                     });
                     d
                 }

@@ -137,7 +137,12 @@ impl<'m> NodeTopo<'m> {
         let to = self.machine.devices[link.to as usize].kind;
         let w = match link.kind {
             LinkKind::Nvlink | LinkKind::Nvswitch => {
-                let count = (cap / nvlink_effective(self.arch)).round().max(1.0);
+                // The topology's count when it gives one (its rate may be a measured rate under
+                // load in both directions, as abci-a's), else the rate over one link's.
+                let count = match link.nvlinks {
+                    Some(n) => n.max(1) as f64,
+                    None => (cap / nvlink_effective(self.arch)).round().max(1.0),
+                };
                 count * self.tables.nvlink_width(self.arch)
             }
             LinkKind::Qpi => self.tables.inter_socket_width(self.cpu),

@@ -809,6 +809,14 @@ impl Comm {
         Shape::Pipeline { edges, pieces, span }
     }
 
+    /// Gives every edge of a node's cut-through part of a chain the latency of the whole part.
+    fn share_chain_latency(part: &mut [Edge]) {
+        let total: Nanos = part.iter().map(|e| e.hop.latency_ns).sum();
+        for e in part {
+            e.hop.latency_ns = total;
+        }
+    }
+
     /// Broadcast (from rank 0) or reduce (to rank 0) pipelined along each channel's ring.
     fn ring_pipeline(&self, choice: &Choice, f: Func, bytes: u64, to_root: bool) -> Shape {
         let (n, g, m) = (self.ranks, self.per_node, self.nodes);
@@ -816,8 +824,10 @@ impl Comm {
         let w = protocol::wire_factor(choice.proto);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
         // Inside a node the next GPU forwards each LL128 round of flagged lines as it lands;
-        // across nodes the proxy sends whole steps. LL stays at steps: per-line forwarding made
-        // ABCI's V100 LL broadcasts (128-512 KiB) 40-47% too fast, against 1-8% at steps.
+        // across nodes the proxy sends whole steps. LL pieces are steps, which cut through each
+        // node's chain (below). Per-line LL pieces or cut-through made ABCI's V100 LL broadcasts
+        // of 32-512 KiB 22-48% too fast (steps per hop: 1-10%, but 4-16 KiB 30-88% too slow):
+        // more LL channels add less than the model gives them, as in the A100 LL all-reduces.
         let chunk = if m == 1 && choice.proto == Proto::Ll128 {
             protocol::forward_unit_bytes(choice.proto, choice.threads)
         } else {
@@ -873,15 +883,41 @@ impl Comm {
                 *arcs.entry(key).or_default() += mult;
             }
         }
+        // Across nodes, LL and LL128 pieces are whole steps (the proxy posts a step once the GPU
+        // has filled it), but inside each node the GPUs still forward every round of flagged
+        // lines as it lands (prims_ll.h, prims_ll128.h v2.8.4-1), so a piece crosses a node's
+        // part of the chain within one pipeline step, as in `tree_allreduce`: the node's hops
+        // share a step and each carries the latency of the whole part; the network hop is a
+        // step of its own. LL does the same on a single node (pieces of a step crossing the
+        // whole chain in one pipeline step): stepping per hop made ABCI's 4-16 KiB V100 LL
+        // broadcasts 30-88% too slow. LL128 on one node pipelines rounds of lines instead.
+        let cut_through = choice.proto == Proto::Ll || (m > 1 && choice.proto == Proto::Ll128);
         let mut edges = Vec::new();
         for ((c, mult), chain) in pats.iter().zip(&chains) {
+            let first = edges.len();
+            let (mut stage, mut run_start) = (0u32, first);
             for (k, h) in chain.iter().enumerate() {
                 let &(src, dst, inter) = h;
                 let info = self.hop_info(src % g, dst % g, inter, c.nic);
                 let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
                 let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail, 1.0);
                 let bytes = ((piece * *mult as u64) as f64 * w).round() as u64;
-                edges.push(Edge { src, dst, offset: k as u32, bytes, hop });
+                let offset = if !cut_through {
+                    k as u32
+                } else if inter {
+                    Self::share_chain_latency(&mut edges[run_start..]);
+                    stage += u32::from(run_start < edges.len());
+                    run_start = edges.len() + 1;
+                    stage += 1;
+                    stage - 1
+                } else {
+                    stage
+                };
+                edges.push(Edge { src, dst, offset, bytes, hop });
+            }
+            if cut_through {
+                let from = run_start.min(edges.len());
+                Self::share_chain_latency(&mut edges[from..]);
             }
         }
         let span = edges.iter().map(|e| e.offset + 1).max().unwrap_or(1);
@@ -997,6 +1033,63 @@ mod tests {
             let pair = r.links.iter().map(|&l| m.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
             assert!(cap > 0.5 * pair && cap <= pair, "{a}->{b}: channels capped at {cap} of the pair's {pair}");
         }
+    }
+
+    /// A broadcast across nodes under LL/LL128 cuts through each node's part of a channel's chain
+    /// (prims_ll.h, prims_ll128.h v2.8.4-1: lines forwarded as they land) and steps only over the
+    /// network (net.cc v2.8.4-1: the proxy sends whole steps): on 2 A-nodes (16 ranks) a chain of
+    /// 15 hops is 3 pipeline steps (node 0's 7 hops, the network hop, node 1's 7 hops), each
+    /// intra-node hop carrying the latency of its node's whole part. Simple keeps a step per hop.
+    #[test]
+    fn a_broadcast_across_nodes_cuts_through_each_node() {
+        let m = load_topology("abci-a").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let plan = comm.lower(CollectiveOp::Broadcast, 4 << 20).unwrap();
+        assert_eq!(plan.choice.proto, Proto::Ll128);
+        let Shape::Pipeline { edges, span, .. } = &plan.shape else { panic!("not a pipeline: {:?}", plan.shape) };
+        assert_eq!(*span, 3);
+        for e in edges {
+            let inter = e.src / 8 != e.dst / 8;
+            let want = if inter { 1 } else { 2 * (e.src / 8) };
+            assert_eq!(e.offset, want, "{} -> {}", e.src, e.dst);
+        }
+        // Every intra-node hop of one node of one chain carries the same (summed) latency.
+        let intra: Vec<Nanos> = edges.iter().filter(|e| e.src / 8 == e.dst / 8).map(|e| e.hop.latency_ns).collect();
+        let single = comm.hop_latency_us(NcclAlgo::Ring, Proto::Ll128, Some(Func::Broadcast), false);
+        assert!(intra.iter().all(|&l| l == 7 * us(single)), "{intra:?}");
+        let force = Force { proto: Some(Proto::Simple), ..Force::default() };
+        let simple = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force });
+        let Shape::Pipeline { span, .. } = simple.lower(CollectiveOp::Broadcast, 4 << 20).unwrap().shape else {
+            panic!("not a pipeline")
+        };
+        assert_eq!(span, 15);
+        // LL cuts through a single node too: 16 KiB on 4 V100s is one step of one piece.
+        let v = load_topology("abci-v").unwrap().instantiate(4).unwrap();
+        let one = Comm::new(&v, &[0, 1, 2, 3], NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let plan = one.lower(CollectiveOp::Broadcast, 16 << 10).unwrap();
+        assert_eq!(plan.choice.proto, Proto::Ll);
+        let Shape::Pipeline { span, pieces, .. } = plan.shape else { panic!("not a pipeline") };
+        assert_eq!((span, pieces), (1, 1));
+    }
+
+    /// NCCL 2.8.4 counts an A100's 12 NVLinks (12 x 21 GB/s, topo.h `SM80_NVLINK_WIDTH`) whatever
+    /// rate the preset measured: abci-a's 205 GB/s under two-way load keeps the 24 channels of
+    /// the nominal links (6 at 42 GB/s, doubled by the search, search.cc l.799-806, and by the
+    /// communicator); inferred from the rate alone (205 / 23, 9 links) it would have 18.
+    #[test]
+    fn a100_channels_count_nvlinks_not_the_measured_rate() {
+        let m = load_topology("abci-a").unwrap().instantiate(8).unwrap();
+        let ranks: Vec<u32> = (0..8).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        assert_eq!(comm.ring.len(), 24);
+        let mut no_count = m.clone();
+        for l in &mut no_count.links {
+            l.nvlinks = None;
+        }
+        let inferred =
+            Comm::new(&no_count, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        assert_eq!(inferred.ring.len(), 18);
     }
 
     /// `ncclGetBtree`'s parent-child type (trees.cc v2.8.4-1): on 4 nodes the first tree is
