@@ -74,7 +74,9 @@ fn errors_are_relative_to_the_measurement_and_checkable_by_hand() {
     assert!((overall["mean_abs_error"].as_f64().unwrap() - 0.225).abs() < 1e-9, "{overall}");
     assert!((overall["worst_abs_error"].as_f64().unwrap() - 0.25).abs() < 1e-9);
     assert_eq!(overall["worst_row"], "hand/thr");
-    assert!((overall["mean_signed_error"].as_f64().unwrap() - 0.025).abs() < 1e-9);
+    // Both rows predict faster training than measured (a rate 25% high, a time 20% short): the
+    // bias is optimism whatever the metric, +22.5%, not the +2.5% of the raw signs.
+    assert!((overall["mean_signed_error"].as_f64().unwrap() - 0.225).abs() < 1e-9);
     assert_eq!(v["passed"], true);
 }
 

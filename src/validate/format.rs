@@ -46,6 +46,15 @@ impl Metric {
         }
     }
 
+    /// The sign that turns a row's relative error into optimism (positive: the model predicts
+    /// faster training than measured): +1 for rates and speedups, -1 for times.
+    pub fn optimism_sign(self) -> f64 {
+        match self {
+            Metric::IterationTime => -1.0,
+            _ => 1.0,
+        }
+    }
+
     /// Whether only a transformer under a `parallel` plan has this metric.
     pub fn needs_plan(self) -> bool {
         matches!(self, Metric::TokensPerSPerGpu | Metric::ModelTflopsPerGpu)

@@ -94,7 +94,7 @@ pub fn write_text(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     };
     writeln!(
         w,
-        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error |{base_head}"
+        "| set | rows | known misses | mean abs error | mean abs error, unmarked rows | median abs error | worst abs error (row) | mean signed error (+: too fast) |{base_head}"
     )?;
     writeln!(w, "|---|---:|---:|---:|---:|---:|---|---:|{base_rule}")?;
     for s in r.sets.iter().chain(&r.overall) {

@@ -30,7 +30,7 @@ pub struct ErrorSummary {
     /// Largest |error|, and the index of the first row that has it.
     pub worst_abs: f64,
     pub worst_index: usize,
-    /// Mean signed error: positive means the model is optimistic on average.
+    /// Mean signed error, in the errors' own sign (`validate` flips time rows into optimism).
     pub mean_signed: f64,
 }
 
