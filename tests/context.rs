@@ -168,11 +168,28 @@ fn reduced_context_parallel_simulation_gives_the_full_step_time() {
         ("tp=2,cp=2,dp=4,cp-comm=p2p", 8),
         ("tp=1,cp=4,dp=4,cp-comm=p2p", 8),
         ("tp=2,cp=2,pp=2,dp=2,cp-comm=p2p", 4),
+        // CP groups wider than a node's replicas (8 / gcd(8, tp)): blocks of cp replicas, over
+        // two nodes and more.
+        ("tp=1,cp=16,dp=2", 4),
+        ("tp=2,cp=8,dp=2,cp-comm=p2p", 4),
+        ("tp=4,cp=4,pp=2,dp=2", 4),
+        ("tp=4,cp=4,pp=2,dp=2,cp-comm=p2p", 4),
     ] {
         let s = setup(spec, gbs, 8192);
         let (fast, full) = (report(&s, true), report(&s, false));
         assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
         assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
+        let (a, b) = (fast.breakdown, full.breakdown);
+        for (x, y, what) in [
+            (a.compute, b.compute, "compute"),
+            (a.tp_comm, b.tp_comm, "tp"),
+            (a.pp_comm, b.pp_comm, "pp"),
+            (a.dp_comm, b.dp_comm, "dp"),
+            (a.bubble, b.bubble, "bubble"),
+            (a.idle, b.idle, "idle"),
+        ] {
+            assert!((x - y).abs() <= 1e-9 * full.step_time_s, "{spec} {what}: reduced {x} full {y}");
+        }
     }
 }
 
