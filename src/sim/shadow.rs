@@ -1,10 +1,14 @@
 //! Symmetry classes of a collective step's transfers. A step run by flows (a ring of 1,024 ranks:
 //! 1,024 transfers) often moves identical transfers over routes of the same shape: the same bytes,
-//! latency and rate cap, over links of the same capacities in the same order. When those routes
-//! share no link with each other, and the links carry nothing else, each transfer is alone in a
-//! component of the same shape, and max-min rates are a function of a component's shape (a flow's
-//! progress, of its rate history: [`super::fluid`]). So the engine runs one transfer of each such
-//! class as a flow (the *representative*) and finishes the others with it (its *shadows*).
+//! latency and rate cap, over links of the same capacities in the same order. The step's transfers
+//! fall into *groups*, connected by shared links (one transfer whose route shares no link; under
+//! `--nic-route channels` a striped ring's rank sends its NVLink share and, through the next GPU's
+//! NIC, its network share over the same NVLink hops: a group of two). When groups have the same
+//! shape (their transfers alike and sharing links the same way) and their links carry nothing
+//! else, each group is alone in components of the same shape, and max-min rates are a function
+//! of a component's shape (a flow's progress, of its rate history: [`super::fluid`]). So the
+//! engine runs one group of each such class as flows (the *representatives*) and finishes the
+//! others with it (their *shadows*: shadow m of an image group arrives with representative m).
 //!
 //! Two collectives over the same ranks (ZeRO-3's parameter all-gather beside its gradient
 //! reduce-scatter, both rings in the same order) put, at every ring position, one transfer of each
@@ -14,11 +18,13 @@
 //!
 //! Invariant: a class's shadows are *live* (not flows) only while every link of the class's
 //! routes (the *footprint*) carries nothing but the representatives of live classes with the very
-//! same routes: checked when the representative starts moving, and kept by turning the shadows
-//! into the flows a full run holds at that instant (their representative's state, copied) the
-//! moment other traffic is about to reach the footprint (a flow activating); a collective does
-//! not reserve links of a footprint (reserving treats them as held by another collective, so its
-//! transfers there run as flows). Results are bit-identical to running every transfer as its own flow
+//! same routes: checked when the first representative of its group starts moving (the others,
+//! still waiting out their latency, move later with the class live), and kept by turning the
+//! shadows into the flows a full run holds at that instant (their representative's state, copied;
+//! pending with their representative when it has not moved yet) the moment other traffic is about
+//! to reach the footprint (a flow activating); a collective does not reserve links of a footprint
+//! (reserving treats them as held by another collective, so its transfers there run as flows).
+//! Results are bit-identical to running every transfer as its own flow
 //! ([`super::Options::collective_flows`], tested in `tests/collective_shadows.rs`).
 
 use super::{Engine, EventKind, FlowId, Owner, Pending, Xfer};
