@@ -138,6 +138,10 @@ impl Shadows {
     }
 }
 
+/// A collective whose converted flows [`Engine::reshadow`] turns back into a live class: its
+/// slot, its step, the step's classes, the class, and its flows on the representative routes.
+type Partner = (u32, u32, Rc<StepClasses>, usize, Vec<FlowId>);
+
 /// Union-find root of `i`, halving paths.
 fn root(parent: &mut [u32], mut i: u32) -> u32 {
     while parent[i as usize] != i {
@@ -415,7 +419,7 @@ impl Engine<'_> {
             return Ok(false);
         }
         // The collectives' flows on the representative group's routes, with their steps' classes.
-        let mut partners: Vec<(u32, u32, Rc<StepClasses>, usize, Vec<FlowId>)> = Vec::with_capacity(n);
+        let mut partners: Vec<Partner> = Vec::with_capacity(n);
         for f in on_first {
             let p = self.pending[self.flow_slot[f as usize] as usize];
             let Owner::Collective(c) = p.owner else { return Ok(false) };
