@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::plan::{plan_report, plan_setup};
+use common::plan::{assert_breakdowns_agree, plan_report, plan_setup};
 use dagsim::collective::CollectiveOp;
 use dagsim::dag::{Phase, Work};
 use dagsim::parallel::{CpComm, ParallelPlan};
@@ -179,17 +179,7 @@ fn reduced_context_parallel_simulation_gives_the_full_step_time() {
         let (fast, full) = (report(&s, true), report(&s, false));
         assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
         assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
-        let (a, b) = (fast.breakdown, full.breakdown);
-        for (x, y, what) in [
-            (a.compute, b.compute, "compute"),
-            (a.tp_comm, b.tp_comm, "tp"),
-            (a.pp_comm, b.pp_comm, "pp"),
-            (a.dp_comm, b.dp_comm, "dp"),
-            (a.bubble, b.bubble, "bubble"),
-            (a.idle, b.idle, "idle"),
-        ] {
-            assert!((x - y).abs() <= 1e-9 * full.step_time_s, "{spec} {what}: reduced {x} full {y}");
-        }
+        assert_breakdowns_agree(&fast, &full, spec);
     }
 }
 
