@@ -92,6 +92,7 @@ pub const CASES: &[&str] = &[
     "sweep-1000-scenarios",
     "gpt3-175b-a100-1024gpu-plan",
     "gpt3-175b-a100-16384gpu-plan",
+    "llama2-7b-h100-16gpu-plan-search",
     "llama2-70b-h100-1024gpu-plan-search",
 ];
 
@@ -227,6 +228,11 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
                 8 * dp,
                 iterations,
             )?))
+        }
+        // `dagsim plan --model llama2-7b --topology dgx-h100 --gpus 16 --global-batch 16`: a plan
+        // search small enough to time on every change.
+        "llama2-7b-h100-16gpu-plan-search" => {
+            Work::PlanSearch(Box::new(plan_setup("llama2-7b", "dgx-h100", "dp=16", 16, iterations)?))
         }
         "llama2-70b-h100-1024gpu-plan-search" => {
             Work::PlanSearch(Box::new(plan_setup("llama2-70b", "dgx-h100", "dp=1024", 1024, iterations)?))

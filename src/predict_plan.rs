@@ -275,8 +275,8 @@ impl PlanSetup {
         (first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect(), k)
     }
 
-    /// How many DP replicas a symmetric simulation keeps: k = GPUs per node / gcd(GPUs per node,
-    /// tp), the replicas filling whole nodes, when rotating the nodes by k replicas maps the
+    /// How many DP replicas a symmetric simulation keeps: k = lcm(GPUs per node / gcd(GPUs per
+    /// node, tp), cp), the replicas filling whole nodes and whole CP groups, when rotating the nodes by k replicas maps the
     /// machine and the plan onto themselves (identical nodes meeting at one switch, whole stages
     /// of whole nodes, FSDP shard groups made of whole blocks) and traffic inside a TP group never
     /// shares a link with traffic between nodes (then the TP collectives of the replicas left out
@@ -285,19 +285,16 @@ impl PlanSetup {
         let p = &self.plan;
         let gpus = p.gpus();
         let Some(g) = machine.uniform_nodes(gpus) else { return p.dp };
+        // Replicas filling whole nodes, and whole context-parallel groups (a CP group is cp
+        // consecutive replicas of the folded plan): lcm(g / gcd(g, tp), cp) replicas.
         let k = g / gcd(g, p.tp);
+        let cp = p.cp_folded.max(1);
+        let k = k / gcd(k, cp) * cp;
         let shard_ok = p.sharding != Sharding::FsdpHybrid || self.shard_group(g) % k == 0;
         // Expert-parallel groups must lie inside a block, so that the left-out blocks' groups are
         // images of simulated ones.
         let ep_ok = p.ep <= 1 || (k * p.tp) % p.ep == 0;
-        let cp_ok = k % p.cp_folded.max(1) == 0;
-        if (p.tp * p.dp) % g != 0
-            || p.dp % k != 0
-            || !shard_ok
-            || !ep_ok
-            || !cp_ok
-            || !tp_apart_from_network(machine, p.tp, g)
-        {
+        if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !ep_ok || !tp_apart_from_network(machine, p.tp, g) {
             return p.dp;
         }
         k

@@ -42,12 +42,12 @@ fn grouped_equals_flow_by_flow(dag: &dagsim::dag::Dag, m: &Machine, what: &str) 
 #[test]
 fn two_rings_on_one_group_are_timed_by_class_exactly() {
     // One ring per collective (`--nic-route local`); under the default `channels` a ring across
-    // nodes runs as one ring per GPU of a node, whose transfers share NVLink links, so they form
-    // no classes: checked against the reference too, last.
+    // nodes runs as one ring per GPU of a node, where each rank's NVLink share and network share
+    // cross the same NVLink hops: groups of two transfers, 16 a step in one class (checked last).
     let channels = load_topology("dgx-h100").unwrap().instantiate(16).unwrap();
     let mut m = channels.clone();
     m.nic_route = NicRoute::Local;
-    let (mut shadowed, mut turned) = (0, 0);
+    let (mut shadowed, mut turned, mut striped) = (0, 0, 0);
     for (m, offset) in [0u64, 1, 2_500, 7_000, 13_000, 40_000, 123_457, 1_000_000]
         .into_iter()
         .map(|o| (&m, o))
@@ -79,8 +79,12 @@ fn two_rings_on_one_group_are_timed_by_class_exactly() {
             let run = grouped_equals_flow_by_flow(&dag, m, &what);
             shadowed += run.collective_shadows;
             turned += run.collective_shadows_to_flows;
+            if m.nic_route == NicRoute::Channels {
+                striped += run.collective_shadows;
+            }
         }
     }
+    assert!(striped > 1000, "{striped} transfers of striped rings shadowed");
     // Both paths ran: shadows arriving with their representative, and shadows turned into flows
     // when the copy (or the other ring, out of step) reached their links.
     assert!(shadowed > 1000, "{shadowed} transfers shadowed");
@@ -179,6 +183,75 @@ proptest::proptest! {
             }
             let dag = b.build(DagMeta { gpus: 16, iterations: 0, iteration_end: vec![] }).unwrap();
             grouped_equals_flow_by_flow(&dag, m, &format!("{jobs:?}"));
+        });
+    }
+}
+
+#[derive(Debug, Clone)]
+enum StripedJob {
+    /// A ring collective (operation by index) over the GPUs `offset, offset + stride, ...` of each
+    /// of the first `nodes` nodes (a DP group of a plan with tp = `stride`), after a delay.
+    Collective { op: u8, stride: u8, offset: u8, nodes: u8, bytes: u64, delay: u64 },
+    /// A copy between two GPUs, after a delay.
+    Copy { src: u8, dst: u8, bytes: u64, delay: u64 },
+}
+
+fn striped_job() -> impl proptest::strategy::Strategy<Value = StripedJob> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => (0u8..3, 0u8..3, 0u8..4, 2u8..5, 1u64..16_000_000, 0u64..200_000).prop_map(
+            |(op, s, offset, nodes, bytes, delay)| {
+                let stride = [1u8, 2, 4][s as usize];
+                StripedJob::Collective { op, stride, offset: offset % stride, nodes, bytes, delay }
+            }
+        ),
+        1 => (0u8..32, 0u8..32, 0u64..16_000_000, 0u64..300_000).prop_map(|(src, dst, bytes, delay)| {
+            StripedJob::Copy { src, dst, bytes, delay }
+        }),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24),
+        ..Default::default()
+    })]
+    /// Rings across 2 to 4 DGX H100 nodes with 2, 4 or 8 GPUs of each node (under `channels`:
+    /// striped rings, a class of groups of two transfers per step), many over the same or
+    /// overlapping GPUs, and copies, each after a random delay, under both NIC routes: grouped
+    /// timing gives the flow-by-flow run, bit for bit. 24 cases; `PROPTEST_CASES=N` runs more.
+    #[test]
+    fn random_striped_rings_match_flow_by_flow(jobs in proptest::collection::vec(striped_job(), 1..8)) {
+        thread_local! {
+            static MACHINE: Machine = load_topology("dgx-h100").unwrap().instantiate(32).unwrap();
+        }
+        MACHINE.with(|channels| {
+            let mut local = channels.clone();
+            local.nic_route = NicRoute::Local;
+            let mut b = DagBuilder::new();
+            for j in &jobs {
+                let (work, delay) = match *j {
+                    StripedJob::Collective { op, stride, offset, nodes, bytes, delay } => {
+                        let ranks = (0..nodes as u32)
+                            .flat_map(|n| (offset as u32..8).step_by(stride as usize).map(move |g| n * 8 + g))
+                            .collect();
+                        let group = b.add_group(ranks);
+                        let op = [CollectiveOp::AllGather, CollectiveOp::ReduceScatter, CollectiveOp::AllReduce][op as usize];
+                        (Work::Collective { group, op, algorithm: Algorithm::Ring, bytes }, delay)
+                    }
+                    StripedJob::Copy { src, dst, bytes, delay } => {
+                        let (a, z) = (channels.gpus[src as usize].device, channels.gpus[dst as usize].device);
+                        (Work::Transfer { src: a, dst: z, bytes }, delay)
+                    }
+                };
+                let wait = b.add_task(task(Work::Fixed { ns: delay }));
+                let t = b.add_task(task(work));
+                b.add_edge(wait, t);
+            }
+            let dag = b.build(DagMeta { gpus: 32, iterations: 0, iteration_end: vec![] }).unwrap();
+            for m in [channels, &local] {
+                grouped_equals_flow_by_flow(&dag, m, &format!("{} {jobs:?}", m.nic_route.name()));
+            }
         });
     }
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::plan::{plan_report, plan_setup};
+use common::plan::{assert_breakdowns_agree, plan_report, plan_setup};
 use dagsim::collective::CollectiveOp;
 use dagsim::dag::{Phase, Work};
 use dagsim::parallel::{CpComm, ParallelPlan};
@@ -168,11 +168,18 @@ fn reduced_context_parallel_simulation_gives_the_full_step_time() {
         ("tp=2,cp=2,dp=4,cp-comm=p2p", 8),
         ("tp=1,cp=4,dp=4,cp-comm=p2p", 8),
         ("tp=2,cp=2,pp=2,dp=2,cp-comm=p2p", 4),
+        // CP groups wider than a node's replicas (8 / gcd(8, tp)): blocks of cp replicas, over
+        // two nodes and more.
+        ("tp=1,cp=16,dp=2", 4),
+        ("tp=2,cp=8,dp=2,cp-comm=p2p", 4),
+        ("tp=4,cp=4,pp=2,dp=2", 4),
+        ("tp=4,cp=4,pp=2,dp=2,cp-comm=p2p", 4),
     ] {
         let s = setup(spec, gbs, 8192);
         let (fast, full) = (report(&s, true), report(&s, false));
         assert!(fast.gpus_simulated < full.gpus_simulated, "{spec}: nothing reduced");
         assert_eq!(fast.step_time_s, full.step_time_s, "{spec}");
+        assert_breakdowns_agree(&fast, &full, spec);
     }
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::plan::{plan_report, plan_setup};
+use common::plan::{assert_breakdowns_agree, plan_report, plan_setup};
 use dagsim::predict_plan::{default_plan_strategy, PlanSetup};
 use dagsim::report::plan::PlanReport;
 use dagsim::workload::transformer::TransformerConfig;
@@ -78,17 +78,7 @@ fn reduced_and_full_simulation_agree_whatever_the_collectives() {
             assert_eq!(fast.gpus_simulated, 4, "{allreduce}: two replicas of a TP group's first rank per stage");
         }
         assert_eq!(fast.step_time_s, full.step_time_s, "{allreduce}");
-        let (a, b) = (fast.breakdown, full.breakdown);
-        for (x, y, what) in [
-            (a.compute, b.compute, "compute"),
-            (a.tp_comm, b.tp_comm, "tp"),
-            (a.pp_comm, b.pp_comm, "pp"),
-            (a.dp_comm, b.dp_comm, "dp"),
-            (a.bubble, b.bubble, "bubble"),
-            (a.idle, b.idle, "idle"),
-        ] {
-            assert!((x - y).abs() <= 1e-9 * full.step_time_s, "{allreduce} {what}: reduced {x} full {y}");
-        }
+        assert_breakdowns_agree(&fast, &full, allreduce);
     }
 }
 

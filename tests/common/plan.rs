@@ -34,6 +34,22 @@ pub fn plan_report(s: &PlanSetup, symmetric: bool) -> PlanReport {
     s.predict_with(symmetric).unwrap().llm.unwrap()
 }
 
+/// The reduced simulation's breakdown agrees with the full one's, each part within 1e-9 of the
+/// step (sums over different numbers of GPUs).
+pub fn assert_breakdowns_agree(fast: &PlanReport, full: &PlanReport, what: &str) {
+    let (a, b) = (&fast.breakdown, &full.breakdown);
+    for (x, y, part) in [
+        (a.compute, b.compute, "compute"),
+        (a.tp_comm, b.tp_comm, "tp"),
+        (a.pp_comm, b.pp_comm, "pp"),
+        (a.dp_comm, b.dp_comm, "dp"),
+        (a.bubble, b.bubble, "bubble"),
+        (a.idle, b.idle, "idle"),
+    ] {
+        assert!((x - y).abs() <= 1e-9 * full.step_time_s, "{what} {part}: reduced {x} full {y}");
+    }
+}
+
 /// A small GPT (8 layers, hidden 1024) so that many plans run quickly.
 pub fn small_gpt() -> TransformerConfig {
     TransformerConfig {
