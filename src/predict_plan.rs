@@ -366,6 +366,7 @@ impl PlanSetup {
             // Each TP rank sends its 1/tp of the activations (sequence parallelism, or Megatron's
             // scatter-gather of the replicated tensor).
             pp_bytes: (tokens * self.model.hidden * elem).div_ceil(p.tp as u64),
+            pp_gathered_bytes: tokens * self.model.hidden * elem,
             param_per_grad_byte: elem as f64 / p.grad_bytes as f64,
             tied_bytes: if self.model.tied_embeddings && p.pp > 1 {
                 self.model.vocab * self.model.hidden / p.tp as u64 * p.grad_bytes

@@ -44,6 +44,9 @@ pub struct PlanLayout {
     pub represented: Vec<u32>,
     /// Bytes each TP rank sends to the next stage per micro-batch (and the gradient back).
     pub pp_bytes: u64,
+    /// The whole activation of a micro-batch at a stage boundary (what `pipe-engine=deepspeed`
+    /// all-gathers over the TP group).
+    pub pp_gathered_bytes: u64,
     /// Bytes of a parameter as gathered, per byte of its gradient (ZeRO and FSDP all-gathers).
     pub param_per_grad_byte: f64,
     /// Gradient bytes of tied embedding weights all-reduced between the first and the last stage
@@ -96,6 +99,7 @@ impl PlanLayout {
             chunks: vec![vec![(0..layers).collect()]],
             represented: (0..represented).collect(),
             pp_bytes: 0,
+            pp_gathered_bytes: 0,
             param_per_grad_byte: 0.0,
             tied_bytes: 0,
             shard_group: gpus,
@@ -682,6 +686,38 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     Pass::Backward => chunk.iter().rev().copied().collect(),
                 };
                 let mut entry: Vec<Option<TaskId>> = vec![None; members.len()];
+                // DeepSpeed's pipeline engine rebuilds the activations it partitioned over the TP
+                // group before using them: the received input before a forward (not on the first
+                // stage); its own output and the received gradient before a backward (not on the
+                // last stage). Each is an all-gather of the whole activation on the TP group.
+                let pipe_gathers = match step.pass {
+                    _ if !plan.deepspeed_pipe || tp == 1 => 0,
+                    Pass::Forward if stage > 0 => 1,
+                    Pass::Backward if stage + 1 < pp => 2,
+                    _ => 0,
+                };
+                for _ in 0..pipe_gathers {
+                    let c = b.add_task(task(
+                        Work::Collective {
+                            group: *tp_group,
+                            op: CollectiveOp::AllGather,
+                            algorithm: s.allreduce,
+                            bytes: layout.pp_gathered_bytes,
+                        },
+                        Some(*tp_queue),
+                        Phase::PipelineTransfer,
+                        None,
+                        it,
+                        None,
+                    ));
+                    for (p, e) in last.iter_mut().zip(entry.iter_mut()) {
+                        if let Some(x) = *p {
+                            b.add_edge(x, c);
+                        }
+                        *p = Some(c);
+                        e.get_or_insert(c);
+                    }
+                }
                 // Each step starts a module (a pass through it frees it at the end).
                 let mut current_unit: Option<u32> = None;
                 for &l in &seq {

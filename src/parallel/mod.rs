@@ -126,6 +126,15 @@ pub struct ParallelPlan {
     /// How the transformer layers are split over the pipeline stages (`pp-partition=`).
     #[serde(skip_serializing_if = "PpPartition::is_even")]
     pub pp_partition: PpPartition,
+    /// DeepSpeed's `PipelineEngine` moves the activations between stages (`pipe-engine=deepspeed`):
+    /// with tp > 1 it sends each TP rank's 1/tp slice (`PartitionedTensor`) and all-gathers the
+    /// whole over the TP group where it is used: the received activation before each forward,
+    /// the stage's own output and the received gradient before each backward (DeepSpeed v0.5.10
+    /// and v0.6.0 `runtime/pipe/engine.py`: `is_pipe_partitioned = is_grad_partitioned =
+    /// is_model_parallel`, `part.full()` in `_exec_forward_pass` and `_exec_backward_pass`;
+    /// `runtime/utils.py` `PartitionedTensor.full` is one `dist.all_gather`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deepspeed_pipe: bool,
 }
 
 /// How the layers are split over pipeline stages.
@@ -247,6 +256,7 @@ impl Default for ParallelPlan {
             host: HostLaunch::Eager,
             host_launch_ns: None,
             pp_partition: PpPartition::Even,
+            deepspeed_pipe: false,
         }
     }
 }
@@ -393,6 +403,13 @@ impl ParallelPlan {
                         }
                     }
                 }
+                "pipe-engine" | "pipe_engine" => {
+                    p.deepspeed_pipe = match value.as_str() {
+                        "deepspeed" => true,
+                        "megatron" => false,
+                        v => return Err(err(format!("pipe-engine={v}: expected megatron or deepspeed"))),
+                    }
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -478,6 +495,9 @@ impl ParallelPlan {
         if self.pp > 1 && !self.pp_partition.is_even() {
             s += &format!(",pp-partition={}", self.pp_partition.name());
         }
+        if self.pp > 1 && self.deepspeed_pipe {
+            s += ",pipe-engine=deepspeed";
+        }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
         }
@@ -540,6 +560,16 @@ impl ParallelPlan {
                     self.pp,
                     self.dp,
                     self.gpus()
+                ),
+            );
+        }
+        if self.deepspeed_pipe && self.pp > 1 && self.vp > 1 {
+            return bad(
+                "--parallel",
+                format!(
+                    "pipe-engine=deepspeed runs one chunk per stage (DeepSpeed's TrainSchedule has no interleaving); \
+                     vp={} needs pipe-engine=megatron",
+                    self.vp
                 ),
             );
         }
