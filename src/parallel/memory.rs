@@ -368,6 +368,18 @@ mod tests {
     #[test]
     fn state_is_eighteen_bytes_per_parameter_and_zero_shards_it() {
         let m = TransformerConfig::named("llama2-70b").unwrap();
+        let peak = |p: &ParallelPlan| {
+            let input = MemoryInput {
+                model: &m,
+                plan: p,
+                precision: Precision::Bf16,
+                seq_len: 4096,
+                flash: true,
+                gpus_per_node: 8,
+                capacity: 80 << 30,
+            };
+            plan_memory(&input).peak().clone()
+        };
         let mem_with = |sharding, dp, grad_bytes| {
             let p = ParallelPlan {
                 tp: 8,
@@ -378,16 +390,7 @@ mod tests {
                 grad_bytes,
                 ..Default::default()
             };
-            let input = MemoryInput {
-                model: &m,
-                plan: &p,
-                precision: Precision::Bf16,
-                seq_len: 4096,
-                flash: true,
-                gpus_per_node: 8,
-                capacity: 80 << 30,
-            };
-            plan_memory(&input).peak().clone()
+            peak(&p)
         };
         let mem = |sharding, dp| mem_with(sharding, dp, crate::workload::llm::GRAD_BYTES);
         let none = mem(Sharding::None, 4);
@@ -401,19 +404,7 @@ mod tests {
         assert_eq!(bf16.weights + bf16.gradients + bf16.optimizer, 16 * bf16.params);
         // DeepSpeed's BF16_Optimizer: 16-bit weights and .grad, an unsharded FP32 gradient
         // buffer, and the master weights and moments sharded as ZeRO-1: 2 + 2 + 4 + 12 / dp.
-        let ds = |spec: &str| {
-            let p = ParallelPlan::parse(spec).unwrap();
-            let input = MemoryInput {
-                model: &m,
-                plan: &p,
-                precision: Precision::Bf16,
-                seq_len: 4096,
-                flash: true,
-                gpus_per_node: 8,
-                capacity: 80 << 30,
-            };
-            plan_memory(&input).peak().clone()
-        };
+        let ds = |spec: &str| peak(&ParallelPlan::parse(spec).unwrap());
         let bf16 = ds("tp=8,dp=4,zero=1,mp-optimizer=ds-bf16");
         assert_eq!((bf16.weights, bf16.gradients, bf16.optimizer), (2 * bf16.params, 6 * bf16.params, 3 * bf16.params));
         // DeepSpeed's ZeRO-1 optimizer: the 16-bit .grad only, 2 + 2 + 12 / dp.
