@@ -6,7 +6,7 @@
 //! activations of every forward whose backward has not run yet; the schedule module says how many
 //! that is at the peak (the first 1F1B stage holds pp micro-batches).
 
-use super::{ParallelPlan, Recompute, Sharding};
+use super::{MpOptimizer, ParallelPlan, Recompute, Sharding};
 use crate::dag::schedule::{stage_order, Pass};
 use crate::error::{Error, Result};
 use crate::workload::transformer::TransformerConfig;
@@ -22,6 +22,24 @@ use std::ops::Range;
 /// is 16-bit: Megatron-Core allocates it in `torch.float if grad_reduce_in_fp32 else param.dtype`
 /// (`megatron/core/distributed/distributed_data_parallel.py`), Apex DistributedFusedAdam in its
 /// `grad_sync_dtype`.
+///
+/// DeepSpeed (`mp-optimizer=`), at the versions BigScience ran (microsoft/DeepSpeed):
+/// - `ds-zero`, ZeRO stage 1/2 (`runtime/zero/stage_1_and_2.py` @ v0.5.10): 16-bit flat weights
+///   (2), the gradients left in each parameter's 16-bit `.grad` until `reduce_gradients` (2,
+///   unsharded under stage 1), the FP32 master partition (`single_partition_of_fp32_groups`,
+///   `.clone().float()`, l.337-339) and Adam's two FP32 moments: 2 + 2 + 12 / dp, as `grad-reduce=
+///   bf16` counts. The FP32 gradient partition (`single_grad_partition`, l.1686-1697, 4 / dp) and
+///   the reduce bucket (`torch.empty(reduce_bucket_size)`, l.589) exist only after the last
+///   backward, when the activations and the other ranks' gradients are freed: not at the peak.
+/// - `ds-bf16`, `BF16_Optimizer` (`runtime/bf16_optimizer.py` @ 56c5223, PR #1801, the merged form
+///   of the branch BigScience used from 02-28): 16-bit flat weights (2), an unsharded FP32
+///   gradient buffer `fp32_groups_gradients_flat = torch.zeros_like(bf16_groups_flat,
+///   dtype=torch.float32)` (4, l.164-166), the 16-bit `.grad` kept beside it because the
+///   pipeline engine calls `update_hp_grads(clear_lp_grads=False)` and frees them only before the
+///   next backward (`runtime/pipe/engine.py` l.748, l.760) (2), the FP32 master partition
+///   (`fp32_groups_flat_partition`, l.157-158) and the moments: 2 + 6 + 12 / dp. BigScience: "It
+///   doesn't shard the static fp32 buffer it reuses, which consumes `4 bytes * params` of
+///   additional memory" (tr11-176B-ml README l.461).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct StateBytes {
     weights: f64,
@@ -29,10 +47,14 @@ struct StateBytes {
     optimizer: f64,
 }
 
-fn state_bytes(precision: Precision, sharding: Sharding, grad_bytes: u64) -> StateBytes {
-    match (precision, sharding.shards_params()) {
+fn state_bytes(precision: Precision, plan: &ParallelPlan) -> StateBytes {
+    let grads = match plan.mp_optimizer {
+        MpOptimizer::DsBf16 => 2.0 + 4.0,
+        MpOptimizer::Megatron | MpOptimizer::DsZero => plan.grad_bytes as f64,
+    };
+    match (precision, plan.sharding.shards_params()) {
         (Precision::Fp32, _) => StateBytes { weights: 4.0, grads: 4.0, optimizer: 8.0 },
-        (_, false) => StateBytes { weights: 2.0, grads: grad_bytes as f64, optimizer: 12.0 },
+        (_, false) => StateBytes { weights: 2.0, grads, optimizer: 12.0 },
         (_, true) => StateBytes { weights: 4.0, grads: 4.0, optimizer: 8.0 },
     }
 }
@@ -211,7 +233,7 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
         Sharding::None => 1.0,
         _ => plan.dp as f64,
     };
-    let b = state_bytes(precision, plan.sharding, plan.grad_bytes);
+    let b = state_bytes(precision, plan);
     let grad_div = if plan.sharding.shards_grads() { shard } else { 1.0 };
     let opt_div = if plan.sharding.shards_optimizer() { shard } else { 1.0 };
     let weight_div = if plan.sharding.shards_params() { shard } else { 1.0 };
@@ -346,6 +368,18 @@ mod tests {
     #[test]
     fn state_is_eighteen_bytes_per_parameter_and_zero_shards_it() {
         let m = TransformerConfig::named("llama2-70b").unwrap();
+        let peak = |p: &ParallelPlan| {
+            let input = MemoryInput {
+                model: &m,
+                plan: p,
+                precision: Precision::Bf16,
+                seq_len: 4096,
+                flash: true,
+                gpus_per_node: 8,
+                capacity: 80 << 30,
+            };
+            plan_memory(&input).peak().clone()
+        };
         let mem_with = |sharding, dp, grad_bytes| {
             let p = ParallelPlan {
                 tp: 8,
@@ -356,16 +390,7 @@ mod tests {
                 grad_bytes,
                 ..Default::default()
             };
-            let input = MemoryInput {
-                model: &m,
-                plan: &p,
-                precision: Precision::Bf16,
-                seq_len: 4096,
-                flash: true,
-                gpus_per_node: 8,
-                capacity: 80 << 30,
-            };
-            plan_memory(&input).peak().clone()
+            peak(&p)
         };
         let mem = |sharding, dp| mem_with(sharding, dp, crate::workload::llm::GRAD_BYTES);
         let none = mem(Sharding::None, 4);
@@ -377,6 +402,14 @@ mod tests {
         let bf16 = mem_with(Sharding::None, 4, 2);
         assert_eq!(bf16.gradients * 2, none.gradients);
         assert_eq!(bf16.weights + bf16.gradients + bf16.optimizer, 16 * bf16.params);
+        // DeepSpeed's BF16_Optimizer: 16-bit weights and .grad, an unsharded FP32 gradient
+        // buffer, and the master weights and moments sharded as ZeRO-1: 2 + 2 + 4 + 12 / dp.
+        let ds = |spec: &str| peak(&ParallelPlan::parse(spec).unwrap());
+        let bf16 = ds("tp=8,dp=4,zero=1,mp-optimizer=ds-bf16");
+        assert_eq!((bf16.weights, bf16.gradients, bf16.optimizer), (2 * bf16.params, 6 * bf16.params, 3 * bf16.params));
+        // DeepSpeed's ZeRO-1 optimizer: the 16-bit .grad only, 2 + 2 + 12 / dp.
+        let dz = ds("tp=8,dp=4,zero=1,mp-optimizer=ds-zero");
+        assert_eq!((dz.weights, dz.gradients, dz.optimizer), (2 * dz.params, 2 * dz.params, 3 * dz.params));
         let z3 = mem(Sharding::Zero3, 4);
         assert_eq!(z3.weights + z3.gradients + z3.optimizer, 4 * z3.params); // 16 bytes over dp = 4
         assert!(z3.gathered > 0);

@@ -135,6 +135,40 @@ pub struct ParallelPlan {
     /// `runtime/utils.py` `PartitionedTensor.full` is one `dist.all_gather`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deepspeed_pipe: bool,
+    /// The mixed-precision optimizer that holds the model state (`mp-optimizer=`): what it keeps
+    /// per parameter is in `memory::state_bytes`.
+    #[serde(skip_serializing_if = "MpOptimizer::is_megatron")]
+    pub mp_optimizer: MpOptimizer,
+}
+
+/// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
+/// 16-bit weights (the step time does not depend on it: only the memory does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MpOptimizer {
+    /// Megatron-LM's (`Float16OptimizerWithFloat16Params`, the distributed optimizer under
+    /// ZeRO-1): one gradient buffer at `grad-reduce`'s bytes.
+    #[default]
+    Megatron,
+    /// DeepSpeed's ZeRO stage 1/2 optimizer (`runtime/zero/stage_1_and_2.py`): gradients in
+    /// the parameters' own 16-bit `.grad`, reduced in 16 bits.
+    DsZero,
+    /// DeepSpeed's `BF16_Optimizer` (`runtime/bf16_optimizer.py`, BigScience's BLOOM runs): the
+    /// 16-bit `.grad` plus an unsharded FP32 accumulation buffer, reduced in FP32, its own ZeRO-1.
+    DsBf16,
+}
+
+impl MpOptimizer {
+    pub fn is_megatron(&self) -> bool {
+        *self == MpOptimizer::Megatron
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MpOptimizer::Megatron => "megatron",
+            MpOptimizer::DsZero => "ds-zero",
+            MpOptimizer::DsBf16 => "ds-bf16",
+        }
+    }
 }
 
 /// How the layers are split over pipeline stages.
@@ -257,6 +291,7 @@ impl Default for ParallelPlan {
             host_launch_ns: None,
             pp_partition: PpPartition::Even,
             deepspeed_pipe: false,
+            mp_optimizer: MpOptimizer::Megatron,
         }
     }
 }
@@ -286,6 +321,7 @@ impl ParallelPlan {
         let mut p = ParallelPlan::default();
         let err = |msg: String| Error::invalid("--parallel", msg);
         let mut schedule_given = false;
+        let mut grad_reduce_given = false;
         for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) =
                 part.split_once('=').ok_or_else(|| err(format!("`{part}` is not key=value (e.g. tp=8,pp=4,dp=8)")))?;
@@ -372,6 +408,7 @@ impl ParallelPlan {
                         .ok_or_else(|| err(format!("recompute={value}: expected none, selective or full")))?
                 }
                 "grad-reduce" | "grad_reduce" => {
+                    grad_reduce_given = true;
                     p.grad_bytes = match value.as_str() {
                         "fp32" => 4,
                         "bf16" | "fp16" => 2,
@@ -410,6 +447,14 @@ impl ParallelPlan {
                         v => return Err(err(format!("pipe-engine={v}: expected megatron or deepspeed"))),
                     }
                 }
+                "mp-optimizer" | "mp_optimizer" => {
+                    p.mp_optimizer = match value.as_str() {
+                        "megatron" => MpOptimizer::Megatron,
+                        "ds-zero" | "deepspeed" => MpOptimizer::DsZero,
+                        "ds-bf16" | "deepspeed-bf16" => MpOptimizer::DsBf16,
+                        v => return Err(err(format!("mp-optimizer={v}: expected megatron, ds-zero or ds-bf16"))),
+                    }
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -419,8 +464,39 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, pp-partition"
+                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer"
                     )))
+                }
+            }
+        }
+        match p.mp_optimizer {
+            MpOptimizer::Megatron => {}
+            // stage_1_and_2.py reduces the 16-bit `.grad` (DeepSpeed v0.5.10 `reduce_gradients`,
+            // its IPG buffer in `self.dtype`); stage 3 is another optimizer (stage3.py).
+            MpOptimizer::DsZero => {
+                if grad_reduce_given && p.grad_bytes != 2 {
+                    return Err(err(
+                        "mp-optimizer=ds-zero reduces 16-bit gradients: grad-reduce=fp32 contradicts it".into()
+                    ));
+                }
+                if !matches!(p.sharding, Sharding::Zero1 | Sharding::Zero2) {
+                    return Err(err(
+                        "mp-optimizer=ds-zero is DeepSpeed's ZeRO stage 1/2 optimizer: give zero=1 or zero=2".into(),
+                    ));
+                }
+                p.grad_bytes = 2;
+            }
+            // BF16_Optimizer all-reduces its FP32 buffer (`get_grads_for_reduction`) and shards
+            // only the FP32 master weights and moments (pipe/engine.py: "only bf16 + z1 are
+            // supported"), DeepSpeed 56c5223 (PR #1801).
+            MpOptimizer::DsBf16 => {
+                if p.grad_bytes != crate::workload::llm::GRAD_BYTES {
+                    return Err(err(
+                        "mp-optimizer=ds-bf16 reduces its FP32 gradient buffer: grad-reduce=bf16 contradicts it".into(),
+                    ));
+                }
+                if p.sharding != Sharding::Zero1 {
+                    return Err(err("mp-optimizer=ds-bf16 shards its optimizer as ZeRO-1 does: give zero=1".into()));
                 }
             }
         }
@@ -486,8 +562,11 @@ impl ParallelPlan {
         if self.flash == Some(false) {
             s += ",flash=off";
         }
-        if self.grad_bytes == 2 {
+        if self.grad_bytes == 2 && self.mp_optimizer != MpOptimizer::DsZero {
             s += ",grad-reduce=bf16";
+        }
+        if !self.mp_optimizer.is_megatron() {
+            s += &format!(",mp-optimizer={}", self.mp_optimizer.name());
         }
         if self.host != HostLaunch::Eager {
             s += &format!(",host={}", self.host.name());
@@ -834,6 +913,25 @@ mod tests {
         assert_eq!(p.coords(45), Coords { tp: 5, dp: 1, stage: 2 });
         let i = ParallelPlan { pp: 4, vp: 2, ..Default::default() };
         assert_eq!(i.stage_layers(16, 1), vec![2..4, 10..12]);
+    }
+
+    #[test]
+    fn mp_optimizer_names_deepspeed_and_refuses_what_it_does_not_do() {
+        let p = ParallelPlan::parse("tp=2,dp=4,zero=1,mp-optimizer=ds-zero").unwrap();
+        assert_eq!((p.mp_optimizer, p.grad_bytes), (MpOptimizer::DsZero, 2));
+        assert!(p.name().ends_with(",zero=1,mp-optimizer=ds-zero"), "{}", p.name());
+        let b = ParallelPlan::parse("tp=2,dp=4,zero=1,mp-optimizer=ds-bf16").unwrap();
+        assert_eq!((b.mp_optimizer, b.grad_bytes), (MpOptimizer::DsBf16, 4));
+        for (spec, needle) in [
+            ("dp=4,zero=1,mp-optimizer=ds-zero,grad-reduce=fp32", "grad-reduce=fp32"),
+            ("dp=4,zero=3,mp-optimizer=ds-zero", "zero=1 or zero=2"),
+            ("dp=4,zero=1,mp-optimizer=ds-bf16,grad-reduce=bf16", "grad-reduce=bf16"),
+            ("dp=4,mp-optimizer=ds-bf16", "zero=1"),
+            ("dp=4,mp-optimizer=apex", "mp-optimizer=apex"),
+        ] {
+            let e = ParallelPlan::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("--parallel"), "{spec}: {e}");
+        }
     }
 
     #[test]
