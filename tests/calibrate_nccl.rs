@@ -13,7 +13,9 @@ use dagsim::collective::nccl::transport::Transport;
 use dagsim::collective::nccl::version::NcclVersion;
 use dagsim::collective::nccl::NcclConfig;
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
-use dagsim::hw::calibration::{Calibration, CurvePoint, LinkCalibration, NcclHopCalibration, Provenance};
+use dagsim::hw::calibration::{
+    Calibration, CurvePoint, LinkCalibration, NcclHopCalibration, NcclProtocolCalibration, Provenance,
+};
 use dagsim::hw::{load_topology, Topology};
 use std::path::Path;
 
@@ -74,6 +76,54 @@ fn the_nccl_fit_recovers_the_rate_and_hop_latency_that_made_the_times() {
     assert!(worst < 0.02, "held-out worst |error| {worst}");
 }
 
+/// `known` with a start cost and a rate factor for LL and LL128.
+fn known_protocols(gb_s: f64, hop_us: f64, ll: (f64, f64), ll128: (f64, f64)) -> Calibration {
+    let mut c = known(gb_s, hop_us);
+    for (protocol, (start_us, rate_factor)) in [("LL", ll), ("LL128", ll128)] {
+        c.nccl_protocols.push(NcclProtocolCalibration { protocol: protocol.into(), start_us, rate_factor });
+    }
+    c
+}
+
+#[test]
+fn the_nccl_fit_recovers_each_protocols_start_cost_and_rate_factor() {
+    // Made with LL128 slow and late to start (as the ABCI nodes measure it) and LL a little slow:
+    // the fit finds them again, with one figure pair per protocol and no per-size figure.
+    let t = nccl("abci-v");
+    let m = synthetic(&t, &known_protocols(30.0, 0.8, (2.0, 0.8), (40.0, 0.6)));
+    let fit = fit_allreduce_nccl(&t, &m, &FitOptions { hold_out: false, ..Default::default() }).unwrap();
+    let protos: Vec<(&str, f64, f64)> =
+        fit.calibration.nccl_protocols.iter().map(|p| (p.protocol.as_str(), p.start_us, p.rate_factor)).collect();
+    assert_eq!(protos.iter().map(|p| p.0).collect::<Vec<_>>(), ["LL", "LL128"], "{protos:?}");
+    let (_, ll128_start, ll128_rate) = protos[1];
+    assert!((ll128_start - 40.0).abs() < 4.0, "LL128 start {ll128_start} us, made with 40: {protos:?}");
+    // The rate is the weaker figure: LL128 runs at 64 KiB..512 KiB only, mostly latency-bound.
+    assert!((ll128_rate - 0.6).abs() < 0.1, "LL128 rate factor {ll128_rate}, made with 0.6: {protos:?}");
+    let rate = fit.calibration.links[0].bandwidth[0].gb_s;
+    assert!((rate - 30.0).abs() < 1.5, "rate {rate} GB/s, made with 30");
+    let worst = fit.points.iter().map(|p| p.error.abs()).fold(0.0, f64::max);
+    assert!(worst < 0.05, "worst |error| {worst} (fitted and held out)");
+    // Written and read back, the entries survive; a file without them (older) still loads.
+    let back = Calibration::parse(&fit.calibration.to_json(), Path::new("x.json")).unwrap();
+    assert_eq!(back.nccl_protocols, fit.calibration.nccl_protocols);
+    let old = r#"{"format": "dagsim-calibration/1", "provenance": {"tool": "old"},
+        "nccl": [{"transport": "p2p-nvlink", "hop_latency_us": 0.4}]}"#;
+    assert!(Calibration::parse(old, Path::new("old.json")).unwrap().nccl_protocols.is_empty());
+}
+
+#[test]
+fn a_protocol_start_cost_adds_once_per_single_node_all_reduce() {
+    let t = nccl("abci-v");
+    let time = |cal: &Calibration, bytes: u64| {
+        let mut machine = t.instantiate(4).unwrap();
+        machine.apply_calibration(cal).unwrap();
+        simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap()
+    };
+    // 4 B runs LL: +5 us of LL start is 5 us more; LL128's figures do not touch it.
+    let base = time(&known(40.0, 0.0), 4);
+    assert_eq!(time(&known_protocols(40.0, 0.0, (5.0, 1.0), (50.0, 0.5)), 4) - base, 5_000);
+}
+
 #[test]
 fn a_hop_latency_adds_to_every_protocols_hop() {
     // 4 ranks, one node: a ring all-reduce crosses 2(4-1) = 6 hops in a row, so +1 us per
@@ -124,6 +174,15 @@ fn a_bad_nccl_section_names_its_field_and_exits_2() {
     for (entry, says) in [
         (r#"{"transport": "p2p-nvlink", "hop_latency_us": -1}"#, "nccl[0].hop_latency_us"),
         (r#"{"transport": "carrier-pigeon", "hop_latency_us": 1}"#, "carrier-pigeon"),
+        (r#"{"transport": "p2p-nvlink", "hop_latency_us": 1}], "nccl_protocols": [{"protocol": "LL9"}"#, "LL9"),
+        (
+            r#"{"transport": "p2p-nvlink", "hop_latency_us": 1}], "nccl_protocols": [{"protocol": "LL128", "rate_factor": 0}"#,
+            "nccl_protocols[0].rate_factor",
+        ),
+        (
+            r#"{"transport": "p2p-nvlink", "hop_latency_us": 1}], "nccl_protocols": [{"protocol": "ll", "start_us": -2}"#,
+            "nccl_protocols[0].start_us",
+        ),
     ] {
         let cal = dir.path().join("bad.json");
         let text = format!(

@@ -350,6 +350,12 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
             .nccl
             .iter()
             .map(|n| format!("{} +{:.3} us/hop", n.transport.key(), n.hop_latency_us))
+            .chain(
+                fit.calibration
+                    .nccl_protocols
+                    .iter()
+                    .map(|p| format!("{} +{:.3} us/call, rate x{:.4}", p.protocol, p.start_us, p.rate_factor)),
+            )
             .collect();
         writeln!(
             w,

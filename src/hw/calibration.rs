@@ -16,6 +16,7 @@
 //!                "bandwidth": [ { "bytes": 0, "gb_s": 20.0 } ] } ],
 //!   "collectives": [ { "op": "all-reduce", "algorithm": "ring", "efficiency": 0.9 } ],
 //!   "nccl": [ { "transport": "p2p-nvlink", "hop_latency_us": 0.39 } ],
+//!   "nccl_protocols": [ { "protocol": "LL128", "start_us": 50.0, "rate_factor": 0.55 } ],
 //!   "fit": [ ... per-point measured vs model, written by the fitter, ignored when applied ... ] }
 //! ```
 //!
@@ -27,7 +28,8 @@
 //! algorithm on the same links (e.g. NCCL pipelines a broadcast in far more pieces, over several
 //! channels). Fitted from measurements (`dagsim calibrate`), not assumed. An `nccl` entry (under
 //! the NCCL collective model only) adds its latency to every hop its transport carries, on top of
-//! NCCL's per-protocol hardware latency; `calibrate --collective-model nccl` fits it.
+//! NCCL's per-protocol hardware latency; `calibrate --collective-model nccl` fits it. An
+//! `nccl_protocols` entry gives one protocol a fixed start cost per call and a factor on its rate.
 
 use super::{BandwidthCurve, LinkKind, Machine};
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
@@ -52,6 +54,10 @@ pub struct Calibration {
     /// (applies under the NCCL collective model only; `calibrate --collective-model nccl` fits it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nccl: Vec<NcclHopCalibration>,
+    /// Per NCCL protocol, a fixed start cost per call and a factor on the rate the model gives
+    /// the protocol (NCCL model only; absent in older files, which then load unchanged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nccl_protocols: Vec<NcclProtocolCalibration>,
     /// The fitter's report, kept with the numbers it justifies. Not used when applying.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fit: Vec<FitPoint>,
@@ -120,6 +126,41 @@ pub struct NcclHopCalibration {
     pub hop_latency_us: f64,
 }
 
+/// How one NCCL protocol runs on the measured machine beyond NCCL's own tuner figures, fitted
+/// through the NCCL model: every call the tuner gives this protocol starts `start_us` later, and
+/// every hop moves its bytes at `rate_factor` times the rate the model gives the protocol. The
+/// tuner still chooses the protocol by NCCL's own figures (as NCCL does), so the fitted costs
+/// follow NCCL's protocol switches at sizes the fit never saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcclProtocolCalibration {
+    /// `LL`, `LL128` or `Simple` (any case, as `NCCL_PROTO`).
+    pub protocol: String,
+    /// Fixed time (us) added once to every call run with this protocol.
+    #[serde(default)]
+    pub start_us: f64,
+    /// Multiplies the rate of every hop of a call run with this protocol (1: the model's rate).
+    #[serde(default = "one")]
+    pub rate_factor: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl NcclProtocolCalibration {
+    /// The protocol, or what is wrong with one field: (field, message).
+    fn checked(&self) -> std::result::Result<crate::collective::nccl::version::Proto, (&'static str, String)> {
+        let proto = crate::collective::nccl::version::Proto::parse(&self.protocol)
+            .ok_or(("protocol", format!("unknown NCCL protocol `{}` (known: LL, LL128, Simple)", self.protocol)))?;
+        crate::units::check_duration_us(self.start_us).map_err(|m| ("start_us", m))?;
+        if !(self.rate_factor.is_finite() && self.rate_factor > 0.0 && self.rate_factor <= 100.0) {
+            return Err(("rate_factor", format!("must be a factor in (0, 100], found {}", self.rate_factor)));
+        }
+        Ok(proto)
+    }
+}
+
 /// One measured point against the fitted model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,6 +191,7 @@ impl Calibration {
             links: Vec::new(),
             collectives: Vec::new(),
             nccl: Vec::new(),
+            nccl_protocols: Vec::new(),
             fit: Vec::new(),
         }
     }
@@ -196,6 +238,9 @@ impl Calibration {
         for (i, n) in self.nccl.iter().enumerate() {
             crate::units::check_duration_us(n.hop_latency_us)
                 .map_err(|m| Error::parse(at(format!("nccl[{i}].hop_latency_us")), m))?;
+        }
+        for (i, p) in self.nccl_protocols.iter().enumerate() {
+            p.checked().map_err(|(f, m)| Error::parse(at(format!("nccl_protocols[{i}].{f}")), m))?;
         }
         Ok(())
     }
@@ -287,6 +332,12 @@ impl Machine {
             let extra = &mut self.transports.nccl_hop_extra_ns;
             extra.retain(|e| e.0 != n.transport);
             extra.push((n.transport, us_to_ns(n.hop_latency_us)));
+        }
+        for p in &cal.nccl_protocols {
+            let proto = p.checked().map_err(|(f, m)| Error::invalid(format!("calibration, nccl_protocols {f}"), m))?;
+            let costs = &mut self.transports.nccl_protocol_costs;
+            costs.retain(|c| c.0 != proto);
+            costs.push((proto, us_to_ns(p.start_us), p.rate_factor));
         }
         Ok(())
     }

@@ -75,6 +75,10 @@ pub struct Transports {
     /// latency; only a calibration sets it (`Calibration::nccl`), never a topology file.
     #[serde(skip)]
     pub nccl_hop_extra_ns: Vec<(crate::collective::nccl::transport::Transport, u64)>,
+    /// Per NCCL protocol, the start cost (ns) added to each call and the factor on its hops'
+    /// rate; only a calibration sets it (`Calibration::nccl_protocols`).
+    #[serde(skip)]
+    pub nccl_protocol_costs: Vec<(crate::collective::nccl::version::Proto, u64, f64)>,
 }
 
 impl Transports {
@@ -118,6 +122,11 @@ impl Transports {
     /// The calibrated extra latency of one hop over `transport` (0 when not calibrated).
     pub fn hop_extra_ns(&self, transport: crate::collective::nccl::transport::Transport) -> u64 {
         self.nccl_hop_extra_ns.iter().find(|(t, _)| *t == transport).map_or(0, |e| e.1)
+    }
+
+    /// The calibrated start cost (ns) and rate factor of `proto` ((0, 1) when not calibrated).
+    pub fn protocol_costs(&self, proto: crate::collective::nccl::version::Proto) -> (u64, f64) {
+        self.nccl_protocol_costs.iter().find(|c| c.0 == proto).map_or((0, 1.0), |c| (c.1, c.2))
     }
 
     pub fn cpu_vendor(&self) -> CpuVendor {

@@ -306,7 +306,7 @@ impl Comm {
         let func = func_of(op);
         let t = self.tables();
         let base_ns = match func {
-            Some(_) => us(t.base_lat(choice.algo, choice.proto)),
+            Some(_) => us(t.base_lat(choice.algo, choice.proto)) + self.protocol_costs(choice.proto, func).0,
             None => 0,
         };
         let shape = match (op, choice.algo) {
@@ -364,6 +364,19 @@ impl Comm {
             }
         }
         lat
+    }
+
+    /// A calibration's start cost (ns) and rate factor for `proto`, for an all-reduce on a
+    /// single-node communicator only: what `calibrate` fits them to. They do not carry across
+    /// nodes (the ABCI V-node all-reduces on 2..32 nodes run LL128 at 64 KiB..512 KiB in
+    /// 160..200 us, already below the model without a start cost) nor to a broadcast (the ABCI
+    /// V-node one: its median error doubles); topologies/measured/abci.
+    fn protocol_costs(&self, proto: Proto, f: Option<Func>) -> (Nanos, f64) {
+        if self.nodes == 1 && f == Some(Func::AllReduce) {
+            self.transports.protocol_costs(proto)
+        } else {
+            (0, 1.0)
+        }
     }
 
     fn graph_type_intra(&self, a: NcclAlgo) -> PathType {
@@ -453,6 +466,8 @@ impl Comm {
         if ceil.route_fraction * w < 1.0 {
             cap = cap.min(ceil.route_fraction * w * info.route_cap * share);
         }
+        // A calibration's factor on this protocol's rate (as its start cost).
+        cap *= self.protocol_costs(p, f).1;
         Hop { latency_ns, cap, rail }
     }
 
