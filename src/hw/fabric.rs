@@ -8,7 +8,7 @@
 //! deterministic hash of the two NICs onto one switch per tier, whose collisions share links as
 //! real ECMP does. Knows nothing of nodes' insides: the NICs are given.
 
-use super::{BandwidthCurve, Device, DeviceId, DeviceKind, Link, LinkId, LinkKind, Machine};
+use super::{Device, DeviceId, DeviceKind, Link, LinkId, LinkKind, Machine};
 use crate::error::{Error, Location, Result};
 use crate::units::us_to_ns;
 use rustc_hash::FxHashMap as HashMap;
@@ -198,16 +198,7 @@ impl FabricSpec {
             (devices.len() - 1) as DeviceId
         };
         let pair = |links: &mut Vec<Link>, a: DeviceId, b: DeviceId, lat: u64, rate: f64| {
-            let mk = |from, to| Link {
-                from,
-                to,
-                kind: net.kind,
-                latency_ns: lat,
-                bandwidth: BandwidthCurve::constant(rate),
-                nvlinks: None,
-            };
-            links.push(mk(a, b));
-            links.push(mk(b, a));
+            links.extend(Link::both_ways(a, b, net.kind, lat, rate));
             ((links.len() - 2) as LinkId, (links.len() - 1) as LinkId)
         };
         let mut routes = FabricRoutes {

@@ -278,14 +278,7 @@ impl GraphSpec {
         let shared = match (self.storage.shared, network) {
             (true, Some((sw, ..))) => {
                 let s = push_dev(&mut devices, "nfs".into(), DeviceKind::Storage, None);
-                links.push(Link {
-                    from: s,
-                    to: sw,
-                    kind: LinkKind::Storage,
-                    latency_ns: disk.0,
-                    bandwidth: disk.1.clone(),
-                    nvlinks: None,
-                });
+                links.push(Link::new(s, sw, LinkKind::Storage, disk.0, disk.1.clone()));
                 Some(s)
             }
             _ => None,
@@ -324,16 +317,7 @@ impl GraphSpec {
             }
             if let (Some((sw, kind, lat, rate)), Some(net)) = (network, &self.network) {
                 for a in &net.attach {
-                    for (from, to) in [(id(a), sw), (sw, id(a))] {
-                        links.push(Link {
-                            from,
-                            to,
-                            kind,
-                            latency_ns: lat,
-                            bandwidth: BandwidthCurve::constant(rate),
-                            nvlinks: None,
-                        });
-                    }
+                    links.extend(Link::both_ways(id(a), sw, kind, lat, rate));
                 }
             }
             let storage = match shared {
@@ -341,14 +325,7 @@ impl GraphSpec {
                 None => {
                     let d = push_dev(&mut devices, format!("n{n}.disk"), DeviceKind::Storage, Some(n));
                     let to = id(&self.storage.attach);
-                    links.push(Link {
-                        from: d,
-                        to,
-                        kind: LinkKind::Storage,
-                        latency_ns: disk.0,
-                        bandwidth: disk.1.clone(),
-                        nvlinks: None,
-                    });
+                    links.push(Link::new(d, to, LinkKind::Storage, disk.0, disk.1.clone()));
                     d
                 }
             };

@@ -155,6 +155,17 @@ pub struct Link {
 }
 
 impl Link {
+    /// A link whose NVLink count is not given (NCCL's model infers it from the rate if needed).
+    pub fn new(from: DeviceId, to: DeviceId, kind: LinkKind, latency_ns: u64, bandwidth: BandwidthCurve) -> Link {
+        Link { from, to, kind, latency_ns, bandwidth, nvlinks: None }
+    }
+
+    /// The two directions of a full-duplex cable at a flat rate (bytes/ns).
+    pub fn both_ways(a: DeviceId, b: DeviceId, kind: LinkKind, latency_ns: u64, rate: f64) -> [Link; 2] {
+        let curve = BandwidthCurve::constant(rate);
+        [Link::new(a, b, kind, latency_ns, curve.clone()), Link::new(b, a, kind, latency_ns, curve)]
+    }
+
     /// Capacity shared among concurrent transfers (bytes/ns).
     pub fn capacity(&self) -> f64 {
         self.bandwidth.peak()

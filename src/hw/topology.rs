@@ -385,16 +385,7 @@ impl Topology {
             (devices.len() - 1) as DeviceId
         };
         let add_pair = |links: &mut Vec<Link>, a: DeviceId, b: DeviceId, kind, lat: u64, rate: f64| {
-            for (from, to) in [(a, b), (b, a)] {
-                links.push(Link {
-                    from,
-                    to,
-                    kind,
-                    latency_ns: lat,
-                    bandwidth: BandwidthCurve::constant(rate),
-                    nvlinks: None,
-                });
-            }
+            links.extend(Link::both_ways(a, b, kind, lat, rate));
         };
 
         let pcie = (us_to_ns(c.pcie.latency_us), c.pcie.rate(t, "pcie")?);
@@ -413,14 +404,7 @@ impl Topology {
         let shared_storage = if c.storage.shared {
             let s = add_dev(&mut devices, "nfs".into(), DeviceKind::Storage, None);
             // Reads leave the file server at the storage rate, then cross each node's downlink.
-            links.push(Link {
-                from: s,
-                to: switch,
-                kind: LinkKind::Storage,
-                latency_ns: disk.0,
-                bandwidth: BandwidthCurve::constant(disk.1),
-                nvlinks: None,
-            });
+            links.push(Link::new(s, switch, LinkKind::Storage, disk.0, BandwidthCurve::constant(disk.1)));
             Some(s)
         } else {
             None
@@ -433,14 +417,7 @@ impl Topology {
                 Some(s) => s,
                 None => {
                     let d = add_dev(&mut devices, format!("n{n}.disk"), DeviceKind::Storage, Some(n));
-                    links.push(Link {
-                        from: d,
-                        to: host,
-                        kind: LinkKind::Storage,
-                        latency_ns: disk.0,
-                        bandwidth: BandwidthCurve::constant(disk.1),
-                        nvlinks: None,
-                    });
+                    links.push(Link::new(d, host, LinkKind::Storage, disk.0, BandwidthCurve::constant(disk.1)));
                     d
                 }
             };
