@@ -661,6 +661,16 @@ pub fn cost_moe(
     // --- attention block ---
     let mut attn_ops =
         vec![op("norm", norm_to_gemm(t_norm), 0.0), linear("qkv", TeModule::LayerNormLinear, t, h_l + kv_l, h)];
+    // Qwen3's RMSNorm over each query and key head (Megatron-Core `qk_layernorm`: a TE RMSNorm
+    // for the queries and one for the keys, gpt_layer_specs.py @ core_v0.15.0; Megatron-Bridge
+    // sets it for Qwen3 and Qwen3-MoE, qwen3_moe_bridge.py @ v0.5.0): each reads and writes its
+    // 16-bit heads forward, reads them and their gradient and writes the input gradient backward.
+    if cfg.qk_norm {
+        let qk = (t * (h_l + kv_l / 2)) as f64 * e;
+        attn_ops.push(
+            op("qk-norm", (d.stream(2.0 * qk) + LAUNCH_NS, d.stream(3.0 * qk) + LAUNCH_NS), 0.0).with_kernels(2, 2),
+        );
+    }
     if cfg.position == Position::Rotary {
         let qk = (t * (h_l + kv_l / 2)) as f64 * e;
         attn_ops.push(op("rotary", (d.stream(2.0 * qk), d.stream(2.0 * qk)), 0.0));
@@ -1237,6 +1247,25 @@ mod tests {
 
     fn named_op<'a>(b: &'a BlockCost, name: &str) -> &'a OpCost {
         b.ops.iter().find(|o| o.name == name).unwrap_or_else(|| panic!("no {name} in {}", b.name))
+    }
+
+    #[test]
+    fn qwen3_normalises_each_query_and_key_head() {
+        // Qwen3-30B-A3B: 32 query heads and 4 key heads of 128 on 4096 tokens, BF16: the two
+        // RMSNorms read and write the heads forward, read them and their gradient and write the
+        // input gradient backward, one kernel each for the queries and the keys.
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let o = CostOptions { seq_len: 4096, ..opts(1) };
+        let d = Device::new(h100, &o).unwrap();
+        let qwen = cost(&TransformerConfig::named("qwen3-30b-a3b").unwrap(), h100, &o).unwrap();
+        let norm = named_op(&qwen.attention, "qk-norm");
+        let bytes = (4096 * (32 + 4) * 128 * 2) as f64;
+        assert!((norm.forward_ns - (2.0 * bytes / d.memory + 2.0 * LAUNCH_NS)).abs() < 1e-6);
+        assert!((norm.backward_ns - (3.0 * bytes / d.memory + 2.0 * LAUNCH_NS)).abs() < 1e-6);
+        assert_eq!(norm.kernels, (2, 2));
+        // Llama has no such norms.
+        let llama = cost(&TransformerConfig::named("llama3-8b").unwrap(), h100, &o).unwrap();
+        assert!(!llama.attention.ops.iter().any(|op| op.name == "qk-norm"));
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub struct TransformerConfig {
     /// Width of one attention head when it is not hidden / heads (Qwen3: 128 with hidden 2048 and
     /// 32 heads); None: hidden / heads.
     pub head_dim: Option<u64>,
+    /// RMSNorm over each query and key head before the rotary embedding (Qwen3's `q_norm` and
+    /// `k_norm`; Megatron-Core's `qk_layernorm`).
+    pub qk_norm: bool,
 }
 
 /// Parameters by part; `total()` is the model's parameter count.
@@ -365,6 +368,7 @@ fn megatron_gpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, so
         token_types: 0,
         moe: None,
         head_dim: None,
+        qk_norm: false,
         source: source.into(),
     }
 }
@@ -401,6 +405,7 @@ fn llama(
         token_types: 0,
         moe: None,
         head_dim: None,
+        qk_norm: false,
         source: source.into(),
     }
 }
@@ -431,6 +436,7 @@ fn mpt(name: &str, layers: u32, hidden: u64, heads: u32, vocab: u64, seq: u32, s
         token_types: 0,
         moe: None,
         head_dim: None,
+        qk_norm: false,
         source: source.into(),
     }
 }
@@ -744,6 +750,7 @@ pub static NAMED: &[Named] = &[
         aliases: &["qwen3-30b", "qwen3_30b_a3b"],
         build: || TransformerConfig {
             head_dim: Some(128),
+            qk_norm: true,
             ..moe(
                 llama(
                     "qwen3-30b-a3b",
@@ -775,6 +782,7 @@ pub static NAMED: &[Named] = &[
         aliases: &["qwen3-235b", "qwen3_235b_a22b"],
         build: || TransformerConfig {
             head_dim: Some(128),
+            qk_norm: true,
             ..moe(
                 llama(
                     "qwen3-235b-a22b",
@@ -964,6 +972,7 @@ pub static NAMED: &[Named] = &[
             token_types: 0,
             moe: None,
             head_dim: None,
+            qk_norm: false,
             source: "bigscience/bloom config.json: hidden 14336, 70 layers, 112 heads, vocab 250880 (padded), \
                      ALiBi, embedding LayerNorm, tied embeddings; BigScience 2022 (arXiv 2211.05100) Table 3: \
                      seq 2048, 176,247 M parameters"
@@ -1080,6 +1089,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                     }
                 },
                 head_dim: int(&["head_dim"])?.filter(|&d| d.checked_mul(heads) != Some(hidden)),
+                qk_norm: model_type.starts_with("qwen3"),
                 source,
             }
         }
@@ -1107,6 +1117,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 token_types: 0,
                 moe: None,
                 head_dim: None,
+                qk_norm: false,
                 source,
             }
         }
@@ -1144,6 +1155,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 token_types: 0,
                 moe: None,
                 head_dim: None,
+                qk_norm: false,
                 source,
             }
         }
@@ -1170,6 +1182,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 token_types: 0,
                 moe: None,
                 head_dim: None,
+                qk_norm: false,
                 source,
             }
         }
@@ -1197,6 +1210,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 token_types: int(&["type_vocab_size"])?.unwrap_or(2),
                 moe: None,
                 head_dim: None,
+                qk_norm: false,
                 source,
             }
         }
