@@ -10,7 +10,7 @@ use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding};
+use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -183,6 +183,10 @@ impl PlanSetup {
                 cost_moe(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts }, &one_gpu)?;
             one.calibrate_throughput(x)?;
             c.scale(one.calibration_factor);
+        }
+        let micro_batches = self.plan.global_batch / (self.plan.dp * self.plan.micro_batch).max(1);
+        if let Some(acc) = self.plan.mp_optimizer.grad_accumulation(micro_batches) {
+            c.add_grad_accumulation(self.gpu, acc);
         }
         Ok(c)
     }
@@ -400,6 +404,7 @@ impl PlanSetup {
             launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)),
             layers,
             blocking: self.plan.host == HostLaunch::Blocking,
+            blocking_wait_ns: BLOCKING_WAIT_NS,
         })
     }
 

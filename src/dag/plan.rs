@@ -89,6 +89,9 @@ pub struct HostModel {
     /// cannot run ahead: a block's launches come before its GPU task and the next block's
     /// launches after it (host and GPU time add up instead of overlapping).
     pub blocking: bool,
+    /// Under `blocking`, the host's wait per launch beyond `launch_ns` (the synchronous launch's
+    /// round trip to the GPU; `parallel::BLOCKING_WAIT_NS`).
+    pub blocking_wait_ns: Nanos,
 }
 
 impl PlanLayout {
@@ -792,7 +795,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Pass::Backward => x.backward,
                             });
                             if h.blocking {
-                                let ns = kernels as Nanos * h.launch_ns;
+                                let ns = kernels as Nanos * (h.launch_ns + h.blocking_wait_ns);
                                 let launch = host_chain(&mut b, &mut host_prev[gi], ns, g, it, l);
                                 b.add_edge(launch, t);
                                 // A blocking collective or receive before the block holds the host too.
@@ -1044,7 +1047,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 }
                 // The optimizer's launches; the next iteration's wait for the gradient norm.
                 if let Some(h) = host {
-                    let launch = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 1, g, it, 0);
+                    let launch = if h.blocking {
+                        host_chain(&mut b, &mut host_prev[gi], h.launch_ns + h.blocking_wait_ns, g, it, 0)
+                    } else {
+                        host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 1, g, it, 0)
+                    };
                     b.add_edge(launch, upd);
                     host_prev[gi] = Some(upd);
                     host_owed[gi] = 0;

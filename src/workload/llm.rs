@@ -442,6 +442,18 @@ enum TeModule {
     Linear,
 }
 
+/// A framework's own pass over the weight gradients after each micro-batch's backward, which
+/// the cost model's ops do not include (Megatron-LM's gradient-accumulation fusion has the
+/// weight-gradient GEMM add into its buffer, at no extra pass): `bytes_per_param` read and
+/// written per parameter, `kernels_per_tensor` launches per parameter tensor, on `fraction` of
+/// the micro-batches (see `MpOptimizer::grad_accumulation` for DeepSpeed's optimizers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradAccumulation {
+    pub bytes_per_param: f64,
+    pub kernels_per_tensor: u32,
+    pub fraction: f64,
+}
+
 /// Kernels one workload layer launches per micro-batch (see [`TransformerCost::launches`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Launches {
@@ -1031,6 +1043,33 @@ impl TransformerCost {
         }
         self.update_ns_per_param *= factor;
         self.calibration_factor *= factor;
+    }
+
+    /// Charges each block's backward pass the framework's pass over its weight gradients after
+    /// every micro-batch (see [`GradAccumulation`]): one memory-bound kernel per parameter tensor
+    /// (or `kernels_per_tensor`), `bytes_per_param` through HBM per parameter, on `fraction` of
+    /// the micro-batches. Not scaled by a calibration (it is memory traffic, not the model's math).
+    pub fn add_grad_accumulation(&mut self, gpu: &GpuSpec, acc: GradAccumulation) {
+        if acc.fraction <= 0.0 {
+            return;
+        }
+        let memory = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        for blk in self.blocks_mut() {
+            let tensors = blk.tensors.iter().filter(|&&t| t > 0).count() as u32;
+            if blk.params == 0 || tensors == 0 {
+                continue;
+            }
+            let kernels = tensors * acc.kernels_per_tensor;
+            let ns = blk.params as f64 * acc.bytes_per_param / memory + kernels as f64 * LAUNCH_NS;
+            blk.ops.push(OpCost {
+                name: "grad-accumulate",
+                forward_ns: 0.0,
+                backward_ns: acc.fraction * ns,
+                forward_flops: 0.0,
+                backward_flops: 0.0,
+                kernels: (0, kernels),
+            });
+        }
     }
 
     /// The workload of one TP rank for one micro-batch: `embedding`, then `L<i>.attn` and
