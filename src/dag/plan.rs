@@ -27,7 +27,7 @@ use super::schedule::{stage_order, upstream, Pass, Step};
 use super::{Dag, DagBuilder, DagMeta, Discipline, GroupId, Phase, QueueId, Task, TaskId, Work};
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
-use crate::parallel::{Coords, ParallelPlan, Sharding};
+use crate::parallel::{Coords, MpOptimizer, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
 use crate::units::Nanos;
 use crate::workload::llm::Launches;
@@ -1122,7 +1122,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
 
         // Gradient exchange per DP group: all-reduce (or reduce-scatter under ZeRO) per bucket of
         // the last micro-batch's gradients; every micro-batch's under ZeRO-2/3.
-        let op = if plan.sharding.shards_optimizer() && dp > 1 {
+        // DeepSpeed's BF16_Optimizer all-reduces its whole FP32 buffer though it shards the
+        // optimizer as ZeRO-1 (56c5223 `runtime/pipe/engine.py` `_bf16_reduce_grads`:
+        // `buffered_allreduce_fallback(grads=get_grads_for_reduction())`).
+        let op = if plan.sharding.shards_optimizer() && dp > 1 && plan.mp_optimizer != MpOptimizer::DsBf16 {
             CollectiveOp::ReduceScatter
         } else {
             CollectiveOp::AllReduce
@@ -1212,6 +1215,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             }
             // ZeRO-1/2: every rank's updated shard is all-gathered per bucket; the next iteration's
             // first forward of each layer waits for it (Megatron's overlapped parameter gather).
+            // DeepSpeed's optimizers gather inside their `step()`, before it returns: the next
+            // forward waits for every bucket (v0.5.10 `runtime/zero/stage_1_and_2.py` `step`,
+            // `dist.all_gather` per shard; 56c5223 `runtime/bf16_optimizer.py` `step`,
+            // `all_gather_dp_groups`).
+            let gather_in_step = !plan.mp_optimizer.is_megatron();
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
                 for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {
@@ -1234,8 +1242,12 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     ));
                     upd.iter().for_each(|&u| b.add_edge(u, ag));
                     for &g in members {
-                        for &l in &bucket.layers {
-                            param_ready[g as usize][to_global(l)].push(ag);
+                        if gather_in_step {
+                            sl.iter().for_each(|&l| param_ready[g as usize][l].push(ag));
+                        } else {
+                            for &l in &bucket.layers {
+                                param_ready[g as usize][to_global(l)].push(ag);
+                            }
                         }
                     }
                 }

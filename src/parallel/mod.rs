@@ -959,6 +959,21 @@ mod tests {
     }
 
     #[test]
+    fn deepspeed_optimizers_pass_over_the_gradients_after_each_micro_batch() {
+        // Megatron's fused accumulation: nothing. ZeRO-1's AccumulateGrad: 2 + 2 read, 2 written,
+        // on all micro-batches but the first. BF16_Optimizer: cast (2 + 4) and add (4 + 4 + 4),
+        // two kernels a tensor, on every micro-batch.
+        assert_eq!(MpOptimizer::Megatron.grad_accumulation(8), None);
+        assert_eq!(MpOptimizer::DsZero.grad_accumulation(1), None);
+        let z = MpOptimizer::DsZero.grad_accumulation(4).unwrap();
+        assert_eq!((z.bytes_per_param, z.kernels_per_tensor, z.fraction), (6.0, 1, 0.75));
+        for m in [1, 64] {
+            let b = MpOptimizer::DsBf16.grad_accumulation(m).unwrap();
+            assert_eq!((b.bytes_per_param, b.kernels_per_tensor, b.fraction), (18.0, 2, 1.0));
+        }
+    }
+
+    #[test]
     fn mp_optimizer_names_deepspeed_and_refuses_what_it_does_not_do() {
         let p = ParallelPlan::parse("tp=2,dp=4,zero=1,mp-optimizer=ds-zero").unwrap();
         assert_eq!((p.mp_optimizer, p.grad_bytes), (MpOptimizer::DsZero, 2));

@@ -1192,6 +1192,38 @@ mod tests {
     }
 
     #[test]
+    fn grad_accumulation_charges_each_block_backward_its_memory_pass() {
+        // BLOOM-176B at tp 4 on an A100: each block's backward grows by its parameters times the
+        // bytes over the streaming bandwidth, plus one launch per parameter tensor and kernel;
+        // the forward, the FLOPs and the launch counts of the forward do not move.
+        let gpu = GpuSpec::by_name("a100").unwrap();
+        let base = cost_of("bloom-176b", "a100", opts(4));
+        let mut c = base.clone();
+        let acc = GradAccumulation { bytes_per_param: 6.0, kernels_per_tensor: 1, fraction: 0.5 };
+        c.add_grad_accumulation(gpu, acc);
+        let memory = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        for (b, a) in [(&base.attention, &c.attention), (&base.mlp, &c.mlp), (&base.embedding, &c.embedding)] {
+            let tensors = b.tensors.iter().filter(|&&t| t > 0).count() as f64;
+            let want = 0.5 * (b.params as f64 * 6.0 / memory + tensors * LAUNCH_NS);
+            assert!((a.backward_ns() - b.backward_ns() - want).abs() < 1e-6, "{}", b.name);
+            assert_eq!(a.forward_ns(), b.forward_ns());
+            assert_eq!(a.model_flops(), b.model_flops());
+        }
+        // A 14336-wide layer holds 616 M parameters a TP rank at tp 4: 3.7 GB at 6 bytes, half
+        // of it charged here, over an A100's 1.5-2 TB/s x 0.75: 1.2-1.6 ms.
+        let layer =
+            c.attention.backward_ns() + c.mlp.backward_ns() - base.attention.backward_ns() - base.mlp.backward_ns();
+        assert!((1.0e6..2.0e6).contains(&layer), "{layer}");
+        let (before, after) = (base.launches(Recompute::Full), c.launches(Recompute::Full));
+        assert_eq!(after[1].forward, before[1].forward);
+        assert_eq!(after[1].backward, before[1].backward + 3);
+        // Nothing to pass over: no change.
+        let mut none = base.clone();
+        none.add_grad_accumulation(gpu, GradAccumulation { fraction: 0.0, ..acc });
+        assert_eq!(none, base);
+    }
+
+    #[test]
     fn flops_per_token_are_six_times_the_parameters_plus_attention() {
         // 6 N for every matrix a token meets (layer matrices, the output layer once) plus 12 L s h
         // for scores and context (Kaplan et al. 2020; Korthikanti et al. 2022, Sec. 6 formula).
