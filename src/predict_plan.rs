@@ -10,7 +10,7 @@ use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding};
+use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -60,11 +60,26 @@ pub struct SimulatedPlan {
 
 /// The default strategy of a plan: Megatron's overlapped gradient reduction in buckets of
 /// max(40 M, 1 M x dp) parameters (Megatron-LM `--ddp-bucket-size` default), of the plan's
-/// gradient bytes (FP32 unless `grad-reduce=bf16`).
+/// gradient bytes (FP32 unless `grad-reduce=bf16`). DeepSpeed's optimizers (`mp-optimizer=ds-*`)
+/// reduce only once the whole backward pass is done, in buckets of 500 M elements: ZeRO-1/2
+/// without `overlap_comm` (its default, False) in `reduce_gradients`, buckets of
+/// `reduce_bucket_size` (default 500,000,000; DeepSpeed v0.5.10 `runtime/zero/constants.py`);
+/// `BF16_Optimizer` in `buffered_allreduce_fallback` with `MEMORY_OPT_ALLREDUCE_SIZE` =
+/// 500,000,000 (56c5223 `runtime/engine.py`); under the pipeline engine both are the
+/// `ReduceGrads` instruction the `TrainSchedule` issues after a stage's last backward
+/// (`runtime/pipe/schedule.py`). BigScience's configs set neither (tr11-176B-ml.slurm:
+/// `"zero_optimization": {"stage": $ZERO_STAGE}`).
 pub fn default_plan_strategy(plan: &ParallelPlan) -> Strategy {
+    if !plan.mp_optimizer.is_megatron() {
+        return Strategy::parse(&format!("io+fusion={}", DEEPSPEED_BUCKET_ELEMENTS * plan.grad_bytes))
+            .expect("a valid strategy");
+    }
     let bucket_params = 40_000_000u64.max(1_000_000 * plan.dp as u64);
     Strategy::parse(&format!("io+wfbp+fusion={}", bucket_params * plan.grad_bytes)).expect("a valid strategy")
 }
+
+/// DeepSpeed's gradient bucket, elements (see [`default_plan_strategy`]).
+const DEEPSPEED_BUCKET_ELEMENTS: u64 = 500_000_000;
 
 /// A plan prediction as a user asks for it (flags, a validation row): the scenario's model, GPU,
 /// precision, strategy, iterations and calibration, the machine, and the plan's own choices.
@@ -183,6 +198,10 @@ impl PlanSetup {
                 cost_moe(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts }, &one_gpu)?;
             one.calibrate_throughput(x)?;
             c.scale(one.calibration_factor);
+        }
+        let micro_batches = self.plan.global_batch / (self.plan.dp * self.plan.micro_batch).max(1);
+        if let Some(acc) = self.plan.mp_optimizer.grad_accumulation(micro_batches) {
+            c.add_grad_accumulation(self.gpu, acc);
         }
         Ok(c)
     }
@@ -400,6 +419,7 @@ impl PlanSetup {
             launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)),
             layers,
             blocking: self.plan.host == HostLaunch::Blocking,
+            blocking_wait_ns: BLOCKING_WAIT_NS,
         })
     }
 

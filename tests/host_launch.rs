@@ -70,7 +70,7 @@ fn step(host: Option<HostModel>) -> u64 {
 
 fn host(kernels: u32, sync_at: Option<usize>) -> Option<HostModel> {
     let layers = (0..L).map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) }).collect();
-    Some(HostModel { launch_ns: C, layers, blocking: false })
+    Some(HostModel { launch_ns: C, layers, blocking: false, blocking_wait_ns: 0 })
 }
 
 #[test]
@@ -107,4 +107,17 @@ fn blocking_launches_add_the_host_chain_to_the_gpu_time() {
     // A host-bound step pays the same sum: nothing overlaps.
     let blocking = host(30, None).map(|h| HostModel { blocking: true, ..h });
     assert_eq!(step(blocking), 2 * L as u64 * (30 * C + G) + C + U);
+}
+
+#[test]
+fn blocking_launches_wait_for_each_kernel_round_trip() {
+    // Each synchronous launch also waits W for the GPU to take and finish the kernel: every
+    // block pays K (C + W), the optimizer's launch C + W. With W = 0 the step above.
+    const W: u64 = 6_950;
+    let k = 10;
+    let blocking = host(k, None).map(|h| HostModel { blocking: true, blocking_wait_ns: W, ..h });
+    assert_eq!(step(blocking), 2 * L as u64 * (k as u64 * (C + W) + G) + C + W + U);
+    // Eager launches never wait: the wait changes nothing there.
+    let eager = host(k, None).map(|h| HostModel { blocking_wait_ns: W, ..h });
+    assert_eq!(step(eager), step(host(k, None)));
 }

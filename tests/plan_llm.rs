@@ -343,3 +343,24 @@ fn gradients_reduced_in_bf16_halve_the_data_parallel_exchange() {
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,grad-reduce=fp8").unwrap_err().to_string();
     assert!(err.contains("--parallel") && err.contains("grad-reduce=fp8") && err.contains("fp32 or bf16"), "{err}");
 }
+
+#[test]
+fn deepspeed_optimizers_reduce_after_the_backward_pass() {
+    // DeepSpeed's ZeRO-1 (no `overlap_comm`) and BF16_Optimizer reduce once the stage's whole
+    // backward is done, in buckets of 500 M elements; BF16_Optimizer all-reduces its FP32 buffer
+    // (ZeRO-1 reduce-scatters 16-bit gradients). Same bytes as Megatron's ZeRO-1 with BF16
+    // reduction, but none of it hidden behind the backward pass.
+    let spec = "tp=2,pp=2,dp=4,zero=1";
+    let megatron = setup(small_gpt(), &format!("{spec},grad-reduce=bf16"), 1, 16, "dgx-a100");
+    let zero = setup(small_gpt(), &format!("{spec},mp-optimizer=ds-zero"), 1, 16, "dgx-a100");
+    let bf16 = setup(small_gpt(), &format!("{spec},mp-optimizer=ds-bf16"), 1, 16, "dgx-a100");
+    let strategies = [&megatron, &zero, &bf16].map(|s| default_plan_strategy(&s.plan));
+    assert_eq!(strategies.each_ref().map(|s| s.wfbp), [true, false, false]);
+    assert_eq!(strategies[1].fusion, Some(500_000_000 * 2));
+    assert_eq!(strategies[2].fusion, Some(500_000_000 * 4));
+    let [rm, rz, rb] = [&megatron, &zero, &bf16].map(|s| report(s, true));
+    assert!(rz.breakdown.dp_comm > rm.breakdown.dp_comm, "{:?} vs {:?}", rz.breakdown, rm.breakdown);
+    assert!(rz.step_time_s > rm.step_time_s);
+    // Twice the bytes, all-reduced rather than reduce-scattered (the parameter gather alike).
+    assert!(rb.breakdown.dp_comm > 1.8 * rz.breakdown.dp_comm, "{:?} vs {:?}", rb.breakdown, rz.breakdown);
+}

@@ -27,7 +27,7 @@ use super::schedule::{stage_order, upstream, Pass, Step};
 use super::{Dag, DagBuilder, DagMeta, Discipline, GroupId, Phase, QueueId, Task, TaskId, Work};
 use crate::collective::{Algorithm, CollectiveOp};
 use crate::error::{Error, Result};
-use crate::parallel::{Coords, ParallelPlan, Sharding};
+use crate::parallel::{Coords, MpOptimizer, ParallelPlan, Sharding};
 use crate::strategy::CommSource;
 use crate::units::Nanos;
 use crate::workload::llm::Launches;
@@ -89,6 +89,9 @@ pub struct HostModel {
     /// cannot run ahead: a block's launches come before its GPU task and the next block's
     /// launches after it (host and GPU time add up instead of overlapping).
     pub blocking: bool,
+    /// Under `blocking`, the host's wait per launch beyond `launch_ns` (the synchronous launch's
+    /// round trip to the GPU; `parallel::BLOCKING_WAIT_NS`).
+    pub blocking_wait_ns: Nanos,
 }
 
 impl PlanLayout {
@@ -792,7 +795,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Pass::Backward => x.backward,
                             });
                             if h.blocking {
-                                let ns = kernels as Nanos * h.launch_ns;
+                                let ns = kernels as Nanos * (h.launch_ns + h.blocking_wait_ns);
                                 let launch = host_chain(&mut b, &mut host_prev[gi], ns, g, it, l);
                                 b.add_edge(launch, t);
                                 // A blocking collective or receive before the block holds the host too.
@@ -1044,7 +1047,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                 }
                 // The optimizer's launches; the next iteration's wait for the gradient norm.
                 if let Some(h) = host {
-                    let launch = host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 1, g, it, 0);
+                    let launch = if h.blocking {
+                        host_chain(&mut b, &mut host_prev[gi], h.launch_ns + h.blocking_wait_ns, g, it, 0)
+                    } else {
+                        host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], 1, g, it, 0)
+                    };
                     b.add_edge(launch, upd);
                     host_prev[gi] = Some(upd);
                     host_owed[gi] = 0;
@@ -1115,7 +1122,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
 
         // Gradient exchange per DP group: all-reduce (or reduce-scatter under ZeRO) per bucket of
         // the last micro-batch's gradients; every micro-batch's under ZeRO-2/3.
-        let op = if plan.sharding.shards_optimizer() && dp > 1 {
+        // DeepSpeed's BF16_Optimizer all-reduces its whole FP32 buffer though it shards the
+        // optimizer as ZeRO-1 (56c5223 `runtime/pipe/engine.py` `_bf16_reduce_grads`:
+        // `buffered_allreduce_fallback(grads=get_grads_for_reduction())`).
+        let op = if plan.sharding.shards_optimizer() && dp > 1 && plan.mp_optimizer != MpOptimizer::DsBf16 {
             CollectiveOp::ReduceScatter
         } else {
             CollectiveOp::AllReduce
@@ -1205,6 +1215,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             }
             // ZeRO-1/2: every rank's updated shard is all-gathered per bucket; the next iteration's
             // first forward of each layer waits for it (Megatron's overlapped parameter gather).
+            // DeepSpeed's optimizers gather inside their `step()`, before it returns: the next
+            // forward waits for every bucket (v0.5.10 `runtime/zero/stage_1_and_2.py` `step`,
+            // `dist.all_gather` per shard; 56c5223 `runtime/bf16_optimizer.py` `step`,
+            // `all_gather_dp_groups`).
+            let gather_in_step = !plan.mp_optimizer.is_megatron();
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
                 for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {
@@ -1227,8 +1242,12 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     ));
                     upd.iter().for_each(|&u| b.add_edge(u, ag));
                     for &g in members {
-                        for &l in &bucket.layers {
-                            param_ready[g as usize][to_global(l)].push(ag);
+                        if gather_in_step {
+                            sl.iter().for_each(|&l| param_ready[g as usize][l].push(ag));
+                        } else {
+                            for &l in &bucket.layers {
+                                param_ready[g as usize][to_global(l)].push(ag);
+                            }
                         }
                     }
                 }

@@ -142,7 +142,8 @@ pub struct ParallelPlan {
 }
 
 /// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
-/// 16-bit weights (the step time does not depend on it: only the memory does).
+/// 16-bit weights (memory) and the pass over them after each micro-batch (step time, see
+/// [`MpOptimizer::grad_accumulation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MpOptimizer {
@@ -161,6 +162,39 @@ pub enum MpOptimizer {
 impl MpOptimizer {
     pub fn is_megatron(&self) -> bool {
         *self == MpOptimizer::Megatron
+    }
+
+    /// What the optimizer makes the GPU do to the weight gradients after each of a step's
+    /// `micro_batches` backward passes, beyond the cost model's GEMMs:
+    /// - Megatron: nothing (its gradient-accumulation fusion has the weight-gradient GEMM add
+    ///   into `main_grad`);
+    /// - ds-zero: autograd's `AccumulateGrad` adds the new gradient into the 16-bit `.grad`
+    ///   (`variable.grad += new_grad`: read 2 + 2, write 2 bytes a parameter, one kernel per
+    ///   parameter tensor) on every micro-batch but the first, whose gradient is stolen into the
+    ///   `.grad` that `zero_grad(set_grads_to_None=True)` left empty (DeepSpeed v0.5.10
+    ///   `runtime/zero/stage_1_and_2.py` `zero_grad`; ZeRO-1 without `overlap_comm` adds no hook
+    ///   of its own; `runtime/pipe/engine.py` `_exec_backward_pass` calls
+    ///   `torch.autograd.backward` once per micro-batch);
+    /// - ds-bf16: `BF16_Optimizer.update_hp_grads` after every micro-batch's backward (its
+    ///   `.grad` cleared before each): `hp_grad.add_(lp.grad.to(float32))` per parameter tensor,
+    ///   a cast (read 2, write 4) and an add (read 4 + 4, write 4), 18 bytes and 2 kernels
+    ///   (DeepSpeed 56c5223 `runtime/bf16_optimizer.py` `backward`/`update_hp_grads`, called by
+    ///   `runtime/pipe/engine.py` `_exec_backward_pass` on every stage).
+    pub fn grad_accumulation(self, micro_batches: u32) -> Option<crate::workload::llm::GradAccumulation> {
+        use crate::workload::llm::GradAccumulation;
+        match self {
+            MpOptimizer::Megatron => None,
+            MpOptimizer::DsZero => (micro_batches > 1).then(|| GradAccumulation {
+                bytes_per_param: 2.0 + 2.0 + 2.0,
+                kernels_per_tensor: 1,
+                fraction: (micro_batches - 1) as f64 / micro_batches as f64,
+            }),
+            MpOptimizer::DsBf16 => Some(GradAccumulation {
+                bytes_per_param: (2.0 + 4.0) + (4.0 + 4.0 + 4.0),
+                kernels_per_tensor: 2,
+                fraction: 1.0,
+            }),
+        }
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -245,6 +279,15 @@ impl HostLaunch {
 /// for PyTorch's). Before: 7 us, an eager op on CPU tensors (pytorch/pytorch issue #41383),
 /// without the `cudaLaunchKernel` call; no validation set moves between the two on x86.
 pub const EAGER_LAUNCH_NS: u64 = 13_480;
+
+/// Under `CUDA_LAUNCH_BLOCKING=1`, the wait a launch adds to the host's own launch time: the
+/// command's trip to the GPU, the kernel's start, and the host seeing it end. CSCS's ReFrame
+/// kernel-latency check (reframe-hpc/reframe `hpctestlib/microbenchmarks/gpu/kernel_latency`,
+/// 5,000 launches of an empty kernel) on an A100 node with an AMD host (`ault:amda100`, the
+/// references in `cscs-checks/microbenchmarks/gpu/kernel_latency/kernel_latency.py`): 9.65 us a
+/// launch with a device synchronise after each, 2.7 us a launch queued (the launch call alone);
+/// the difference, 6.95 us, is what each synchronous launch waits beyond issuing it.
+pub const BLOCKING_WAIT_NS: u64 = 9_650 - 2_700;
 
 /// [`EAGER_LAUNCH_NS`] on a Grace host (GB200: the GPU shares a superchip with a Grace CPU):
 /// the same `torch.nn.Linear` forward takes 37.08 us of CPU time on GB200 (TransformerEngine
@@ -913,6 +956,21 @@ mod tests {
         assert_eq!(p.coords(45), Coords { tp: 5, dp: 1, stage: 2 });
         let i = ParallelPlan { pp: 4, vp: 2, ..Default::default() };
         assert_eq!(i.stage_layers(16, 1), vec![2..4, 10..12]);
+    }
+
+    #[test]
+    fn deepspeed_optimizers_pass_over_the_gradients_after_each_micro_batch() {
+        // Megatron's fused accumulation: nothing. ZeRO-1's AccumulateGrad: 2 + 2 read, 2 written,
+        // on all micro-batches but the first. BF16_Optimizer: cast (2 + 4) and add (4 + 4 + 4),
+        // two kernels a tensor, on every micro-batch.
+        assert_eq!(MpOptimizer::Megatron.grad_accumulation(8), None);
+        assert_eq!(MpOptimizer::DsZero.grad_accumulation(1), None);
+        let z = MpOptimizer::DsZero.grad_accumulation(4).unwrap();
+        assert_eq!((z.bytes_per_param, z.kernels_per_tensor, z.fraction), (6.0, 1, 0.75));
+        for m in [1, 64] {
+            let b = MpOptimizer::DsBf16.grad_accumulation(m).unwrap();
+            assert_eq!((b.bytes_per_param, b.kernels_per_tensor, b.fraction), (18.0, 2, 1.0));
+        }
     }
 
     #[test]

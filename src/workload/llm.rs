@@ -442,6 +442,18 @@ enum TeModule {
     Linear,
 }
 
+/// A framework's own pass over the weight gradients after each micro-batch's backward, which
+/// the cost model's ops do not include (Megatron-LM's gradient-accumulation fusion has the
+/// weight-gradient GEMM add into its buffer, at no extra pass): `bytes_per_param` read and
+/// written per parameter, `kernels_per_tensor` launches per parameter tensor, on `fraction` of
+/// the micro-batches (see `MpOptimizer::grad_accumulation` for DeepSpeed's optimizers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradAccumulation {
+    pub bytes_per_param: f64,
+    pub kernels_per_tensor: u32,
+    pub fraction: f64,
+}
+
 /// Kernels one workload layer launches per micro-batch (see [`TransformerCost::launches`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Launches {
@@ -1043,6 +1055,33 @@ impl TransformerCost {
         self.calibration_factor *= factor;
     }
 
+    /// Charges each block's backward pass the framework's pass over its weight gradients after
+    /// every micro-batch (see [`GradAccumulation`]): one memory-bound kernel per parameter tensor
+    /// (or `kernels_per_tensor`), `bytes_per_param` through HBM per parameter, on `fraction` of
+    /// the micro-batches. Not scaled by a calibration (it is memory traffic, not the model's math).
+    pub fn add_grad_accumulation(&mut self, gpu: &GpuSpec, acc: GradAccumulation) {
+        if acc.fraction <= 0.0 {
+            return;
+        }
+        let memory = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        for blk in self.blocks_mut() {
+            let tensors = blk.tensors.iter().filter(|&&t| t > 0).count() as u32;
+            if blk.params == 0 || tensors == 0 {
+                continue;
+            }
+            let kernels = tensors * acc.kernels_per_tensor;
+            let ns = blk.params as f64 * acc.bytes_per_param / memory + kernels as f64 * LAUNCH_NS;
+            blk.ops.push(OpCost {
+                name: "grad-accumulate",
+                forward_ns: 0.0,
+                backward_ns: acc.fraction * ns,
+                forward_flops: 0.0,
+                backward_flops: 0.0,
+                kernels: (0, kernels),
+            });
+        }
+    }
+
     /// The workload of one TP rank for one micro-batch: `embedding`, then `L<i>.attn` and
     /// `L<i>.mlp` for every layer, then `head`; FP32 gradients (Megatron's `main_grad` buffer and
     /// FSDP's default reduce type, whatever the training precision); the update of the whole model
@@ -1160,6 +1199,38 @@ mod tests {
 
     fn cost_of(name: &str, gpu: &str, o: CostOptions) -> TransformerCost {
         cost(&TransformerConfig::named(name).unwrap(), GpuSpec::by_name(gpu).unwrap(), &o).unwrap()
+    }
+
+    #[test]
+    fn grad_accumulation_charges_each_block_backward_its_memory_pass() {
+        // BLOOM-176B at tp 4 on an A100: each block's backward grows by its parameters times the
+        // bytes over the streaming bandwidth, plus one launch per parameter tensor and kernel;
+        // the forward, the FLOPs and the launch counts of the forward do not move.
+        let gpu = GpuSpec::by_name("a100").unwrap();
+        let base = cost_of("bloom-176b", "a100", opts(4));
+        let mut c = base.clone();
+        let acc = GradAccumulation { bytes_per_param: 6.0, kernels_per_tensor: 1, fraction: 0.5 };
+        c.add_grad_accumulation(gpu, acc);
+        let memory = gpu.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        for (b, a) in [(&base.attention, &c.attention), (&base.mlp, &c.mlp), (&base.embedding, &c.embedding)] {
+            let tensors = b.tensors.iter().filter(|&&t| t > 0).count() as f64;
+            let want = 0.5 * (b.params as f64 * 6.0 / memory + tensors * LAUNCH_NS);
+            assert!((a.backward_ns() - b.backward_ns() - want).abs() < 1e-6, "{}", b.name);
+            assert_eq!(a.forward_ns(), b.forward_ns());
+            assert_eq!(a.model_flops(), b.model_flops());
+        }
+        // A 14336-wide layer holds 616 M parameters a TP rank at tp 4: 3.7 GB at 6 bytes, half
+        // of it charged here, over an A100's 1.5-2 TB/s x 0.75: 1.2-1.6 ms.
+        let layer =
+            c.attention.backward_ns() + c.mlp.backward_ns() - base.attention.backward_ns() - base.mlp.backward_ns();
+        assert!((1.0e6..2.0e6).contains(&layer), "{layer}");
+        let (before, after) = (base.launches(Recompute::Full), c.launches(Recompute::Full));
+        assert_eq!(after[1].forward, before[1].forward);
+        assert_eq!(after[1].backward, before[1].backward + 3);
+        // Nothing to pass over: no change.
+        let mut none = base.clone();
+        none.add_grad_accumulation(gpu, GradAccumulation { fraction: 0.0, ..acc });
+        assert_eq!(none, base);
     }
 
     #[test]
