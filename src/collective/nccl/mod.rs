@@ -653,7 +653,8 @@ impl Comm {
         let nc = choice.channels.max(1);
         let graph_channels = self.tree_graph.summary.channels.max(1) as usize;
         let w = protocol::wire_factor(choice.proto);
-        let split = protocol::tree_thread_split(self.config.version, choice.proto, choice.threads);
+        let split =
+            |inter: bool| protocol::tree_edge_thread_split(self.config.version, choice.proto, choice.threads, inter);
         let depth_nccl = g - 1 + log2i(m);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
         let chunk = protocol::tree_chunk_bytes(choice.proto, bytes, nc, depth_nccl, self.ranks, m).max(1);
@@ -780,8 +781,9 @@ impl Comm {
             let down_info = self.hop_info(lp, lc, inter, nic);
             let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
-            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, split.0);
-            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, split.1);
+            let (up_share, down_share) = split(inter);
+            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, up_share);
+            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, down_share);
             hops.push((up, down));
             let (up_offset, down_offset) = match (cut_through, inter) {
                 // Up: the chain of a node nd hops below the root at 2(D - nd), its link to the
