@@ -1204,6 +1204,37 @@ mod tests {
         assert!(span > 10, "Simple keeps a step per hop: span {span}");
     }
 
+    /// A tree LL128 channel gives 70% of its threads to the reduce (up) and 30% to the broadcast
+    /// (down) (`NCCL_LL128_SPLIT`, devcomm.h v2.8.4-1): that slows the NVLink hops the threads
+    /// move, but a network hop's step goes whole from the proxy to the NIC (net.cc v2.8.4-1
+    /// l.83-86, 286-324), so there up and down run at the same rate.
+    #[test]
+    fn the_ll128_thread_split_slows_only_the_hops_inside_a_node() {
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let force = Force { algo: Some(NcclAlgo::Tree), proto: Some(Proto::Ll128) };
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force });
+        let choice = comm.choose(CollectiveOp::AllReduce, 256 << 10).unwrap();
+        assert_eq!((choice.proto, choice.threads), (Proto::Ll128, 640));
+        let Shape::Pipeline { edges, .. } = comm.tree_allreduce(&choice, 256 << 10) else {
+            panic!("tree is a pipeline")
+        };
+        let cap = |a: u32, b: u32| edges.iter().find(|e| (e.src, e.dst) == (a, b)).map(|e| e.hop.cap);
+        let (mut inter, mut intra) = (0, 0);
+        for e in &edges {
+            let back = cap(e.dst, e.src).expect("every tree link has an up and a down edge");
+            if e.src / 4 != e.dst / 4 {
+                inter += 1;
+                assert!((e.hop.cap - back).abs() < 1e-9 * back, "{e:?}: {} vs {back}", e.hop.cap);
+            } else {
+                intra += 1;
+                let (lo, hi) = (e.hop.cap.min(back), e.hop.cap.max(back));
+                assert!((lo / hi - 192.0 / 448.0).abs() < 1e-9, "{e:?}: {lo} vs {hi}");
+            }
+        }
+        assert!(inter > 0 && intra > 0, "{edges:?}");
+    }
+
     /// NCCL 2.3.7 across nodes: rings only, LL for a small all-reduce, and every ring step at the
     /// 6 us that v2.4.2-1 init.cu gives a ring spanning nodes (`ringlatinter`).
     #[test]
