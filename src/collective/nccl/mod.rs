@@ -653,7 +653,8 @@ impl Comm {
         let nc = choice.channels.max(1);
         let graph_channels = self.tree_graph.summary.channels.max(1) as usize;
         let w = protocol::wire_factor(choice.proto);
-        let split = protocol::tree_thread_split(self.config.version, choice.proto, choice.threads);
+        let split =
+            |inter: bool| protocol::tree_edge_thread_split(self.config.version, choice.proto, choice.threads, inter);
         let depth_nccl = g - 1 + log2i(m);
         let per_channel = bytes.div_ceil(nc as u64).max(1);
         let chunk = protocol::tree_chunk_bytes(choice.proto, bytes, nc, depth_nccl, self.ranks, m).max(1);
@@ -780,8 +781,9 @@ impl Comm {
             let down_info = self.hop_info(lp, lc, inter, nic);
             let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
-            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, split.0);
-            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, split.1);
+            let (up_share, down_share) = split(inter);
+            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, up_share);
+            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, down_share);
             hops.push((up, down));
             let (up_offset, down_offset) = match (cut_through, inter) {
                 // Up: the chain of a node nd hops below the root at 2(D - nd), its link to the
@@ -1200,6 +1202,37 @@ mod tests {
         let simple = Choice { proto: Proto::Simple, ..choice };
         let Shape::Pipeline { span, .. } = comm.tree_allreduce(&simple, 4096) else { panic!("tree is a pipeline") };
         assert!(span > 10, "Simple keeps a step per hop: span {span}");
+    }
+
+    /// A tree LL128 channel gives 70% of its threads to the reduce (up) and 30% to the broadcast
+    /// (down) (`NCCL_LL128_SPLIT`, devcomm.h v2.8.4-1): that slows the NVLink hops the threads
+    /// move, but a network hop's step goes whole from the proxy to the NIC (net.cc v2.8.4-1
+    /// l.83-86, 286-324), so there up and down run at the same rate.
+    #[test]
+    fn the_ll128_thread_split_slows_only_the_hops_inside_a_node() {
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let force = Force { algo: Some(NcclAlgo::Tree), proto: Some(Proto::Ll128) };
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force });
+        let choice = comm.choose(CollectiveOp::AllReduce, 256 << 10).unwrap();
+        assert_eq!((choice.proto, choice.threads), (Proto::Ll128, 640));
+        let Shape::Pipeline { edges, .. } = comm.tree_allreduce(&choice, 256 << 10) else {
+            panic!("tree is a pipeline")
+        };
+        let cap = |a: u32, b: u32| edges.iter().find(|e| (e.src, e.dst) == (a, b)).map(|e| e.hop.cap);
+        let (mut inter, mut intra) = (0, 0);
+        for e in &edges {
+            let back = cap(e.dst, e.src).expect("every tree link has an up and a down edge");
+            if e.src / 4 != e.dst / 4 {
+                inter += 1;
+                assert!((e.hop.cap - back).abs() < 1e-9 * back, "{e:?}: {} vs {back}", e.hop.cap);
+            } else {
+                intra += 1;
+                let (lo, hi) = (e.hop.cap.min(back), e.hop.cap.max(back));
+                assert!((lo / hi - 192.0 / 448.0).abs() < 1e-9, "{e:?}: {lo} vs {hi}");
+            }
+        }
+        assert!(inter > 0 && intra > 0, "{edges:?}");
     }
 
     /// NCCL 2.3.7 across nodes: rings only, LL for a small all-reduce, and every ring step at the

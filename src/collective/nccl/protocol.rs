@@ -158,6 +158,20 @@ pub fn tree_thread_split(v: NcclVersion, p: Proto, threads: u32) -> (f64, f64) {
     (up as f64 / threads as f64, (threads - up) as f64 / threads as f64)
 }
 
+/// The thread shares of [`tree_thread_split`] for one tree edge. The split limits the edges the
+/// GPU's threads move themselves (NVLink/PCIe P2P stores and loads inside a node), not a network
+/// hop: there the threads only fill the local buffer step (device memory under GPUDirect RDMA,
+/// `protoLoc`, net.cc v2.8.4-1 l.83-86) and the proxy posts the whole step to the NIC once the
+/// GPU has posted it (l.286-324), so the NIC, not the 30% of threads broadcasting, sets the rate
+/// (the per-channel ceilings still apply).
+pub fn tree_edge_thread_split(v: NcclVersion, p: Proto, threads: u32, network: bool) -> (f64, f64) {
+    if network {
+        (1.0, 1.0)
+    } else {
+        tree_thread_split(v, p, threads)
+    }
+}
+
 /// A protocol's ceilings for one communicator: the fraction of a route's rate its data can use,
 /// and the most one channel carries (GB/s of data) at full thread count.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -253,6 +267,15 @@ mod tests {
         assert_eq!(tree_thread_split(NcclVersion::V2_8_4, Proto::Ll, 512), (1.0, 1.0));
         assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Ll, 512).0, 352.0 / 512.0);
         assert_eq!(tree_thread_split(NcclVersion::V2_21_5, Proto::Simple, 512), (1.0, 1.0));
+    }
+
+    /// The 70/30 split binds the NVLink edges of a tree; a network edge's step is the NIC's.
+    #[test]
+    fn tree_split_binds_only_the_edges_threads_move() {
+        let v = NcclVersion::V2_8_4;
+        assert_eq!(tree_edge_thread_split(v, Proto::Ll128, 640, false), (448.0 / 640.0, 192.0 / 640.0));
+        assert_eq!(tree_edge_thread_split(v, Proto::Ll128, 640, true), (1.0, 1.0));
+        assert_eq!(tree_edge_thread_split(NcclVersion::V2_21_5, Proto::Ll, 512, true), (1.0, 1.0));
     }
 
     #[test]
