@@ -89,6 +89,36 @@ fn each_gpu_leaves_on_its_own_rail() {
 }
 
 #[test]
+fn pxn_keeps_a_transfer_on_the_receivers_rail() {
+    // Two GPUs a node joined by NVLink, each with its own NIC behind it; the CPU reaches both
+    // NICs, so the cheapest way from one GPU to the other's NIC is through the CPU, not the
+    // NVLink peer. A leaf per rail, one spine.
+    let fabric = r#"{"leaf":{"nodes":4},"spine":{"switches":1}}"#;
+    let json = format!(
+        r#"{{"name":"pxn","graph":{{"gpu":"test","devices":[{{"name":"cpu","kind":"cpu"}},
+            {{"name":"gpu0","kind":"gpu","host":"cpu"}},{{"name":"nic0","kind":"nic"}},
+            {{"name":"gpu1","kind":"gpu","host":"cpu"}},{{"name":"nic1","kind":"nic"}}],
+            "links":[{{"from":"cpu","to":"gpu0","kind":"pcie","bandwidth_gb_s":100}},
+            {{"from":"gpu0","to":"nic0","kind":"pcie","bandwidth_gb_s":50}},
+            {{"from":"cpu","to":"nic0","kind":"pcie","bandwidth_gb_s":90}},
+            {{"from":"cpu","to":"gpu1","kind":"pcie","bandwidth_gb_s":100}},
+            {{"from":"gpu1","to":"nic1","kind":"pcie","bandwidth_gb_s":50}},
+            {{"from":"cpu","to":"nic1","kind":"pcie","bandwidth_gb_s":90}},
+            {{"from":"gpu0","to":"gpu1","kind":"nvlink","bandwidth_gb_s":200}}],
+            "network":{{"kind":"infiniband","bandwidth_gb_s":8,"latency_us":1,"protocol":"rdma","attach":["nic0","nic1"]}},
+            "storage":{{"shared":false,"bandwidth_gb_s":1,"attach":"cpu"}}}},"fabric":{fabric}}}"#
+    );
+    let m = parse_topology(&json, Path::new("pxn.json"), false).unwrap().instantiate(4).unwrap();
+    // gpu1 of node 0 to gpu0 of node 1: NCCL's PXN hands the data over NVLink to gpu0 of node 0,
+    // whose NIC (rail 0) is the receiver's, so it stays under rail 0's leaf and never climbs
+    // (before, a fabric route ignored the proxy and took the cheapest way, through the CPU).
+    // On one switch (no fabric) the proxy was always honoured.
+    let r = m.p2p_route(m.gpus[1].device, m.gpus[2].device).unwrap();
+    let names: Vec<&str> = r.links.iter().map(|&l| m.device_name(m.links[l as usize].to)).collect();
+    assert_eq!(names, ["n0.gpu0", "n0.nic0", "leaf0.rail0", "n1.nic0", "n1.gpu0"]);
+}
+
+#[test]
 fn hashed_ecmp_uses_every_spine_and_the_same_one_every_time() {
     let spec = r#"{"leaf":{"nodes":1},"spine":{"switches":4},"ecmp":"hash"}"#;
     let m = fat_tree(1, spec).unwrap().instantiate(16).unwrap();

@@ -323,8 +323,15 @@ impl Machine {
     /// node to its NIC of the first of `rails` (the source GPU's own NIC when `None`), across the
     /// fabric to the destination node's NIC of the second (the destination GPU's own when
     /// `None`), and inside that node to `dst`. `None` if the machine has no fabric or the ends are
-    /// not both in nodes.
-    pub(super) fn fabric_route(&self, src: DeviceId, dst: DeviceId, rails: Option<(u32, u32)>) -> Option<super::Route> {
+    /// not both in nodes. With `via` (NCCL's PXN proxy: the GPU of the source's node that owns the
+    /// outgoing NIC), the data goes to that GPU first, as on a machine with one switch.
+    pub(super) fn fabric_route(
+        &self,
+        src: DeviceId,
+        dst: DeviceId,
+        rails: Option<(u32, u32)>,
+        via: Option<DeviceId>,
+    ) -> Option<super::Route> {
         let f = self.fabric.as_ref()?;
         let (na, nb) = (self.devices[src as usize].node?, self.devices[dst as usize].node?);
         let (nics_a, nics_b) = (self.nics(na), self.nics(nb));
@@ -336,7 +343,14 @@ impl Machine {
             nics[r as usize % nics.len()]
         };
         let (nic_a, nic_b) = (pick(nics_a, src, rails.map(|r| r.0)), pick(nics_b, dst, rails.map(|r| r.1)));
-        let mut links = self.search_in_node(src, nic_a, na)?;
+        let mut links = match via {
+            Some(p) => {
+                let mut l = self.search_in_node(src, p, na)?;
+                l.extend(self.search_in_node(p, nic_a, na)?);
+                l
+            }
+            None => self.search_in_node(src, nic_a, na)?,
+        };
         links.extend(f.between(nic_a, nic_b)?);
         links.extend(self.search_in_node(nic_b, dst, nb)?);
         let latency_ns = links.iter().map(|&l| self.links[l as usize].latency_ns).fold(0, u64::saturating_add);

@@ -95,7 +95,7 @@ impl Machine {
     pub fn shortest_path(&self, src: DeviceId, dst: DeviceId) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
         if self.fabric.is_some() && a.is_some() && b.is_some() && a != b {
-            return self.fabric_route(src, dst, None);
+            return self.fabric_route(src, dst, None, None);
         }
         if let Some(gw) = self.gateway() {
             let split = match (a, b) {
@@ -135,7 +135,7 @@ impl Machine {
     ) -> Option<Route> {
         let (a, b) = (self.devices[src as usize].node, self.devices[dst as usize].node);
         if self.fabric.is_some() && a.is_some() && b.is_some() && a != b {
-            return self.fabric_route(src, dst, Some((out_rail, in_rail)));
+            return self.fabric_route(src, dst, Some((out_rail, in_rail)), via);
         }
         let (Some(gw), Some(a), Some(b)) = (self.gateway(), a, b) else { return self.shortest_path(src, dst) };
         let (Some(&nic_a), Some(&nic_b)) = (self.nics(a).get(out_rail as usize), self.nics(b).get(in_rail as usize))
