@@ -261,9 +261,8 @@ const FA2_BACKWARD_FRACTION: f64 = 0.63;
 pub const GRAD_BYTES: u64 = 4;
 /// Bytes per parameter an optimizer step moves besides Adam's own passes
 /// ([`super::memory::Optimizer::update_passes`]) and the 16-bit weight write, in Megatron-LM's
-/// mixed-precision optimizer (megatron/optimizer/optimizer.py `MixedPrecisionOptimizer.step` and
-/// clip_grads.py, 2022, core_r0.x alike; DeepSpeed's ZeRO and BF16 optimizers make the same
-/// passes):
+/// mixed-precision optimizer (megatron/optimizer/optimizer.py: the step of 2022's
+/// `Float16OptimizerWithFloat16Params`, later `MixedPrecisionOptimizer`; clip_grads.py):
 /// - the global gradient norm for clipping (`clip_grad_norm_fp32`, `--clip-grad` 1.0 by default):
 ///   one read of each FP32 gradient (`multi_tensor_l2norm`);
 const GRAD_NORM_BYTES: f64 = 4.0;
