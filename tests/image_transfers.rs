@@ -17,6 +17,7 @@ fn shadowed_image_transfers_match_the_reference_path() {
     let plans = [
         ("tp=8,pp=2,dp=2", 1, 8, "dgx-a100"),
         ("tp=8,pp=4,dp=4,vp=2,sp=on", 1, 32, "dgx-a100"),
+        ("tp=8,pp=4,dp=4,vp=2,sp=on", 2, 64, "dgx-a100"),
         ("tp=4,pp=2,dp=4,sp=on,zero=1", 1, 16, "dgx-a100"),
         ("tp=4,pp=4,dp=4,zero=1", 1, 64, "dgx-a100"),
         ("tp=8,pp=4,dp=2,schedule=gpipe", 2, 16, "dgx-a100"),

@@ -193,7 +193,9 @@ fn plan_choices_move_time_and_memory_as_they_should() {
     let z3 = r("tp=2,pp=1,dp=16,zero=3", 32);
     assert!(z1.memory.optimizer < none.memory.optimizer / 8);
     assert!(z3.memory.weights < none.memory.weights);
-    assert!(z3.breakdown.dp_comm + z3.breakdown.compute > none.breakdown.compute);
+    // ZeRO-3's per-layer gathers cost time beyond ZeRO-1's, whose optimizer step is sharded alike
+    // (against plain DP the unsharded step's memory passes can outweigh the gathers).
+    assert!(z3.breakdown.dp_comm + z3.breakdown.compute > z1.breakdown.compute);
     let full = r("tp=2,pp=1,dp=16,recompute=full", 32);
     assert!(full.step_time_s > none.step_time_s && full.hfu > full.mfu);
     assert!(full.memory.activations < none.memory.activations / 4);
