@@ -401,50 +401,39 @@ fn signature_into(
     ids.begin(capacity.len());
     let mut count = 0u32;
     sig.extend([comp.len() as u64, outside.len() as u64]);
-    // Per link: its local id (new ids in order of first use); `fresh` says it was just numbered.
-    let mut localise = |g: u32, sig: &mut Vec<u64>| {
-        let gi = g as usize;
-        let (id, fresh) = match ids.get(gi) {
-            Some(id) => (id, false),
-            None => {
-                ids.insert(gi, count);
-                count += 1;
-                (count - 1, true)
-            }
-        };
-        sig.push(id as u64);
-        (id, fresh)
-    };
+    let want = links.is_some();
+    // Global links in order of first use (local id = index).
     let mut firsts: Vec<u32> = Vec::new();
+    // A route's links as local ids, new ids in order of first use, each pushed to the signature
+    // (the ids are kept only when the local links are built).
+    let mut local_route = |route: &[u32], sig: &mut Vec<u64>| -> Vec<u32> {
+        let mut out = Vec::new();
+        for &g in route {
+            let gi = g as usize;
+            let id = ids.get(gi).unwrap_or_else(|| {
+                ids.insert(gi, count);
+                firsts.push(g);
+                count += 1;
+                count - 1
+            });
+            sig.push(id as u64);
+            if want {
+                out.push(id);
+            }
+        }
+        out
+    };
     for &i in comp {
         let m = &members[i as usize];
         sig.extend([m.latency, m.bytes, m.cap.to_bits(), m.links.len() as u64]);
-        let mut route = Vec::new();
-        for &g in m.links {
-            let (id, fresh) = localise(g, sig);
-            if links.is_some() {
-                route.push(id);
-            }
-            if fresh {
-                firsts.push(g);
-            }
-        }
+        let route = local_route(m.links, sig);
         if let Some(l) = links.as_deref_mut() {
             l.routes.push(route);
         }
     }
     for o in outside {
         sig.extend([o.cap.to_bits(), o.rate.to_bits(), o.links.len() as u64]);
-        let mut route = Vec::new();
-        for &g in &o.links {
-            let (id, fresh) = localise(g, sig);
-            if links.is_some() {
-                route.push(id);
-            }
-            if fresh {
-                firsts.push(g);
-            }
-        }
+        let route = local_route(&o.links, sig);
         if let Some(l) = links.as_deref_mut() {
             l.outside.push(Outside { links: route, ..*o });
         }
