@@ -291,8 +291,11 @@ pub fn describe(model: &str, uses: &[CollectiveUse]) -> String {
 #[derive(Default)]
 pub struct Lowerer {
     comms: HashMap<(u32, Algorithm), Arc<Comm>>,
-    plans: HashMap<(u32, CollectiveOp, Algorithm, u64), Plan>,
-    uses: BTreeMap<(String, String), (u64, u64)>,
+    /// Each plan with its entry in `tally`.
+    plans: HashMap<(u32, CollectiveOp, Algorithm, u64), (Plan, u32)>,
+    /// Calls and bytes per (operation, label), entries found through `tally_index`.
+    tally: Vec<(u64, u64)>,
+    tally_index: BTreeMap<(String, String), u32>,
 }
 
 impl Lowerer {
@@ -311,10 +314,11 @@ impl Lowerer {
         bytes: u64,
     ) -> Result<Plan> {
         let key = (group, op, algorithm, bytes);
-        if let Some(p) = self.plans.get(&key) {
-            let p = p.clone();
-            self.count(op, &p, bytes);
-            return Ok(p);
+        if let Some((p, i)) = self.plans.get(&key) {
+            let e = &mut self.tally[*i as usize];
+            e.0 += 1;
+            e.1 += bytes;
+            return Ok(p.clone());
         }
         let layout = Layout::from_nodes(ranks.iter().map(|&r| machine.gpus[r as usize].node));
         // HybridEP is a library of its own, not NCCL: its exchange lowers as written here.
@@ -347,22 +351,26 @@ impl Lowerer {
                 }
             }
         };
-        self.count(op, &plan, bytes);
-        self.plans.insert(key, plan.clone());
-        Ok(plan)
-    }
-
-    fn count(&mut self, op: CollectiveOp, plan: &Plan, bytes: u64) {
-        let e = self.uses.entry((op.name().to_string(), plan.label())).or_default();
+        let next = self.tally.len() as u32;
+        let i = *self.tally_index.entry((op.name().to_string(), plan.label())).or_insert(next);
+        if i == next {
+            self.tally.push((0, 0));
+        }
+        let e = &mut self.tally[i as usize];
         e.0 += 1;
         e.1 += bytes;
+        self.plans.insert(key, (plan.clone(), i));
+        Ok(plan)
     }
 
     /// What ran, by operation and label.
     pub fn uses(&self) -> Vec<CollectiveUse> {
-        self.uses
+        self.tally_index
             .iter()
-            .map(|((op, ran), &(calls, bytes))| CollectiveUse { op: op.clone(), ran: ran.clone(), calls, bytes })
+            .map(|((op, ran), &i)| {
+                let (calls, bytes) = self.tally[i as usize];
+                CollectiveUse { op: op.clone(), ran: ran.clone(), calls, bytes }
+            })
             .collect()
     }
 }

@@ -159,6 +159,8 @@ struct Reservation {
     class_time: Vec<Nanos>,
     links: Vec<u32>,
     class_outside: Vec<Vec<Outside>>,
+    /// The step classes it was reserved with (their routes and bytes, for the accounting at its end).
+    classes: Option<std::rc::Rc<std::cell::RefCell<ReserveClasses>>>,
 }
 
 impl Reservation {
@@ -200,10 +202,14 @@ struct PartialClass {
 /// What reserving a collective from one step on needs to know of each step class, the same every
 /// time that collective (group, operation, algorithm, bytes) is tried from that step: the class's
 /// representative step (u32::MAX for a class with no step left), the route of each of its
-/// transfers in step order, and its duration on links with no other traffic once timed.
+/// transfers in step order, and its duration on links with no other traffic once timed; per
+/// class, too, its steps left and its transfers' bytes in step order (a run that ends undisturbed
+/// adds them to the links without lowering the step again).
 #[derive(Debug, Default)]
 struct ReserveClasses {
     classes: Vec<(u32, Vec<u32>, Option<Option<Nanos>>)>,
+    counts: Vec<u64>,
+    bytes: Vec<Vec<u64>>,
 }
 
 /// Key of [`ReserveClasses`]: the collective as the lowerer keys its plans, and the first step.
@@ -790,12 +796,13 @@ impl<'a> Engine<'a> {
         self.mirror_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
-        let memo = self.reserve_classes(slot, &plan, first)?;
-        let mut memo = memo.borrow_mut();
+        let memo_rc = self.reserve_classes(slot, &plan, first)?;
+        let mut memo = memo_rc.borrow_mut();
         let mut res = self.reservation_pool.pop().unwrap_or_default();
         res.class_time.clear();
         res.links.clear();
         res.class_outside.clear();
+        res.classes = None;
         let mut outcome = Reserve::Done;
         for (rep, routes, alone) in memo.classes.iter_mut() {
             res.class_outside.push(Vec::new());
@@ -872,6 +879,7 @@ impl<'a> Engine<'a> {
         for &l in &res.links {
             self.hold(l as usize, slot + 1);
         }
+        res.classes = Some(memo_rc);
         let total: Nanos = (first..plan.step_count())
             .map(|s| res.class_time[plan.step_class(s) as usize])
             .fold(0, Nanos::saturating_add);
@@ -904,20 +912,23 @@ impl<'a> Engine<'a> {
         if let Some(m) = self.reserve_memo.get(&key) {
             return Ok(m.clone());
         }
-        let mut classes = Vec::new();
-        for (rep, _) in Self::steps_per_class(plan, first, plan.step_count()) {
-            let routes = if rep == u32::MAX {
-                Vec::new()
+        let (mut classes, mut counts, mut all_bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for (rep, count) in Self::steps_per_class(plan, first, plan.step_count()) {
+            let (routes, bytes) = if rep == u32::MAX {
+                (Vec::new(), Vec::new())
             } else {
                 self.load_step(slot, rep);
                 let scratch = std::mem::take(&mut self.step_scratch);
                 let routes = self.routes_of(&scratch);
+                let bytes = scratch.iter().map(|x| x.bytes).collect();
                 self.step_scratch = scratch;
-                routes?
+                (routes?, bytes)
             };
             classes.push((rep, routes, None));
+            counts.push(count);
+            all_bytes.push(bytes);
         }
-        let m = std::rc::Rc::new(std::cell::RefCell::new(ReserveClasses { classes }));
+        let m = std::rc::Rc::new(std::cell::RefCell::new(ReserveClasses { classes, counts, bytes: all_bytes }));
         self.reserve_memo.insert(key, m.clone());
         Ok(m)
     }
@@ -1013,6 +1024,19 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// [`Engine::account_steps`] of a step whose transfers' routes and bytes are known, in step order.
+    fn account_routes(&mut self, routes: &[u32], bytes: &[u64], count: u64) {
+        if count == 0 {
+            return;
+        }
+        for (&r, &b) in routes.iter().zip(bytes) {
+            for &l in &self.routes[r as usize].links {
+                self.link_bytes[l as usize] += (b * count) as f64;
+            }
+        }
+        self.flows_created += routes.len() as u64 * count;
+    }
+
     /// Per class, how many of the steps `from..upto` belong to it, with a representative step.
     fn steps_per_class(plan: &Plan, from: u32, upto: u32) -> Vec<(u32, u64)> {
         let mut out: Vec<(u32, u64)> = Vec::new();
@@ -1048,11 +1072,27 @@ impl<'a> Engine<'a> {
 
     /// A reserved collective ran to its end undisturbed.
     fn end_reservation(&mut self, slot: u32) -> Result<()> {
-        let (first, _, _, _) = self.release(slot);
-        let plan = self.collectives[slot as usize].plan.clone();
-        for (rep, count) in Self::steps_per_class(&plan, first, plan.step_count()) {
-            if rep != u32::MAX {
-                self.account_steps(slot, rep, count)?;
+        let memo = self.collectives[slot as usize].reservation.as_mut().and_then(|r| r.classes.take());
+        let (first, _, class_time, class_outside) = self.release(slot);
+        // Back to the pooled reservation `release` just made, to be refilled without allocating.
+        if let Some(pooled) = self.reservation_pool.last_mut() {
+            (pooled.class_time, pooled.class_outside) = (class_time, class_outside);
+        }
+        if let Some(memo) = memo {
+            // The classes it was reserved with are those of steps `first..` (the same transfers, in
+            // step order, as `account_steps` lowers again).
+            let memo = memo.borrow();
+            for (i, (rep, routes, _)) in memo.classes.iter().enumerate() {
+                if *rep != u32::MAX {
+                    self.account_routes(routes, &memo.bytes[i], memo.counts[i]);
+                }
+            }
+        } else {
+            let plan = self.collectives[slot as usize].plan.clone();
+            for (rep, count) in Self::steps_per_class(&plan, first, plan.step_count()) {
+                if rep != u32::MAX {
+                    self.account_steps(slot, rep, count)?;
+                }
             }
         }
         let t = self.collectives[slot as usize].task;

@@ -48,6 +48,30 @@ pub(super) struct StepTimer {
     link_member: LinkMap,
     /// Local link ids of the signature being built.
     ids: LinkMap,
+    /// Scratch of [`StepTimer::components_of`]: per root item its component, per component its
+    /// size, and the components of the latest call (reused, so timing a step allocates none).
+    comp_index: Vec<u32>,
+    comp_size: Vec<u32>,
+    comps: Comps,
+    /// Scratch of the signature being looked up.
+    sig: Vec<u64>,
+}
+
+/// Items grouped into components, flat: component k holds `items[starts[k]..starts[k + 1]]`.
+#[derive(Default)]
+struct Comps {
+    items: Vec<u32>,
+    starts: Vec<u32>,
+}
+
+impl Comps {
+    fn len(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    fn get(&self, k: usize) -> &[u32] {
+        &self.items[self.starts[k] as usize..self.starts[k + 1] as usize]
+    }
 }
 
 /// A map from global link ids to a u32, reused across calls: `value[g]` holds when `epoch[g]` is
@@ -103,38 +127,31 @@ impl StepTimer {
     /// Members grouped into components of shared links, each in member order; components ordered
     /// by their first member.
     fn components(&mut self, members: &[Member]) -> Vec<Vec<u32>> {
-        let routes: Vec<&[u32]> = members.iter().map(|m| m.links).collect();
-        self.components_of(&routes)
+        let mut comps = std::mem::take(&mut self.comps);
+        self.components_of(members.len(), |i| members[i].links, &mut comps);
+        let out = (0..comps.len()).map(|k| comps.get(k).to_vec()).collect();
+        self.comps = comps;
+        out
     }
 
-    /// Components of the members and the `outside` flows together: per component, its members
-    /// (in member order) and the outside flows it holds (in their order); components without a
-    /// member are left out (the outside flows are those of the step's own links, so there are none).
-    fn components_with(&mut self, members: &[Member], outside: &[Outside]) -> Vec<(Vec<u32>, Vec<Outside>)> {
-        let n = members.len() as u32;
-        let routes: Vec<&[u32]> =
-            members.iter().map(|m| m.links).chain(outside.iter().map(|o| o.links.as_slice())).collect();
-        self.components_of(&routes)
-            .into_iter()
-            .filter(|c| c[0] < n)
-            .map(|c| {
-                let split = c.partition_point(|&i| i < n);
-                let held = c[split..].iter().map(|&i| outside[(i - n) as usize].clone()).collect();
-                let mut c = c;
-                c.truncate(split);
-                (c, held)
-            })
-            .collect()
+    /// Components of the members and the `outside` flows (items `n..`) together, as
+    /// [`StepTimer::components_of`]: a component's members come first (item order), then the
+    /// outside flows it holds; a component without a member holds no outside flow either (those
+    /// are the flows of the step's own links).
+    fn components_with_into(&mut self, members: &[Member], outside: &[Outside], out: &mut Comps) {
+        let n = members.len();
+        let route = |i: usize| if i < n { members[i].links } else { outside[i - n].links.as_slice() };
+        self.components_of(n + outside.len(), route, out);
     }
 
     /// Items (routes as link lists) grouped into components of shared links, each in item order;
     /// components ordered by their first item.
-    fn components_of(&mut self, members: &[&[u32]]) -> Vec<Vec<u32>> {
+    fn components_of<'a>(&mut self, count: usize, route: impl Fn(usize) -> &'a [u32], out: &mut Comps) {
         self.link_member.begin(0);
         self.parent.clear();
-        self.parent.extend(0..members.len() as u32);
-        for (i, m) in members.iter().enumerate() {
-            for &l in m.iter() {
+        self.parent.extend(0..count as u32);
+        for i in 0..count {
+            for &l in route(i) {
                 let l = l as usize;
                 match self.link_member.get(l) {
                     Some(first) => {
@@ -147,18 +164,38 @@ impl StepTimer {
                 }
             }
         }
-        // Component index by root (a member index), in order of first member.
-        let mut index: Vec<u32> = vec![u32::MAX; members.len()];
-        let mut out: Vec<Vec<u32>> = Vec::new();
-        for i in 0..members.len() as u32 {
+        // Component index by root (an item index), in order of first item; then the items placed
+        // by a counting sort, so each component keeps item order.
+        let (index, size) = (&mut self.comp_index, &mut self.comp_size);
+        index.clear();
+        index.resize(count, u32::MAX);
+        size.clear();
+        for i in 0..count as u32 {
             let root = self.find(i) as usize;
+            let index = &mut self.comp_index;
             if index[root] == u32::MAX {
-                index[root] = out.len() as u32;
-                out.push(Vec::new());
+                index[root] = self.comp_size.len() as u32;
+                self.comp_size.push(0);
             }
-            out[index[root] as usize].push(i);
+            self.comp_size[index[root] as usize] += 1;
         }
-        out
+        out.starts.clear();
+        out.starts.push(0);
+        let mut at = 0;
+        for &k in &self.comp_size {
+            at += k;
+            out.starts.push(at);
+        }
+        // comp_size becomes each component's next free slot.
+        self.comp_size.copy_from_slice(&out.starts[..out.starts.len() - 1]);
+        out.items.clear();
+        out.items.resize(count, 0);
+        for i in 0..count as u32 {
+            let root = self.find(i) as usize;
+            let k = self.comp_index[root] as usize;
+            out.items[self.comp_size[k] as usize] = i;
+            self.comp_size[k] += 1;
+        }
     }
 
     /// How long the step takes (from its start until its last transfer arrives) next to the `outside` flows (the whole component they form with it,
@@ -168,25 +205,40 @@ impl StepTimer {
             // Components of members and outside flows together: each is timed with the outside
             // flows it holds (fluid shares never cross components, so this is the joint run's
             // outcome, as for the components of a step alone).
-            let mut longest = 0;
-            for (comp, outside) in self.components_with(members, outside) {
-                let finish = if comp.len() == 1 && outside.is_empty() {
-                    vec![solo(&members[comp[0] as usize], capacity)]
+            let n = members.len() as u32;
+            let mut comps = std::mem::take(&mut self.comps);
+            self.components_with_into(members, outside, &mut comps);
+            let mut longest = Some(0);
+            for k in 0..comps.len() {
+                let c = comps.get(k);
+                if c[0] >= n {
+                    continue;
+                }
+                let split = c.partition_point(|&i| i < n);
+                let finish = if split == 1 && split == c.len() {
+                    solo(&members[c[0] as usize], capacity)
                 } else {
-                    self.timed(members, &comp, &outside, capacity)?
+                    match self.timed(members, &c[..split], &held(outside, n, &c[split..]), capacity) {
+                        Some(f) => f,
+                        None => {
+                            longest = None;
+                            break;
+                        }
+                    }
                 };
-                longest = longest.max(finish.into_iter().max().unwrap_or(0));
+                longest = longest.map(|l| l.max(finish));
             }
-            return Some(longest);
+            self.comps = comps;
+            return longest;
         }
         let mut longest = 0;
         for comp in self.components(members) {
             let finish = if comp.len() == 1 {
-                vec![solo(&members[comp[0] as usize], capacity)]
+                solo(&members[comp[0] as usize], capacity)
             } else {
                 self.timed(members, &comp, &[], capacity).expect("no outside flow to disturb")
             };
-            longest = longest.max(finish.into_iter().max().unwrap_or(0));
+            longest = longest.max(finish);
         }
         Some(longest)
     }
@@ -203,25 +255,32 @@ impl StepTimer {
                 continue;
             }
             let finish = if comp.len() == 1 {
-                vec![solo(&members[comp[0] as usize], capacity)]
+                solo(&members[comp[0] as usize], capacity)
             } else {
                 self.timed(members, &comp, &[], capacity).expect("no outside flow to disturb")
             };
-            longest = longest.max(finish.into_iter().max().unwrap_or(0));
+            longest = longest.max(finish);
         }
         real.sort_unstable();
         (real, longest)
     }
 
-    /// Finish times of a component's members, memoised.
-    fn timed(&mut self, members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> Option<Vec<Nanos>> {
-        let (sig, local) = signature(&mut self.ids, members, comp, outside, capacity);
-        if let Some(f) = self.memo.get(&sig) {
-            return f.clone();
-        }
-        let f = Component::new(members, comp, &local).finish_times();
-        self.memo.insert(sig, f.clone());
-        f
+    /// The latest finish time of a component's members (0 for none), memoised by signature (found
+    /// without building the component's local links, which only a first timing needs).
+    fn timed(&mut self, members: &[Member], comp: &[u32], outside: &[Outside], capacity: &[f64]) -> Option<Nanos> {
+        let mut sig = std::mem::take(&mut self.sig);
+        sig.clear();
+        signature_into(&mut self.ids, members, comp, outside, capacity, &mut sig, None);
+        let latest = |f: &Option<Vec<Nanos>>| f.as_ref().map(|f| f.iter().copied().max().unwrap_or(0));
+        let known = self.memo.get(sig.as_slice()).map(latest);
+        self.sig = sig;
+        known.unwrap_or_else(|| {
+            let (sig, local) = signature(&mut self.ids, members, comp, outside, capacity);
+            let f = Component::new(members, comp, &local).finish_times();
+            let out = latest(&f);
+            self.memo.insert(sig, f);
+            out
+        })
     }
 
     /// Each member's state at offset `at` after the step's start, as a step-by-step run holds it
@@ -237,26 +296,36 @@ impl StepTimer {
     ) -> (Vec<MemberState>, Vec<u32>) {
         let mut states = vec![MemberState::Done; members.len()];
         let mut dirty = Vec::new();
-        let comps = if outside.is_empty() {
-            self.components(members).into_iter().map(|c| (c, Vec::new())).collect()
-        } else {
-            self.components_with(members, outside)
-        };
-        for (comp, outside) in comps {
-            if comp.len() == 1 && outside.is_empty() {
+        let n = members.len() as u32;
+        let mut comps = std::mem::take(&mut self.comps);
+        self.components_with_into(members, outside, &mut comps);
+        for k in 0..comps.len() {
+            let c = comps.get(k);
+            if c[0] >= n {
+                continue;
+            }
+            let split = c.partition_point(|&i| i < n);
+            let comp = &c[..split];
+            if split == 1 && split == c.len() {
                 let i = comp[0] as usize;
                 states[i] = solo_state(&members[i], capacity, at);
                 continue;
             }
-            let (_, local) = signature(&mut self.ids, members, &comp, &outside, capacity);
-            let (local_states, local_dirty) = Component::new(members, &comp, &local).states_at(at);
+            let (_, local) = signature(&mut self.ids, members, comp, &held(outside, n, &c[split..]), capacity);
+            let (local_states, local_dirty) = Component::new(members, comp, &local).states_at(at);
             for (k, &i) in comp.iter().enumerate() {
                 states[i as usize] = local_states[k];
             }
             dirty.extend(local_dirty.into_iter().map(|l| local.globals[l as usize]));
         }
+        self.comps = comps;
         (states, dirty)
     }
+}
+
+/// The outside flows `items` (indices past the `n` members) of a component, in order.
+fn held(outside: &[Outside], n: u32, items: &[u32]) -> Vec<Outside> {
+    items.iter().map(|&i| outside[(i - n) as usize].clone()).collect()
 }
 
 /// The rate a lone flow gets: its cap or its slowest link.
@@ -311,34 +380,69 @@ fn signature(
     outside: &[Outside],
     capacity: &[f64],
 ) -> (Vec<u64>, LocalLinks) {
-    ids.begin(capacity.len());
     let mut links = LocalLinks { globals: Vec::new(), capacity: Vec::new(), routes: Vec::new(), outside: Vec::new() };
-    let mut sig = vec![comp.len() as u64, outside.len() as u64];
-    let mut localise = |g: u32, links: &mut LocalLinks, sig: &mut Vec<u64>| {
-        let gi = g as usize;
-        let id = ids.get(gi).unwrap_or_else(|| {
-            links.globals.push(g);
-            links.capacity.push(capacity[gi]);
-            let id = (links.globals.len() - 1) as u32;
-            ids.insert(gi, id);
-            id
-        });
-        sig.push(id as u64);
-        id
+    let mut sig = Vec::new();
+    signature_into(ids, members, comp, outside, capacity, &mut sig, Some(&mut links));
+    (sig, links)
+}
+
+/// [`signature`] appended to `sig`, building the local links only when `links` is given (a
+/// memoised component needs just its signature). Local ids count links in order of first use
+/// either way.
+fn signature_into(
+    ids: &mut LinkMap,
+    members: &[Member],
+    comp: &[u32],
+    outside: &[Outside],
+    capacity: &[f64],
+    sig: &mut Vec<u64>,
+    mut links: Option<&mut LocalLinks>,
+) {
+    ids.begin(capacity.len());
+    let mut count = 0u32;
+    sig.extend([comp.len() as u64, outside.len() as u64]);
+    let want = links.is_some();
+    // Global links in order of first use (local id = index).
+    let mut firsts: Vec<u32> = Vec::new();
+    // A route's links as local ids, new ids in order of first use, each pushed to the signature
+    // (the ids are kept only when the local links are built).
+    let mut local_route = |route: &[u32], sig: &mut Vec<u64>| -> Vec<u32> {
+        let mut out = Vec::new();
+        for &g in route {
+            let gi = g as usize;
+            let id = ids.get(gi).unwrap_or_else(|| {
+                ids.insert(gi, count);
+                firsts.push(g);
+                count += 1;
+                count - 1
+            });
+            sig.push(id as u64);
+            if want {
+                out.push(id);
+            }
+        }
+        out
     };
     for &i in comp {
         let m = &members[i as usize];
         sig.extend([m.latency, m.bytes, m.cap.to_bits(), m.links.len() as u64]);
-        let route = m.links.iter().map(|&g| localise(g, &mut links, &mut sig)).collect();
-        links.routes.push(route);
+        let route = local_route(m.links, sig);
+        if let Some(l) = links.as_deref_mut() {
+            l.routes.push(route);
+        }
     }
     for o in outside {
         sig.extend([o.cap.to_bits(), o.rate.to_bits(), o.links.len() as u64]);
-        let route = o.links.iter().map(|&g| localise(g, &mut links, &mut sig)).collect();
-        links.outside.push(Outside { links: route, ..*o });
+        let route = local_route(&o.links, sig);
+        if let Some(l) = links.as_deref_mut() {
+            l.outside.push(Outside { links: route, ..*o });
+        }
     }
-    sig.extend(links.capacity.iter().map(|c| c.to_bits()));
-    (sig, links)
+    sig.extend(firsts.iter().map(|&g| capacity[g as usize].to_bits()));
+    if let Some(l) = links {
+        l.capacity.extend(firsts.iter().map(|&g| capacity[g as usize]));
+        l.globals = firsts;
+    }
 }
 
 /// A private fluid simulation of one component, with the engine's semantics: at each instant,
