@@ -242,13 +242,14 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
         (n * b.weights / weight_div, n * b.grads / grad_div, n * b.optimizer / opt_div)
     };
     let act_layer = layer_activation_bytes(m, plan, precision, seq_len, flash);
-    // MoE layers: their own parameters on this GPU (E / ep whole experts, etp = 1) and activations.
+    // MoE layers: their own parameters on this GPU (E / ep experts, each split over etp GPUs) and
+    // activations.
     let moe_local = m.moe.as_ref().map_or(0, |x| {
         (p.attention_block - m.attention_matrix_params())
             + m.attention_matrix_params() / tp
             + m.norm_params()
             + x.router_params(m)
-            + (x.experts / plan.ep.max(1)) as u64 * x.expert_matrix_params(m)
+            + (x.experts / plan.ep.max(1)) as u64 * x.expert_matrix_params(m) / plan.etp.max(1) as u64
             + x.shared_matrix_params(m) / tp
     });
     let act_moe = moe_activation_bytes(m, plan, precision, seq_len, flash);
