@@ -315,8 +315,8 @@ impl PlanSetup {
         let last = workload.layers.len() - 1; // embedding 0, each layer's blocks, head last
                                               // Each transformer layer's first block (2 per dense layer, 4 per MoE layer).
                                               // and the key-value exchange block after the attention under context parallelism).
-        // Under expert tensor parallelism each MoE layer has four compute-free blocks more
-        // (`workload::moe::EtpBlocks`).
+                                              // Under expert tensor parallelism each MoE layer has four compute-free blocks more
+                                              // (`workload::moe::EtpBlocks`).
         let etp_blocks = |i: u32| if p.etp > 1 && self.model.is_moe_layer(i) { 4 } else { 0 };
         let blocks = |i: u32| self.model.blocks_of_layer(i) + etp_blocks(i) + usize::from(p.cp_folded > 1);
         let mut starts = Vec::with_capacity(self.model.layers as usize);

@@ -155,7 +155,14 @@ impl LayerGroups {
         }
         let count = tp * dp / size;
         let per_block = if reduced { count / (dp / dp_block) } else { count };
-        Ok(LayerGroups { kind, size, stride, width: tp * dp, blocks: if reduced { dp / dp_block } else { 1 }, per_block })
+        Ok(LayerGroups {
+            kind,
+            size,
+            stride,
+            width: tp * dp,
+            blocks: if reduced { dp / dp_block } else { 1 },
+            per_block,
+        })
     }
 
     fn name(&self) -> &'static str {

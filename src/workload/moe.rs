@@ -581,14 +581,8 @@ pub(super) fn moe_blocks(
         group: super::CommGroup::ExpertTensor,
         ring: None,
     };
-    let between = |name, tp: Option<TpComm>| BlockCost {
-        name,
-        ops: vec![],
-        recompute_ns: 0.0,
-        params: 0,
-        tensors: vec![],
-        tp,
-    };
+    let between =
+        |name, tp: Option<TpComm>| BlockCost { name, ops: vec![], recompute_ns: 0.0, params: 0, tensors: vec![], tp };
     let norm_scale = cfg.norm_params();
     let expert_w = local * m.expert_matrix_params(cfg) / etp;
     let shared_w = m.shared_matrix_params(cfg) / tp;
@@ -608,7 +602,11 @@ pub(super) fn moe_blocks(
             ops: expert_ops,
             params: expert_w + shared_w + gate_w,
             tensors: vec![local * gates * fe * h, local * fe * h, shared_w, gate_w],
-            tp: if etp > 1 { Some(etp_comm(vec![TpCollective::ReduceScatter], vec![TpCollective::ReduceScatter])) } else { a2a(vec![all], vec![all]) },
+            tp: if etp > 1 {
+                Some(etp_comm(vec![TpCollective::ReduceScatter], vec![TpCollective::ReduceScatter]))
+            } else {
+                a2a(vec![all], vec![all])
+            },
         },
         combine: BlockCost {
             name: "moe-combine",
