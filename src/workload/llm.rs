@@ -1302,6 +1302,11 @@ mod tests {
             let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 2, etp, ..Default::default() }).unwrap_err();
             assert!(e.to_string().contains(want) && e.to_string().contains("etp"), "{e}");
         }
+        let flex =
+            super::super::moe::MoeRouting { dispatcher: super::super::moe::Dispatcher::Flex, ..Default::default() };
+        let e =
+            cost_moe(&cfg, h100, &o, &MoeOptions { ep: 2, etp: 4, routing: flex, ..Default::default() }).unwrap_err();
+        assert!(e.to_string().contains("moe-dispatcher=alltoall"), "{e}");
     }
 
     fn named_op<'a>(b: &'a BlockCost, name: &str) -> &'a OpCost {

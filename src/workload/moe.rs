@@ -391,6 +391,10 @@ pub(super) fn moe_blocks(
             format!("etp={etp} does not divide the experts' MLP width {} of {}", m.expert_ffn, cfg.name),
         ));
     }
+    if etp > 1 && x.routing.dispatcher != Dispatcher::AllToAll {
+        // Megatron-Core's flex dispatcher exchanges over the TP x EP group instead (not modelled).
+        return Err(Error::invalid("--parallel etp", "etp > 1 is modelled with moe-dispatcher=alltoall only"));
+    }
     if etp > 1 && o.recompute == super::llm::Recompute::Full {
         return Err(Error::invalid(
             "--parallel etp",
