@@ -185,6 +185,7 @@ impl PlanSetup {
         };
         let moe = MoeOptions {
             ep: self.plan.ep,
+            etp: self.plan.etp,
             routing: self.plan.moe,
             cp: self.plan.cp_folded,
             cp_comm: self.plan.cp_comm,
@@ -193,7 +194,7 @@ impl PlanSetup {
         if let Some(x) = self.calibrate_throughput {
             // The single-GPU number is for the whole model without TP or EP: calibrate on that
             // cost and carry the factor over.
-            let one_gpu = MoeOptions { ep: 1, cp: 1, ..moe };
+            let one_gpu = MoeOptions { ep: 1, etp: 1, cp: 1, ..moe };
             let mut one =
                 cost_moe(&self.model, self.gpu, &CostOptions { tp: 1, sequence_parallel: false, ..opts }, &one_gpu)?;
             one.calibrate_throughput(x)?;
@@ -312,7 +313,7 @@ impl PlanSetup {
         let shard_ok = p.sharding != Sharding::FsdpHybrid || self.shard_group(g) % k == 0;
         // Expert-parallel groups must lie inside a block, so that the left-out blocks' groups are
         // images of simulated ones.
-        let ep_ok = p.ep <= 1 || (k * p.tp) % p.ep == 0;
+        let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
         if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !ep_ok || !tp_apart_from_network(machine, p.tp, g) {
             return p.dp;
         }
@@ -333,7 +334,10 @@ impl PlanSetup {
         let last = workload.layers.len() - 1; // embedding 0, each layer's blocks, head last
                                               // Each transformer layer's first block (2 per dense layer, 4 per MoE layer).
                                               // and the key-value exchange block after the attention under context parallelism).
-        let blocks = |i: u32| self.model.blocks_of_layer(i) + usize::from(p.cp_folded > 1);
+                                              // Under expert tensor parallelism each MoE layer has four compute-free blocks more
+                                              // (`workload::moe::EtpBlocks`).
+        let etp_blocks = |i: u32| if p.etp > 1 && self.model.is_moe_layer(i) { 4 } else { 0 };
+        let blocks = |i: u32| self.model.blocks_of_layer(i) + etp_blocks(i) + usize::from(p.cp_folded > 1);
         let mut starts = Vec::with_capacity(self.model.layers as usize);
         let mut next = 1;
         for i in 0..self.model.layers {

@@ -238,3 +238,65 @@ fn plan_search_tries_every_valid_ep_of_an_moe_model() {
         assert!(c.error.is_none(), "{}: {:?}", c.plan, c.error);
     }
 }
+
+#[test]
+fn expert_tensor_parallelism_runs_its_groups_and_reduces_to_the_full_step() {
+    // 16 GPUs, tp 2, dp 8, ep 4, etp 2 (Megatron-Core's expert rank order etp-ep-dp): EP groups
+    // of 4 ranks 2 apart ({0, 2, 4, 6}, {1, 3, 5, 7}, ...), ETP groups the TP pairs, expert-DP
+    // groups of 16 / (4 x 2) = 2 ranks 8 apart.
+    let spec = "tp=2,pp=1,dp=8,sp=on,ep=4,etp=2,zero=1";
+    let s = setup(small_moe(), spec, 1, 16, "dgx-a100");
+    let sim = s.simulate(false, Options::default()).unwrap();
+    let ep_groups: Vec<Vec<u32>> = bytes_by_group(&sim, Phase::ExpertParallel).into_keys().collect();
+    assert!(ep_groups.contains(&vec![0, 2, 4, 6]) && ep_groups.contains(&vec![9, 11, 13, 15]), "{ep_groups:?}");
+    assert!(ep_groups.contains(&vec![0, 1]) && ep_groups.contains(&vec![14, 15]), "{ep_groups:?}");
+    // Per MoE layer and micro-batch: 2 all-to-alls and an all-gather and a reduce-scatter each
+    // way, for each of 4 EP groups of a block of 8 ranks, and 8 ETP groups.
+    let iteration0 = |want: dagsim::collective::CollectiveOp| {
+        sim.dag
+            .tasks()
+            .iter()
+            .filter(|t| t.iteration == 0 && matches!(t.work, Work::Collective { op, .. } if op == want))
+            .filter(|t| t.phase == Phase::ExpertParallel)
+            .count()
+    };
+    let (moe_layers, micro_batches) = (3, 2);
+    assert_eq!(iteration0(dagsim::collective::CollectiveOp::AllToAll), 4 * 4 * moe_layers * micro_batches);
+    assert_eq!(iteration0(dagsim::collective::CollectiveOp::AllGather), 2 * 8 * moe_layers * micro_batches);
+    // Reduce-scatters: the ETP ones (the expert-DP exchange is its own phase).
+    assert_eq!(iteration0(dagsim::collective::CollectiveOp::ReduceScatter), 2 * 8 * moe_layers * micro_batches);
+    let edp: Vec<Vec<u32>> =
+        bytes_by_group(&sim, Phase::GradientAggregation).into_keys().filter(|g| g.len() == 2).collect();
+    assert!(edp.contains(&vec![0, 8]) && edp.contains(&vec![7, 15]), "{edp:?}");
+    // Splitting the experts over the TP pair halves their weights on each GPU.
+    let whole = setup(small_moe(), "tp=2,pp=1,dp=8,sp=on,ep=4,zero=1", 1, 16, "dgx-a100");
+    let expert_bytes = |s: &PlanSetup| -> u64 {
+        let sim = s.simulate(false, Options::default()).unwrap();
+        sim.cost.expert_grad_tensors(4).iter().flatten().sum()
+    };
+    assert_eq!(2 * expert_bytes(&s), expert_bytes(&whole));
+    // The reduced simulation gives the full one's step time.
+    let (fast, full) = (report(&s, true), report(&s, false));
+    assert_eq!(fast.step_time_s, full.step_time_s);
+}
+
+#[test]
+fn expert_tensor_parallelism_other_than_tp_or_not_dividing_the_ranks_is_refused() {
+    for (spec, gpus, want) in [
+        ("tp=2,pp=1,dp=8,sp=on,ep=4,etp=4", 16, "etp=4"),
+        ("tp=2,pp=1,dp=2,sp=on,ep=4,etp=2", 4, "etp=2 x ep=4 must divide"),
+    ] {
+        let mut p = ParallelPlan::parse(spec).unwrap();
+        p.global_batch = 32;
+        let e = p.check(gpus, 4).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains("--parallel etp"), "{spec}: {e}");
+    }
+    // From the command line: exit 2 with the key named.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dagsim"))
+        .args(["predict", "--model", "mixtral-8x7b", "--gpu", "h100", "--topology", "dgx-h100", "--gpus", "8"])
+        .args(["--parallel", "tp=4,dp=2,sp=on,ep=2,etp=2", "--global-batch", "16", "--micro-batch", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("etp=2"), "{}", String::from_utf8_lossy(&out.stderr));
+}

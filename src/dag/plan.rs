@@ -126,14 +126,15 @@ impl PlanLayout {
 type GroupKey = (CommGroup, u32, u32, usize, u32, bool, usize);
 
 /// The groups other than the TP group that a layer's collectives can run over: expert-parallel
-/// groups (`size` consecutive ranks of a stage's TP x DP ranks) and context-parallel groups (the
-/// ranks of one TP rank in `size` consecutive DP ranks of the builder's plan, where CP is folded
-/// into DP). With DP replicas left out (`dp_block` < dp), a group in the simulated block stands
-/// for its images in the others.
+/// groups (`size` ranks of a stage's TP x DP ranks, `stride` = etp apart: Megatron-Core's expert
+/// rank order etp-ep-dp), expert-tensor-parallel groups (`size` = etp consecutive ranks) and
+/// context-parallel groups (the ranks of one TP rank in `size` consecutive DP ranks of the
+/// builder's plan, where CP is folded into DP: `stride` = tp). With DP replicas left out
+/// (`dp_block` < dp), a group in the simulated block stands for its images in the others.
 struct LayerGroups {
     kind: CommGroup,
     size: u32,
-    tp: u32,
+    stride: u32,
     width: u32,
     blocks: u32,
     per_block: u32,
@@ -143,10 +144,12 @@ impl LayerGroups {
     fn new(kind: CommGroup, size: u32, plan: &ParallelPlan, dp_block: u32) -> Result<Self> {
         let (tp, dp) = (plan.tp, plan.dp);
         let reduced = dp_block < dp;
-        let fits = match kind {
-            CommGroup::Context => dp_block % size == 0,
-            _ => (dp_block * tp) % size == 0,
+        let stride = match kind {
+            CommGroup::Context => tp,
+            CommGroup::Expert => plan.etp.max(1),
+            _ => 1,
         };
+        let fits = (dp_block * tp) % (size * stride) == 0;
         if reduced && !fits {
             return Err(Error::invalid(
                 "represented GPUs",
@@ -155,12 +158,20 @@ impl LayerGroups {
         }
         let count = tp * dp / size;
         let per_block = if reduced { count / (dp / dp_block) } else { count };
-        Ok(LayerGroups { kind, size, tp, width: tp * dp, blocks: if reduced { dp / dp_block } else { 1 }, per_block })
+        Ok(LayerGroups {
+            kind,
+            size,
+            stride,
+            width: tp * dp,
+            blocks: if reduced { dp / dp_block } else { 1 },
+            per_block,
+        })
     }
 
     fn name(&self) -> &'static str {
         match self.kind {
             CommGroup::Context => "cp",
+            CommGroup::ExpertTensor => "etp",
             _ => "ep",
         }
     }
@@ -180,22 +191,14 @@ impl LayerGroups {
     /// The group of `rank` within its stage.
     fn index(&self, rank: u32) -> u32 {
         let r = rank % self.width;
-        match self.kind {
-            CommGroup::Context => r % self.tp + self.tp * (r / self.tp / self.size),
-            _ => r / self.size,
-        }
+        r % self.stride + self.stride * (r / self.stride / self.size)
     }
 
     /// The ranks of group `index` of `stage`.
     fn ranks(&self, stage: u32, index: u32) -> Vec<u32> {
         let base = stage * self.width;
-        match self.kind {
-            CommGroup::Context => {
-                let (t, q) = (index % self.tp, index / self.tp);
-                (0..self.size).map(|c| base + t + self.tp * (q * self.size + c)).collect()
-            }
-            _ => (base + index * self.size..base + (index + 1) * self.size).collect(),
-        }
+        let (t, q) = (index % self.stride, index / self.stride);
+        (0..self.size).map(|c| base + t + self.stride * (q * self.size + c)).collect()
     }
 
     /// Group `index` of the simulated block and its images in the blocks left out.
@@ -339,13 +342,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     // DP group with CP (megatron/core/distributed/distributed_data_parallel.py l.98, 246-260);
     // the distributed optimizer shards them over that group too (megatron/core/optimizer/
     // __init__.py l.478). That group has tp x cp x dp / (ep x etp) ranks holding the same experts,
-    // ep consecutive ranks apart (parallel_state.py l.684-705: the expert ranks are ordered
-    // etp-ep-dp-pp), so etp = 1 here. Same bucket size for both. Sharded parameters (ZeRO-3,
+    // ep x etp ranks apart (parallel_state.py l.684-705: the expert ranks are ordered
+    // etp-ep-dp-pp). Same bucket size for both. Sharded parameters (ZeRO-3,
     // FSDP) keep every gradient in the DP group.
     let experts_apart = plan.ep > 1
         && matches!(plan.sharding, Sharding::None | Sharding::Zero1 | Sharding::Zero2)
         && layout.expert_grads.iter().any(|t| !t.is_empty());
-    let expert_dp = if experts_apart { tp * dp / plan.ep } else { 0 };
+    let expert_span = plan.ep * plan.etp.max(1);
+    let expert_dp = if experts_apart { tp * dp / expert_span } else { 0 };
     // Per stage, the gradients the DP groups reduce and those the expert-DP groups reduce.
     let views: Vec<Option<(Workload, Workload)>> = (0..pp)
         .map(|st| {
@@ -449,8 +453,8 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let mut expert_groups: Vec<DpGroup> = Vec::new();
     if expert_dp > 1 {
         for stage in 0..pp {
-            for q in 0..plan.ep {
-                let ranks_of: Vec<u32> = (0..expert_dp).map(|j| stage * tp * dp + q + plan.ep * j).collect();
+            for q in 0..expert_span {
+                let ranks_of: Vec<u32> = (0..expert_dp).map(|j| stage * tp * dp + q + expert_span * j).collect();
                 let name = format!("edp{stage}.{q}.gather");
                 expert_groups.extend(dp_group(&mut b, stage, q % tp, ranks_of, &expert_plans[stage as usize], name));
             }
@@ -514,7 +518,11 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     // collective is sent by its images in the other blocks of replicas at the same instants (so
     // the network carries the full load), as the left-out replicas' pipeline transfers are.
     let mut layer_groups: Vec<LayerGroups> = Vec::new();
-    for (kind, size) in [(CommGroup::Expert, plan.ep.max(1)), (CommGroup::Context, plan.cp_folded.max(1))] {
+    for (kind, size) in [
+        (CommGroup::Expert, plan.ep.max(1)),
+        (CommGroup::ExpertTensor, plan.etp.max(1)),
+        (CommGroup::Context, plan.cp_folded.max(1)),
+    ] {
         if size > 1 && layers.iter().any(|l| l.tp.as_ref().is_some_and(|c| c.group == kind)) {
             layer_groups.push(LayerGroups::new(kind, size, plan, layout.dp_block)?);
         }

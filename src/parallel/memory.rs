@@ -209,7 +209,10 @@ pub fn moe_activation_bytes(
     let copies = (mine * x.top_k as f64 * plan.moe.load_factor()).ceil();
     let (h, fe, fs) = (m.hidden as f64, x.expert_ffn as f64, x.shared_ffn as f64);
     let router = mine * x.experts as f64 * 4.0 * 2.0;
-    let experts = copies * (2.0 * h + gates * fe + fe) * e;
+    // Under etp = tp each GPU also keeps the copies its ETP group gathered (fc1's input), and runs
+    // etp times the copies through 1/etp of each expert's width: the same fc1 and activation outputs.
+    let gathered = (plan.etp.max(1) - 1) as f64 * copies * h * e;
+    let experts = copies * (2.0 * h + gates * fe + fe) * e + gathered;
     let shared = mine * (gates * fs + fs) * e;
     dense - mlp + router + experts + shared
 }
@@ -242,13 +245,14 @@ pub fn plan_memory(input: &MemoryInput) -> PlanMemory {
         (n * b.weights / weight_div, n * b.grads / grad_div, n * b.optimizer / opt_div)
     };
     let act_layer = layer_activation_bytes(m, plan, precision, seq_len, flash);
-    // MoE layers: their own parameters on this GPU (E / ep whole experts, etp = 1) and activations.
+    // MoE layers: their own parameters on this GPU (E / ep experts, each split over etp GPUs) and
+    // activations.
     let moe_local = m.moe.as_ref().map_or(0, |x| {
         (p.attention_block - m.attention_matrix_params())
             + m.attention_matrix_params() / tp
             + m.norm_params()
             + x.router_params(m)
-            + (x.experts / plan.ep.max(1)) as u64 * x.expert_matrix_params(m)
+            + (x.experts / plan.ep.max(1)) as u64 * x.expert_matrix_params(m) / plan.etp.max(1) as u64
             + x.shared_matrix_params(m) / tp
     });
     let act_moe = moe_activation_bytes(m, plan, precision, seq_len, flash);
@@ -347,6 +351,31 @@ mod tests {
             schedule: if vp > 1 { Schedule::Interleaved } else { Schedule::OneFOneB },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn expert_tensor_parallelism_divides_the_expert_weights_and_keeps_the_gathered_copies() {
+        // Grok-1, tp 4, ep 2, seq 4096, BF16: 4 local experts of 3 x 6144 x 32768 weights, whole
+        // (etp 1) or a quarter each (etp 4); each GPU's 4096 / 4 x 2 = 2048 copies of 6144, and
+        // under etp 4 three more TP ranks' copies gathered (2 bytes each).
+        let m = TransformerConfig::named("grok1-314b").unwrap();
+        let at = |etp| {
+            let p = ParallelPlan { dp: 2, ep: 2, etp, ..plan(4, 1, 1, 1, 2, true, Recompute::None) };
+            let input = MemoryInput {
+                model: &m,
+                plan: &p,
+                precision: Precision::Bf16,
+                seq_len: 4096,
+                flash: true,
+                gpus_per_node: 8,
+                capacity: 80 << 30,
+            };
+            (plan_memory(&input).stages[0].params, moe_activation_bytes(&m, &p, Precision::Bf16, 4096, true))
+        };
+        let ((whole, act1), (split, act4)) = (at(1), at(4));
+        let expert = 3 * 6144 * 32768u64;
+        assert_eq!(whole - split, m.layers as u64 * (4 * expert - expert));
+        assert_eq!(act4 - act1, 3.0 * 2048.0 * 6144.0 * 2.0);
     }
 
     #[test]

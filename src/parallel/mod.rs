@@ -96,10 +96,11 @@ pub struct ParallelPlan {
     /// Plans that do not shard parameters ignore it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fsdp_wrap_layer: bool,
-    /// Expert parallelism of MoE layers: each group of `ep` consecutive ranks of a stage's TP x DP
-    /// ranks shares out the experts (Megatron-Core's expert rank order with etp = 1).
+    /// Expert parallelism of MoE layers: the experts are shared out over `ep` ranks of a stage's
+    /// TP x DP ranks, `etp` apart (Megatron-Core's expert rank order etp-ep-dp-pp).
     pub ep: u32,
-    /// Expert tensor parallelism (only 1, experts whole on one GPU, is modelled).
+    /// Expert tensor parallelism: 1 (experts whole on one GPU) or tp (each expert split over the
+    /// TP group, Megatron-Core's default when `expert_tensor_parallel_size` is unset).
     pub etp: u32,
     /// How MoE layers route tokens.
     pub moe: MoeRouting,
@@ -805,14 +806,30 @@ impl ParallelPlan {
                 "tp-overlap=on needs sp=on (Megatron's --tp-comm-overlap requires sequence parallelism)".into(),
             );
         }
-        if self.etp != 1 {
+        let width = self.tp * self.cp * self.dp;
+        if self.etp != 1 && self.etp != self.tp {
             return bad(
-                "--parallel",
-                format!("etp={}: only etp=1 (each expert whole on one GPU) is modelled", self.etp),
+                "--parallel etp",
+                format!(
+                    "etp={}: only etp=1 (each expert whole on one GPU) or etp=tp={} (each expert split over the TP \
+                     group) is modelled",
+                    self.etp, self.tp
+                ),
             );
         }
-        let width = self.tp * self.cp * self.dp;
-        if self.ep > 1 && (width % self.ep != 0 || self.ep % self.tp != 0) {
+        // Megatron-Core's initialize_model_parallel (parallel_state.py @ core_r0.12.0) raises unless
+        // the world size is a multiple of etp x ep x pp.
+        if self.etp > 1 && width % (self.etp * self.ep) != 0 {
+            return bad(
+                "--parallel etp",
+                format!(
+                    "etp={} x ep={} must divide tp x cp x dp = {width} (Megatron-Core: the world size must be a \
+                     multiple of etp x ep x pp)",
+                    self.etp, self.ep
+                ),
+            );
+        }
+        if self.etp == 1 && self.ep > 1 && (width % self.ep != 0 || self.ep % self.tp != 0) {
             let valid: Vec<String> =
                 (1..=width).filter(|e| width % e == 0 && e % self.tp == 0).map(|e| e.to_string()).collect();
             return bad(
@@ -829,12 +846,14 @@ impl ParallelPlan {
         self.moe.check()
     }
 
-    /// The expert-parallel group of `rank`: `ep` consecutive ranks of its stage.
+    /// The expert-parallel group of `rank`: `ep` ranks of its stage, `etp` apart (Megatron-Core's
+    /// expert rank order etp-ep-dp-pp).
     pub fn ep_group(&self, rank: u32) -> Vec<u32> {
         let stage_size = self.tp * self.dp;
         let base = rank / stage_size * stage_size;
-        let first = base + (rank - base) / self.ep * self.ep;
-        (first..first + self.ep).collect()
+        let (etp, r) = (self.etp.max(1), rank - base);
+        let first = base + r / (etp * self.ep) * etp * self.ep + r % etp;
+        (0..self.ep).map(|e| first + e * etp).collect()
     }
 
     /// A rank's coordinates.

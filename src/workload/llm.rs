@@ -1361,6 +1361,70 @@ mod tests {
         assert!(e.contains("sp=on"), "{e}");
     }
 
+    #[test]
+    fn expert_tensor_parallelism_splits_the_experts_and_gathers_their_tokens() {
+        // Grok-1 (8 experts, top 2, hidden 6144, expert width 32768, gated) on tp 4, seq 4096,
+        // BF16: each GPU routes 4096 / 4 x 2 = 2048 token copies.
+        let cfg = TransformerConfig::named("grok1-314b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let o = CostOptions { seq_len: 4096, sequence_parallel: true, ..opts(4) };
+        let at = |ep, etp| cost_moe(&cfg, h100, &o, &MoeOptions { ep, etp, ..Default::default() }).unwrap();
+        let (whole, split) = (at(2, 1), at(2, 4));
+        let (mw, ms) = (whole.moe.as_ref().unwrap(), split.moe.as_ref().unwrap());
+        let (h, fe, copies) = (6144u64, 32768u64, 2048u64);
+        // Model FLOPs per GPU: under etp 4 the 4 x 2048 gathered copies meet a quarter of each
+        // expert's width, so fc1 is 2 x 8192 x (2 x 8192) x 6144 against 2 x 2048 x (2 x 32768)
+        // x 6144 whole: the same.
+        let fc1 = |m: &MoeCost| named_op(&m.experts, "expert-fc1").forward_flops;
+        let fc2 = |m: &MoeCost| named_op(&m.experts, "expert-fc2").forward_flops;
+        assert_eq!(fc1(mw), 2.0 * (copies * 2 * fe * h) as f64);
+        assert_eq!(fc1(ms), 2.0 * ((4 * copies) * 2 * (fe / 4) * h) as f64);
+        assert_eq!(fc2(ms), 2.0 * ((4 * copies) * h * (fe / 4)) as f64);
+        assert_eq!(fc1(ms), fc1(mw));
+        assert_eq!(split.model_flops_per_token(), whole.model_flops_per_token());
+        // Weights: 4 local experts (8 / ep 2), a quarter of each: 4 x 3 x 6144 x 32768 / 4.
+        assert_eq!(ms.expert_tensors, vec![4 * 2 * (fe / 4) * h, 4 * (fe / 4) * h]);
+        assert_eq!(ms.expert_tensors.iter().sum::<u64>(), 3 * fe * h);
+        assert_eq!(mw.expert_tensors.iter().sum::<u64>(), 4 * 3 * fe * h);
+        // Collectives: the EP all-to-alls carry the 2048 copies (2 bytes each element) as with
+        // etp 1; the ETP all-gather and reduce-scatter the 4 x 2048 gathered ones.
+        let a2a = copies * h * 2;
+        assert_eq!(ms.router.tp.as_ref().unwrap().bytes, a2a);
+        assert_eq!(mw.router.tp.as_ref().unwrap().bytes, a2a);
+        let etp = ms.etp.as_ref().unwrap();
+        let gather = etp.gather.tp.as_ref().unwrap();
+        assert_eq!((gather.bytes, gather.group), (4 * a2a, CommGroup::ExpertTensor));
+        assert_eq!((gather.forward.as_slice(), gather.backward.as_slice()), (&[TpCollective::AllGather][..], &[][..]));
+        let rs = ms.experts.tp.as_ref().unwrap();
+        assert_eq!((rs.bytes, rs.group), (4 * a2a, CommGroup::ExpertTensor));
+        assert_eq!(rs.forward, vec![TpCollective::ReduceScatter]);
+        assert_eq!(rs.backward, vec![TpCollective::ReduceScatter]);
+        assert_eq!(etp.gather_grad.tp.as_ref().unwrap().backward, vec![TpCollective::AllGather]);
+        assert_eq!(etp.combine_a2a.tp.as_ref().unwrap().forward, vec![TpCollective::AllToAll]);
+        assert_eq!(etp.dispatch_grad.tp.as_ref().unwrap().backward, vec![TpCollective::AllToAll]);
+        assert!(mw.etp.is_none() && mw.experts.tp.as_ref().unwrap().group == CommGroup::Expert);
+        // In forward order: router, dispatch gradient, gather, experts, combine all-to-all, gather
+        // gradient, combine; the added blocks compute nothing.
+        let names: Vec<&str> = ms.blocks().iter().map(|b| b.name).collect();
+        assert_eq!(
+            names,
+            ["moe-router", "ep-dispatch-grad", "etp-gather", "experts", "ep-combine", "etp-gather-grad", "moe-combine"]
+        );
+        assert!([&etp.dispatch_grad, &etp.gather, &etp.combine_a2a, &etp.gather_grad].iter().all(|b| b.ops.is_empty()));
+        assert_eq!(split.to_workload().layers.len(), whole.to_workload().layers.len() + 4 * cfg.layers as usize);
+        // Only etp 1 or tp is modelled; the experts' width must split.
+        for (etp, recompute, want) in [(2, Recompute::None, "etp=2"), (4, Recompute::Full, "full recomputation")] {
+            let o = CostOptions { recompute, ..o };
+            let e = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 2, etp, ..Default::default() }).unwrap_err();
+            assert!(e.to_string().contains(want) && e.to_string().contains("etp"), "{e}");
+        }
+        let flex =
+            super::super::moe::MoeRouting { dispatcher: super::super::moe::Dispatcher::Flex, ..Default::default() };
+        let e =
+            cost_moe(&cfg, h100, &o, &MoeOptions { ep: 2, etp: 4, routing: flex, ..Default::default() }).unwrap_err();
+        assert!(e.to_string().contains("moe-dispatcher=alltoall"), "{e}");
+    }
+
     fn named_op<'a>(b: &'a BlockCost, name: &str) -> &'a OpCost {
         b.ops.iter().find(|o| o.name == name).unwrap_or_else(|| panic!("no {name} in {}", b.name))
     }

@@ -98,6 +98,10 @@ pub enum CommGroup {
     Tensor,
     /// The layer's expert-parallel group (MoE all-to-alls).
     Expert,
+    /// The layer's expert-tensor-parallel group (the MoE dispatcher's all-gather and
+    /// reduce-scatter of token copies when experts are split over GPUs; the TP group's ranks,
+    /// since etp is tp). Unlike the TP group's, these never overlap the GEMMs (`tp-overlap`).
+    ExpertTensor,
     /// The layer's context-parallel group (keys and values of the whole sequence).
     Context,
 }

@@ -9,8 +9,14 @@
 //! all-to-all over the expert-parallel group; `experts` (each local expert's fc1, activation and
 //! fc2 as one grouped GEMM, plus the shared experts on every token), then the combine all-to-all;
 //! `moe-combine` (un-permutation, weighted sum of the k outputs, residual add). The backward pass
-//! runs the same all-to-alls in the other direction. Expert tensor parallelism is 1 (`etp=1`):
-//! tokens arrive sequence-parallel over the TP group and each expert lives whole on one GPU.
+//! runs the same all-to-alls in the other direction. Tokens arrive sequence-parallel over the TP
+//! group. With expert tensor parallelism 1 (`etp=1`) each expert lives whole on one GPU; with
+//! `etp` = tp each local expert's fc1 is split by columns and its fc2 by rows over the TP group,
+//! and the dispatcher all-gathers the received token copies over that group after the dispatch
+//! all-to-all and reduce-scatters the experts' output before the combine one
+//! (`MoEAlltoAllTokenDispatcher`, megatron/core/transformer/moe/token_dispatcher.py @
+//! core_r0.12.0: `gather_from_sequence_parallel_region` and `reduce_scatter_to_sequence_parallel_region`
+//! over `self.tp_group`, the expert-tensor-parallel group, when its size is above 1).
 
 use super::llm::{BlockCost, CostOptions, Device, OpCost};
 use super::synth::LAUNCH_NS;
@@ -182,6 +188,8 @@ impl MoeRouting {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MoeOptions {
     pub ep: u32,
+    /// Expert tensor parallelism: 1, or the TP degree (each expert split over the TP group).
+    pub etp: u32,
     pub routing: MoeRouting,
     pub cp: u32,
     /// How the CP group exchanges keys and values.
@@ -190,7 +198,7 @@ pub struct MoeOptions {
 
 impl Default for MoeOptions {
     fn default() -> Self {
-        MoeOptions { ep: 1, routing: MoeRouting::default(), cp: 1, cp_comm: super::llm::CpComm::AllGather }
+        MoeOptions { ep: 1, etp: 1, routing: MoeRouting::default(), cp: 1, cp_comm: super::llm::CpComm::AllGather }
     }
 }
 
@@ -200,6 +208,9 @@ pub struct MoeCost {
     pub router: BlockCost,
     pub experts: BlockCost,
     pub combine: BlockCost,
+    /// With etp > 1: the collectives between the blocks that run over another group than their
+    /// neighbours' (each layer's collectives run over one group), see [`EtpBlocks`].
+    pub etp: Option<EtpBlocks>,
     /// Leading layers with the dense MLP.
     pub dense_layers: u32,
     /// Routed experts on each GPU.
@@ -225,12 +236,49 @@ pub struct MoeCost {
     pub host_sync: bool,
 }
 
+/// The compute-free blocks an MoE layer adds under expert tensor parallelism, so that every
+/// collective runs in its place: forward, router, dispatch all-to-all, `gather` (ETP all-gather),
+/// experts (ETP reduce-scatter), `combine_a2a` (combine all-to-all), combine; backward in reverse,
+/// combine (its all-to-all), `gather_grad` (ETP all-gather of the output gradient), experts (ETP
+/// reduce-scatter of the input gradient), `dispatch_grad` (the dispatch all-to-all's gradient),
+/// router.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EtpBlocks {
+    pub dispatch_grad: BlockCost,
+    pub gather: BlockCost,
+    pub combine_a2a: BlockCost,
+    pub gather_grad: BlockCost,
+}
+
 impl MoeCost {
-    pub fn blocks(&self) -> [&BlockCost; 3] {
-        [&self.router, &self.experts, &self.combine]
+    /// The blocks in forward order.
+    pub fn blocks(&self) -> Vec<&BlockCost> {
+        match &self.etp {
+            None => vec![&self.router, &self.experts, &self.combine],
+            Some(x) => vec![
+                &self.router,
+                &x.dispatch_grad,
+                &x.gather,
+                &self.experts,
+                &x.combine_a2a,
+                &x.gather_grad,
+                &self.combine,
+            ],
+        }
     }
-    pub fn blocks_mut(&mut self) -> [&mut BlockCost; 3] {
-        [&mut self.router, &mut self.experts, &mut self.combine]
+    pub fn blocks_mut(&mut self) -> Vec<&mut BlockCost> {
+        match &mut self.etp {
+            None => vec![&mut self.router, &mut self.experts, &mut self.combine],
+            Some(x) => vec![
+                &mut self.router,
+                &mut x.dispatch_grad,
+                &mut x.gather,
+                &mut self.experts,
+                &mut x.combine_a2a,
+                &mut x.gather_grad,
+                &mut self.combine,
+            ],
+        }
     }
 }
 
@@ -330,6 +378,30 @@ pub(super) fn moe_blocks(
             ),
         ));
     }
+    let etp = x.etp.max(1) as u64;
+    if etp > 1 && etp != tp {
+        return Err(Error::invalid(
+            "--parallel etp",
+            format!("etp={etp}: only etp=1 or etp=tp (={tp}, Megatron-Core's default) is modelled"),
+        ));
+    }
+    if m.expert_ffn % etp != 0 {
+        return Err(Error::invalid(
+            "--parallel etp",
+            format!("etp={etp} does not divide the experts' MLP width {} of {}", m.expert_ffn, cfg.name),
+        ));
+    }
+    if etp > 1 && x.routing.dispatcher != Dispatcher::AllToAll {
+        // Megatron-Core's flex dispatcher exchanges over the TP x EP group instead (not modelled).
+        return Err(Error::invalid("--parallel etp", "etp > 1 is modelled with moe-dispatcher=alltoall only"));
+    }
+    if etp > 1 && o.recompute == super::llm::Recompute::Full {
+        return Err(Error::invalid(
+            "--parallel etp",
+            "etp > 1 with full recomputation is not modelled (the recomputed forward would repeat the ETP \
+             all-gather and reduce-scatter)",
+        ));
+    }
     if tp > 1 && !o.sequence_parallel {
         return Err(Error::invalid(
             "--parallel",
@@ -345,7 +417,10 @@ pub(super) fn moe_blocks(
     // GPU's: all-to-all and grouped GEMMs wait for it.
     let routed = tokens * m.top_k as u64;
     let busiest = (routed as f64 * load).ceil() as u64;
-    let per_expert = busiest.div_ceil(local).max(1);
+    // Under ETP every rank of the group computes every copy the group received, on 1/etp of each
+    // expert's width.
+    let gathered = etp * busiest;
+    let per_expert = gathered.div_ceil(local).max(1);
     let gates = if cfg.gated_mlp { 2 } else { 1 };
     let op = |name, forward_ns: f64, backward_ns: f64, forward_flops: f64| OpCost {
         name,
@@ -365,6 +440,7 @@ pub(super) fn moe_blocks(
     };
     let x_bytes = (tokens * h) as f64 * e;
     let copies_bytes = (busiest * h) as f64 * e;
+    let gathered_bytes = (gathered * h) as f64 * e;
 
     let dispatcher = x.routing.dispatcher;
     let padded = x.routing.capacity_factor.is_some() && x.routing.pad_to_capacity;
@@ -416,19 +492,19 @@ pub(super) fn moe_blocks(
             (d.stream(2.0 * elems * e), d.stream(3.0 * elems * e))
         }
     };
-    let fe = m.expert_ffn;
-    let (af, ab) = act((busiest * fe) as f64);
+    let fe = m.expert_ffn / etp;
+    let (af, ab) = act((gathered * fe) as f64);
     let fp8 = o.precision == super::Precision::Fp8;
     let grouped = |name, n: u64, k: u64| {
-        let mut g = linear(name, local, per_expert, n, k, routed);
-        let (f, b) = te_grouped_linear_overhead(d, local, busiest, n, k, fp8);
+        let mut g = linear(name, local, per_expert, n, k, etp * routed);
+        let (f, b) = te_grouped_linear_overhead(d, local, gathered, n, k, fp8);
         g.forward_ns += f;
         g.backward_ns += b;
         let (kf, kb) = te_grouped_linear_kernels(local, fp8);
         g.with_kernels(1 + kf, 2 + kb)
     };
     // A pass that reads and writes every routed copy on this GPU.
-    let copy_pass = |name| op(name, d.stream(2.0 * copies_bytes), d.stream(2.0 * copies_bytes), 0.0);
+    let copy_pass = |name| op(name, d.stream(2.0 * gathered_bytes), d.stream(2.0 * gathered_bytes), 0.0);
     // The all-to-all dispatcher sorts the received copies by local expert and back ("Permutation
     // 2", `sort_chunks_by_idxs`, or a transpose when padded to capacity: `dispatch_postprocess`
     // and `combine_preprocess`, token_dispatcher.py @ core_v0.15.0 l.635-745); the flex
@@ -500,8 +576,19 @@ pub(super) fn moe_blocks(
     };
     // Full recomputation repeats the layer's forward all-to-alls before its backward ones.
     let combine_bwd = if o.recompute == super::llm::Recompute::Full { vec![all, all, all] } else { vec![all] };
+    // The ETP group's collectives, on the copies the group gathers (the all-gather's output, the
+    // reduce-scatter's input); a block without compute that only runs `tp`.
+    let etp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| TpComm {
+        bytes: gathered * h * o.precision.bytes(),
+        forward,
+        backward,
+        group: super::CommGroup::ExpertTensor,
+        ring: None,
+    };
+    let between =
+        |name, tp: Option<TpComm>| BlockCost { name, ops: vec![], recompute_ns: 0.0, params: 0, tensors: vec![], tp };
     let norm_scale = cfg.norm_params();
-    let expert_w = local * m.expert_matrix_params(cfg);
+    let expert_w = local * m.expert_matrix_params(cfg) / etp;
     let shared_w = m.shared_matrix_params(cfg) / tp;
     let gate_w = if m.shared_gate { h } else { 0 };
     Ok(MoeCost {
@@ -519,7 +606,11 @@ pub(super) fn moe_blocks(
             ops: expert_ops,
             params: expert_w + shared_w + gate_w,
             tensors: vec![local * gates * fe * h, local * fe * h, shared_w, gate_w],
-            tp: a2a(vec![all], vec![all]),
+            tp: if etp > 1 {
+                Some(etp_comm(vec![TpCollective::ReduceScatter], vec![TpCollective::ReduceScatter]))
+            } else {
+                a2a(vec![all], vec![all])
+            },
         },
         combine: BlockCost {
             name: "moe-combine",
@@ -529,6 +620,12 @@ pub(super) fn moe_blocks(
             tensors: vec![],
             tp: a2a(vec![], combine_bwd),
         },
+        etp: (etp > 1).then(|| EtpBlocks {
+            dispatch_grad: between("ep-dispatch-grad", a2a(vec![], vec![all])),
+            gather: between("etp-gather", Some(etp_comm(vec![TpCollective::AllGather], vec![]))),
+            combine_a2a: between("ep-combine", a2a(vec![all], vec![])),
+            gather_grad: between("etp-gather-grad", Some(etp_comm(vec![], vec![TpCollective::AllGather]))),
+        }),
         dense_layers: m.dense_layers,
         local_experts: local as u32,
         routed_tokens: busiest,
