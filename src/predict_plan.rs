@@ -70,7 +70,7 @@ pub struct SimulatedPlan {
 /// (`runtime/pipe/schedule.py`). BigScience's configs set neither (tr11-176B-ml.slurm:
 /// `"zero_optimization": {"stage": $ZERO_STAGE}`).
 pub fn default_plan_strategy(plan: &ParallelPlan) -> Strategy {
-    if !plan.mp_optimizer.is_megatron() {
+    if plan.mp_optimizer.is_deepspeed() {
         return Strategy::parse(&format!("io+fusion={}", DEEPSPEED_BUCKET_ELEMENTS * plan.grad_bytes))
             .expect("a valid strategy");
     }
@@ -201,7 +201,8 @@ impl PlanSetup {
             c.scale(one.calibration_factor);
         }
         let micro_batches = self.plan.global_batch / (self.plan.dp * self.plan.micro_batch).max(1);
-        if let Some(acc) = self.plan.mp_optimizer.grad_accumulation(micro_batches) {
+        let grad_bytes = self.plan.grad_bytes;
+        if let Some(acc) = self.plan.mp_optimizer.grad_accumulation(micro_batches, self.precision.bytes(), grad_bytes) {
             c.add_grad_accumulation(self.gpu, acc);
         }
         Ok(c)

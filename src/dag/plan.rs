@@ -1227,7 +1227,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             // forward waits for every bucket (v0.5.10 `runtime/zero/stage_1_and_2.py` `step`,
             // `dist.all_gather` per shard; 56c5223 `runtime/bf16_optimizer.py` `step`,
             // `all_gather_dp_groups`).
-            let gather_in_step = !plan.mp_optimizer.is_megatron();
+            let gather_in_step = plan.mp_optimizer.is_deepspeed();
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
                 for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {

@@ -50,7 +50,7 @@ struct StateBytes {
 fn state_bytes(precision: Precision, plan: &ParallelPlan) -> StateBytes {
     let grads = match plan.mp_optimizer {
         MpOptimizer::DsBf16 => 2.0 + 4.0,
-        MpOptimizer::Megatron | MpOptimizer::DsZero => plan.grad_bytes as f64,
+        MpOptimizer::Megatron | MpOptimizer::DsZero | MpOptimizer::TorchFsdp => plan.grad_bytes as f64,
     };
     match (precision, plan.sharding.shards_params()) {
         (Precision::Fp32, _) => StateBytes { weights: 4.0, grads: 4.0, optimizer: 8.0 },

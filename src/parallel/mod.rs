@@ -158,11 +158,20 @@ pub enum MpOptimizer {
     /// DeepSpeed's `BF16_Optimizer` (`runtime/bf16_optimizer.py`, BigScience's BLOOM runs): the
     /// 16-bit `.grad` plus an unsharded FP32 accumulation buffer, reduced in FP32, its own ZeRO-1.
     DsBf16,
+    /// PyTorch FSDP (`FullyShardedDataParallel`, llm-foundry through Composer): the FP32 sharded
+    /// gradients ZeRO-3/FSDP keeps, plus the post-backward pass over each wrapped module's
+    /// unsharded gradient before its reduce-scatter (see [`MpOptimizer::grad_accumulation`]).
+    TorchFsdp,
 }
 
 impl MpOptimizer {
     pub fn is_megatron(&self) -> bool {
         *self == MpOptimizer::Megatron
+    }
+    /// DeepSpeed's optimizers, which reduce after the whole backward pass and gather the updated
+    /// parameters in the step (PyTorch FSDP reduces and gathers per wrapped module, as Megatron).
+    pub fn is_deepspeed(&self) -> bool {
+        matches!(self, MpOptimizer::DsZero | MpOptimizer::DsBf16)
     }
 
     /// What the optimizer makes the GPU do to the weight gradients after each of a step's
@@ -180,10 +189,34 @@ impl MpOptimizer {
     ///   `.grad` cleared before each): `hp_grad.add_(lp.grad.to(float32))` per parameter tensor,
     ///   a cast (read 2, write 4) and an add (read 4 + 4, write 4), 18 bytes and 2 kernels
     ///   (DeepSpeed 56c5223 `runtime/bf16_optimizer.py` `backward`/`update_hp_grads`, called by
-    ///   `runtime/pipe/engine.py` `_exec_backward_pass` on every stage).
-    pub fn grad_accumulation(self, micro_batches: u32) -> Option<crate::workload::llm::GradAccumulation> {
+    ///   `runtime/pipe/engine.py` `_exec_backward_pass` on every stage);
+    /// - torch-fsdp: on every micro-batch (Composer does not skip FSDP's gradient sync between
+    ///   them), each wrapped module's post-backward hook casts its unsharded gradient from the
+    ///   parameters' dtype to the reduce dtype when they differ (`flat_param.grad.to(
+    ///   handle._reduce_dtype)`: read `param_bytes`, write `grad_bytes`) and the default
+    ///   reduce-scatter hook divides it in place by `gradient_predivide_factor`, above 1 for any
+    ///   world size from 2 (`grad.div_`: read and write `grad_bytes`): PyTorch
+    ///   `torch/distributed/fsdp/_runtime_utils.py` `_post_backward_hook` @ 00ae0bc and
+    ///   `torch/distributed/algorithms/_comm_hooks/default_hooks.py` `reduce_scatter_hook`.
+    ///   Charged on the compute stream, as the other passes: PyTorch runs it on FSDP's
+    ///   post-backward stream beside the backward, so this is the most it can cost.
+    pub fn grad_accumulation(
+        self,
+        micro_batches: u32,
+        param_bytes: u64,
+        grad_bytes: u64,
+    ) -> Option<crate::workload::llm::GradAccumulation> {
         use crate::workload::llm::GradAccumulation;
         match self {
+            MpOptimizer::TorchFsdp => {
+                let cast = param_bytes != grad_bytes;
+                Some(GradAccumulation {
+                    bytes_per_param: if cast { (param_bytes + grad_bytes) as f64 } else { 0.0 }
+                        + 2.0 * grad_bytes as f64,
+                    kernels_per_tensor: if cast { 2 } else { 1 },
+                    fraction: 1.0,
+                })
+            }
             MpOptimizer::Megatron => None,
             MpOptimizer::DsZero => (micro_batches > 1).then(|| GradAccumulation {
                 bytes_per_param: 2.0 + 2.0 + 2.0,
@@ -202,6 +235,7 @@ impl MpOptimizer {
             MpOptimizer::Megatron => "megatron",
             MpOptimizer::DsZero => "ds-zero",
             MpOptimizer::DsBf16 => "ds-bf16",
+            MpOptimizer::TorchFsdp => "torch-fsdp",
         }
     }
 }
@@ -496,7 +530,12 @@ impl ParallelPlan {
                         "megatron" => MpOptimizer::Megatron,
                         "ds-zero" | "deepspeed" => MpOptimizer::DsZero,
                         "ds-bf16" | "deepspeed-bf16" => MpOptimizer::DsBf16,
-                        v => return Err(err(format!("mp-optimizer={v}: expected megatron, ds-zero or ds-bf16"))),
+                        "torch-fsdp" => MpOptimizer::TorchFsdp,
+                        v => {
+                            return Err(err(format!(
+                                "mp-optimizer={v}: expected megatron, ds-zero, ds-bf16 or torch-fsdp"
+                            )))
+                        }
                     }
                 }
                 "schedule" => {
@@ -515,6 +554,13 @@ impl ParallelPlan {
         }
         match p.mp_optimizer {
             MpOptimizer::Megatron => {}
+            MpOptimizer::TorchFsdp => {
+                if !p.sharding.shards_params() {
+                    return Err(err(
+                        "mp-optimizer=torch-fsdp is PyTorch FSDP's gradient pass: give fsdp=full or fsdp=hybrid".into(),
+                    ));
+                }
+            }
             // stage_1_and_2.py reduces the 16-bit `.grad` (DeepSpeed v0.5.10 `reduce_gradients`,
             // its IPG buffer in `self.dtype`); stage 3 is another optimizer (stage3.py).
             MpOptimizer::DsZero => {
@@ -982,14 +1028,33 @@ mod tests {
         // Megatron's fused accumulation: nothing. ZeRO-1's AccumulateGrad: 2 + 2 read, 2 written,
         // on all micro-batches but the first. BF16_Optimizer: cast (2 + 4) and add (4 + 4 + 4),
         // two kernels a tensor, on every micro-batch.
-        assert_eq!(MpOptimizer::Megatron.grad_accumulation(8), None);
-        assert_eq!(MpOptimizer::DsZero.grad_accumulation(1), None);
-        let z = MpOptimizer::DsZero.grad_accumulation(4).unwrap();
+        assert_eq!(MpOptimizer::Megatron.grad_accumulation(8, 2, 4), None);
+        assert_eq!(MpOptimizer::DsZero.grad_accumulation(1, 2, 2), None);
+        let z = MpOptimizer::DsZero.grad_accumulation(4, 2, 2).unwrap();
         assert_eq!((z.bytes_per_param, z.kernels_per_tensor, z.fraction), (6.0, 1, 0.75));
         for m in [1, 64] {
-            let b = MpOptimizer::DsBf16.grad_accumulation(m).unwrap();
+            let b = MpOptimizer::DsBf16.grad_accumulation(m, 2, 4).unwrap();
             assert_eq!((b.bytes_per_param, b.kernels_per_tensor, b.fraction), (18.0, 2, 1.0));
         }
+    }
+
+    #[test]
+    fn torch_fsdp_casts_to_the_reduce_dtype_and_predivides_on_every_micro_batch() {
+        // Composer's DEFAULT (BF16 parameters, FP32 reduce): cast 2 read + 4 written, pre-divide
+        // 4 + 4; PURE (BF16 reduce): the pre-divide alone, 2 + 2. Every micro-batch, the first too.
+        for m in [1, 16] {
+            let d = MpOptimizer::TorchFsdp.grad_accumulation(m, 2, 4).unwrap();
+            assert_eq!((d.bytes_per_param, d.kernels_per_tensor, d.fraction), (14.0, 2, 1.0));
+            let p = MpOptimizer::TorchFsdp.grad_accumulation(m, 2, 2).unwrap();
+            assert_eq!((p.bytes_per_param, p.kernels_per_tensor, p.fraction), (4.0, 1, 1.0));
+        }
+        let p = ParallelPlan::parse("tp=1,pp=1,dp=8,fsdp=full,mp-optimizer=torch-fsdp").unwrap();
+        assert_eq!((p.mp_optimizer, p.grad_bytes), (MpOptimizer::TorchFsdp, 4));
+        assert!(p.name().ends_with("mp-optimizer=torch-fsdp"), "{}", p.name());
+        let e = ParallelPlan::parse("tp=1,pp=1,dp=8,zero=1,mp-optimizer=torch-fsdp").unwrap_err().to_string();
+        assert!(e.contains("mp-optimizer=torch-fsdp") && e.contains("fsdp=full"), "{e}");
+        let e = ParallelPlan::parse("dp=8,fsdp=full,mp-optimizer=fsdp2").unwrap_err().to_string();
+        assert!(e.contains("torch-fsdp"), "{e}");
     }
 
     #[test]
