@@ -26,6 +26,14 @@ fn nccl(name: &str) -> Topology {
 }
 
 /// The ABCI V-node with NVLink at `gb_s` and `hop_us` more per P2P/NVLink hop.
+/// One node of 4 ABCI V100s under the NCCL model, calibrated with `cal`: the time of an
+/// all-reduce of `bytes`.
+fn abci_v_4_rank_all_reduce_ns(cal: &Calibration, bytes: u64) -> u64 {
+    let mut machine = nccl("abci-v").instantiate(4).unwrap();
+    machine.apply_calibration(cal).unwrap();
+    simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap()
+}
+
 fn known(gb_s: f64, hop_us: f64) -> Calibration {
     let mut c = Calibration::new(Provenance::default());
     c.links.push(LinkCalibration {
@@ -113,12 +121,7 @@ fn the_nccl_fit_recovers_each_protocols_start_cost_and_rate_factor() {
 
 #[test]
 fn a_protocol_start_cost_adds_once_per_single_node_all_reduce() {
-    let t = nccl("abci-v");
-    let time = |cal: &Calibration, bytes: u64| {
-        let mut machine = t.instantiate(4).unwrap();
-        machine.apply_calibration(cal).unwrap();
-        simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap()
-    };
+    let time = abci_v_4_rank_all_reduce_ns;
     // 4 B runs LL: +5 us of LL start is 5 us more; LL128's figures do not touch it.
     let base = time(&known(40.0, 0.0), 4);
     assert_eq!(time(&known_protocols(40.0, 0.0, (5.0, 1.0), (50.0, 0.5)), 4) - base, 5_000);
@@ -128,12 +131,7 @@ fn a_protocol_start_cost_adds_once_per_single_node_all_reduce() {
 fn a_hop_latency_adds_to_every_protocols_hop() {
     // 4 ranks, one node: a ring all-reduce crosses 2(4-1) = 6 hops in a row, so +1 us per
     // P2P/NVLink hop adds 6 us to a latency-bound size, whatever the protocol.
-    let t = nccl("abci-v");
-    let time = |cal: &Calibration, bytes: u64| {
-        let mut machine = t.instantiate(4).unwrap();
-        machine.apply_calibration(cal).unwrap();
-        simulate_collective(&machine, CollectiveOp::AllReduce, Algorithm::Auto, 4, bytes).unwrap()
-    };
+    let time = abci_v_4_rank_all_reduce_ns;
     assert_eq!(time(&known(40.0, 1.0), 4) - time(&known(40.0, 0.0), 4), 6_000);
 }
 

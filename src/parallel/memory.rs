@@ -338,6 +338,20 @@ mod tests {
     use super::*;
     use crate::dag::schedule::Schedule;
 
+    /// The memory input of a BF16 run at sequence 4096 with flash attention on 8-GPU nodes of
+    /// 80 GB, the shape most of these tests share.
+    fn bf16_4k_on_80gb<'a>(model: &'a TransformerConfig, plan: &'a ParallelPlan) -> MemoryInput<'a> {
+        MemoryInput {
+            model,
+            plan,
+            precision: Precision::Bf16,
+            seq_len: 4096,
+            flash: true,
+            gpus_per_node: 8,
+            capacity: 80 << 30,
+        }
+    }
+
     fn plan(tp: u32, pp: u32, vp: u32, mb: u32, gbs: u32, sp: bool, recompute: Recompute) -> ParallelPlan {
         ParallelPlan {
             tp,
@@ -361,15 +375,7 @@ mod tests {
         let m = TransformerConfig::named("grok1-314b").unwrap();
         let at = |etp| {
             let p = ParallelPlan { dp: 2, ep: 2, etp, ..plan(4, 1, 1, 1, 2, true, Recompute::None) };
-            let input = MemoryInput {
-                model: &m,
-                plan: &p,
-                precision: Precision::Bf16,
-                seq_len: 4096,
-                flash: true,
-                gpus_per_node: 8,
-                capacity: 80 << 30,
-            };
+            let input = bf16_4k_on_80gb(&m, &p);
             (plan_memory(&input).stages[0].params, moe_activation_bytes(&m, &p, Precision::Bf16, 4096, true))
         };
         let ((whole, act1), (split, act4)) = (at(1), at(4));
@@ -398,15 +404,7 @@ mod tests {
     fn state_is_eighteen_bytes_per_parameter_and_zero_shards_it() {
         let m = TransformerConfig::named("llama2-70b").unwrap();
         let peak = |p: &ParallelPlan| {
-            let input = MemoryInput {
-                model: &m,
-                plan: p,
-                precision: Precision::Bf16,
-                seq_len: 4096,
-                flash: true,
-                gpus_per_node: 8,
-                capacity: 80 << 30,
-            };
+            let input = bf16_4k_on_80gb(&m, p);
             plan_memory(&input).peak().clone()
         };
         let mem_with = |sharding, dp, grad_bytes| {
@@ -507,15 +505,7 @@ mod tests {
     fn a_plan_that_does_not_fit_is_refused_with_its_figures() {
         let m = TransformerConfig::named("llama2-70b").unwrap();
         let p = ParallelPlan { tp: 2, dp: 4, micro_batch: 4, global_batch: 16, ..Default::default() };
-        let input = MemoryInput {
-            model: &m,
-            plan: &p,
-            precision: Precision::Bf16,
-            seq_len: 4096,
-            flash: true,
-            gpus_per_node: 8,
-            capacity: 80 << 30,
-        };
+        let input = bf16_4k_on_80gb(&m, &p);
         let mem = plan_memory(&input);
         let e = mem.check_fits(&p.name(), "h100-sxm").unwrap_err().to_string();
         assert!(e.contains("GiB per GPU") && e.contains("optimizer") && e.contains("80.0 GiB"), "{e}");
