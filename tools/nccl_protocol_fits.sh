@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Where the single-node ABCI nccl-tests outputs and the NCCL model part, protocol by protocol:
+# over the sizes where NCCL 2.8.4 runs one protocol (the measured times jump where its tuner
+# switches), a least-squares line time = intercept + slope x size through the measured times and
+# through the model's (presets only, that protocol forced). A slope gap is a rate the model has
+# wrong; an intercept gap a cost per call. topologies/measured/abci/README.md reads the table.
+#
+#   tools/nccl_protocol_fits.sh [path/to/dagsim]
+set -euo pipefail
+BIN=${1:-target/release/dagsim}
+D=topologies/measured/abci
+
+fit() { # file topology protocol smallest largest
+  "$BIN" collective --check "$D/$1.nccl" --topology "$2" --collective-model nccl --nccl-version 2.8.4 \
+    --nccl-proto "$3" --format csv -q |
+    awk -F, -v lo="$4" -v hi="$5" -v name="$1 $3" '
+      NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+      $h["bytes"] >= lo && $h["bytes"] <= hi {
+        x = $h["bytes"] / 1048576; m = $h["measured_us"]; p = $h["predicted_us"]
+        n++; sx += x; sxx += x * x; sm += m; sxm += x * m; sp += p; sxp += x * p; ran = $h["ran"]
+      }
+      END {
+        d = n * sxx - sx * sx
+        bm = (n * sxm - sx * sm) / d; am = (sm - bm * sx) / n
+        bp = (n * sxp - sx * sp) / d; ap = (sp - bp * sx) / n
+        printf "%-38s %3d sizes  measured %6.1f us + %5.1f us/MiB  model %6.1f us + %5.1f us/MiB  (%s)\n",
+          name, n, am, bm, ap, bp, ran
+      }'
+}
+
+fit allreduce_intra_vnode_4gpu abci-v LL 16384 262144
+fit allreduce_intra_vnode_4gpu abci-v LL128 524288 2097152
+fit allreduce_intra_vnode_4gpu abci-v Simple 4194304 33554432
+fit allreduce_intra_anode_4gpu abci-a LL 131072 1048576
+fit allreduce_intra_anode_4gpu abci-a LL128 2097152 4194304
+fit allreduce_intra_anode_4gpu abci-a Simple 8388608 33554432
+fit allreduce_intra_anode_8gpu abci-a LL 131072 1048576
+fit allreduce_intra_anode_8gpu abci-a LL128 2097152 8388608
+fit allreduce_intra_anode_8gpu abci-a Simple 16777216 33554432
+fit bcast_intra_vnode_4gpu abci-v LL128 1048576 33554432
