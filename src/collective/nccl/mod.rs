@@ -368,9 +368,9 @@ impl Comm {
 
     /// A calibration's start cost (ns) and rate factor for `proto`, for an all-reduce on a
     /// single-node communicator only: what `calibrate` fits them to. They do not carry across
-    /// nodes (the ABCI V-node all-reduces on 2..32 nodes run LL128 at 64 KiB..512 KiB in
-    /// 160..200 us, already below the model without a start cost) nor to a broadcast (the ABCI
-    /// V-node one: its median error doubles); topologies/measured/abci.
+    /// nodes (where the ABCI V-nodes run no LL128: their NICs sit behind the CPU,
+    /// topologies/README.md) nor to a broadcast (the ABCI V-node one: its median error
+    /// doubles); topologies/measured/abci.
     fn protocol_costs(&self, proto: Proto, f: Option<Func>) -> (Nanos, f64) {
         if self.nodes == 1 && f == Some(Func::AllReduce) {
             self.transports.protocol_costs(proto)
@@ -766,6 +766,10 @@ impl Comm {
         // a node's chain within one pipeline step, and each node level takes two: the chain,
         // then the network hop. Simple signals whole slices: its hops stay a step each.
         let cut_through = choice.proto != Proto::Simple;
+        // Where every thread of a rank runs its reduce loop over all the pieces before its
+        // broadcast loop (protocol::tree_up_then_down), the root starts the way down only once
+        // the last piece has come up: the down edges wait `pieces - 1` more steps.
+        let down_wait = if protocol::tree_up_then_down(self.config.version, choice.proto) { pieces - 1 } else { 0 };
         let big_d = max_node_depth;
         let mut edges = Vec::new();
         let mut hops = Vec::with_capacity(raw.len());
@@ -794,6 +798,7 @@ impl Comm {
                 // the parent sends at d + d_parent.
                 (false, _) => (d - (d_parent + 1), d + d_parent),
             };
+            let down_offset = down_offset + down_wait;
             edges.push(Edge { src: child, dst: parent, offset: up_offset, bytes, hop: up });
             edges.push(Edge { src: parent, dst: child, offset: down_offset, bytes, hop: down });
         }
@@ -1210,7 +1215,9 @@ mod tests {
     /// l.83-86, 286-324), so there up and down run at the same rate.
     #[test]
     fn the_ll128_thread_split_slows_only_the_hops_inside_a_node() {
-        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        // Two ABCI A-nodes: NICs under the GPUs' PCIe switches, so 2.8.4 runs LL128 across nodes
+        // (not on the V-nodes, whose NICs hang off the CPUs).
+        let m = load_topology("abci-a").unwrap().instantiate(16).unwrap();
         let ranks: Vec<u32> = (0..16).collect();
         let force = Force { algo: Some(NcclAlgo::Tree), proto: Some(Proto::Ll128) };
         let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force });
@@ -1223,7 +1230,7 @@ mod tests {
         let (mut inter, mut intra) = (0, 0);
         for e in &edges {
             let back = cap(e.dst, e.src).expect("every tree link has an up and a down edge");
-            if e.src / 4 != e.dst / 4 {
+            if e.src / 8 != e.dst / 8 {
                 inter += 1;
                 assert!((e.hop.cap - back).abs() < 1e-9 * back, "{e:?}: {} vs {back}", e.hop.cap);
             } else {
@@ -1262,5 +1269,68 @@ mod tests {
             NcclConfig { version: NcclVersion::V2_21_5, force: Force { algo: Some(NcclAlgo::Nvls), proto: None } };
         let e = Comm::new(&m, &ranks, nvls).lower(CollectiveOp::AllReduce, 1 << 20).unwrap_err();
         assert!(e.contains("nvls"), "{e}");
+    }
+
+    /// ABCI's block diagram of the compute node (V) (aistabci/abci-docs,
+    /// en/docs/img/compute-node-v-diagram.png) has each EDR HCA on its CPU's own x16 link, the GPUs
+    /// behind a PCIe switch: NCCL's path from a GPU to its NIC is PHB. NCCL 2.8.4 then enables
+    /// LL128 for neither graph across nodes (tuning.cc v2.8.4-1: typeInter <= PATH_PXB) and runs
+    /// the network without GPUDirect RDMA (paths.cc: `NCCL_NET_GDR_LEVEL` defaults to PXB), while
+    /// one node keeps LL128. The ABCI nccl-tests outputs carry the consequence: on 16 nodes the
+    /// all-reduce takes 343-381 us from 128 KiB to 1 MiB, flat until every rank's ring piece is
+    /// full (64 ranks x 4 channels x 4 KiB = LL's 512 threads x 8 bytes), which is ring/LL, the
+    /// tuner's pick once LL128 is off; with LL128 on it would pick tree/LL128 there.
+    #[test]
+    fn abci_v_nics_sit_behind_the_cpu_so_2_8_4_runs_no_ll128_across_nodes() {
+        let m = load_topology("abci-v").unwrap().instantiate(64).unwrap();
+        let ranks: Vec<u32> = (0..64).collect();
+        let comm = Comm::new(&m, &ranks, NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        let topo = NodeTopo::new(&m, NcclVersion::V2_8_4.tables(), Arch::Volta, comm_local(&m), Some(0));
+        for g in 0..4 {
+            assert_eq!(topo.nic_path_type(g, g / 2), PathType::Phb, "GPU {g} to its NIC");
+        }
+        assert!(
+            comm.tuner.disabled.iter().filter(|d| d.starts_with("LL128 off")).count() == 2,
+            "{:?}",
+            comm.tuner.disabled
+        );
+        let tr = comm.transports();
+        assert!(tr.contains(&Transport::NetIb) && !tr.contains(&Transport::NetIbGdr), "{tr:?}");
+        for kib in [256u64, 512, 1024] {
+            let c = comm.choose(CollectiveOp::AllReduce, kib << 10).unwrap();
+            assert_eq!((c.algo, c.proto), (NcclAlgo::Ring, Proto::Ll), "{kib} KiB");
+        }
+        let one = Comm::new(&m, &[0, 1, 2, 3], NcclConfig { version: NcclVersion::V2_8_4, force: Force::default() });
+        assert!(!one.tuner.disabled.iter().any(|d| d.starts_with("LL128 off")), "{:?}", one.tuner.disabled);
+    }
+
+    fn comm_local(m: &crate::hw::Machine) -> Vec<DeviceId> {
+        m.gpus[..4].iter().map(|g| g.device).collect()
+    }
+
+    /// NCCL 2.8.4's Simple tree runs the reduce loop over every piece, then the broadcast loop
+    /// (all_reduce.h v2.8.4-1 l.114-149): the root sends the first piece down the step after the
+    /// last came up, so the pipeline's offsets jump by the piece count between the two halves.
+    /// 2.18's `runTreeSplit` overlaps them (one step apart).
+    #[test]
+    fn a_2_8_4_simple_tree_goes_down_only_after_the_last_piece_went_up() {
+        let m = load_topology("abci-v").unwrap().instantiate(16).unwrap();
+        let ranks: Vec<u32> = (0..16).collect();
+        let force = Force { algo: Some(NcclAlgo::Tree), proto: Some(Proto::Simple) };
+        let gap = |version| {
+            let comm = Comm::new(&m, &ranks, NcclConfig { version, force });
+            let choice = comm.choose(CollectiveOp::AllReduce, 8 << 20).unwrap();
+            let Shape::Pipeline { edges, pieces, .. } = comm.tree_allreduce(&choice, 8 << 20) else {
+                panic!("tree is a pipeline")
+            };
+            let mut offsets: Vec<u32> = edges.iter().map(|e| e.offset).collect();
+            offsets.sort_unstable();
+            offsets.dedup();
+            (offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap(), pieces)
+        };
+        let (g, pieces) = gap(NcclVersion::V2_8_4);
+        assert!(pieces > 1, "the test needs several pieces");
+        assert_eq!(g, pieces);
+        assert_eq!(gap(NcclVersion::V2_18_3).0, 1);
     }
 }

@@ -158,6 +158,17 @@ pub fn tree_thread_split(v: NcclVersion, p: Proto, threads: u32) -> (f64, f64) {
     (up as f64 / threads as f64, (threads - up) as f64 / threads as f64)
 }
 
+/// True where a tree all-reduce runs, on every rank and with all its threads, the reduce (up)
+/// loop over every piece before the broadcast (down) loop, so a rank's way down starts only after
+/// its way up has ended: NCCL 2.8.4's Simple and LL trees (all_reduce.h v2.8.4-1 l.114-149 under
+/// `#if 1`, l.361-391). LL128 splits the threads between the two in 2.8.4 (l.549-590), and from
+/// 2.18 every protocol does (`runTreeSplit`, all_reduce.h v2.18.3-1 l.170, 272, 657, 671; the
+/// CUDA 11.2-11.3 builds for sm80 keep up-then-down for Simple, l.269-270, which dagsim does not
+/// know about). Versions without a tree (2.3.7) never ask.
+pub fn tree_up_then_down(v: NcclVersion, p: Proto) -> bool {
+    v == NcclVersion::V2_8_4 && p != Proto::Ll128
+}
+
 /// The thread shares of [`tree_thread_split`] for one tree edge. The split limits the edges the
 /// GPU's threads move themselves (NVLink/PCIe P2P stores and loads inside a node), not a network
 /// hop: there the threads only fill the local buffer step (device memory under GPUDirect RDMA,
@@ -243,6 +254,21 @@ pub fn ceilings(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// all_reduce.h v2.8.4-1: Simple (l.114-149) and LL (l.361-391) trees reduce every piece
+    /// before broadcasting any; LL128 splits its threads (l.549-590); v2.18.3-1 splits all three
+    /// (`runTreeSplit`, l.272, 657, 671).
+    #[test]
+    fn only_2_8_4_simple_and_ll_trees_go_up_then_down() {
+        assert!(tree_up_then_down(NcclVersion::V2_8_4, Proto::Simple));
+        assert!(tree_up_then_down(NcclVersion::V2_8_4, Proto::Ll));
+        assert!(!tree_up_then_down(NcclVersion::V2_8_4, Proto::Ll128));
+        for v in [NcclVersion::V2_18_3, NcclVersion::V2_21_5] {
+            for p in Proto::ALL {
+                assert!(!tree_up_then_down(v, p), "{v:?} {p:?}");
+            }
+        }
+    }
 
     /// Line formats (devcomm.h): LL carries 8 of 16 bytes, LL128 120 of 128.
     #[test]
