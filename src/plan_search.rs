@@ -6,7 +6,7 @@
 use crate::error::Result;
 use crate::parallel::memory::PlanMemory;
 use crate::parallel::{ParallelPlan, Sharding};
-use crate::plan_bound::step_lower_bound_ns;
+use crate::plan_bound::{step_lower_bound_ns, GpuPorts};
 use crate::predict_plan::{default_plan_strategy, gpus_per_node, PlanSetup};
 use crate::report::plan::PlanReport;
 use crate::units::{ns_to_s, Nanos};
@@ -15,6 +15,9 @@ use rayon::prelude::*;
 
 /// Micro-batch sizes tried (those dividing a DP rank's share of the global batch).
 pub const MICRO_BATCHES: [u32; 4] = [1, 2, 4, 8];
+
+/// Plans `dagsim plan` shows by default, and so the k its search prunes for.
+pub const DEFAULT_TOP: usize = 10;
 
 /// One enumerated plan and what became of it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -168,21 +171,16 @@ pub fn context_dominated(base: &PlanSetup, plan: &ParallelPlan, per_node: u32) -
 
 /// What a search found: every candidate (fastest first, then those pruned by their bound, then
 /// those that failed or do not fit) and the counts.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct Search {
     /// Plans enumerated.
-    #[serde(rename = "plans_enumerated")]
     pub enumerated: usize,
     /// Plans that fit in memory.
-    #[serde(rename = "plans_fit")]
     pub fit: usize,
     /// Plans simulated (those that fit and were not pruned, failed ones included).
-    #[serde(rename = "plans_simulated")]
     pub simulated: usize,
     /// Plans that fit but were not simulated: their lower bound is above the k-th best step.
-    #[serde(rename = "plans_pruned")]
     pub pruned: usize,
-    #[serde(rename = "plans")]
     pub candidates: Vec<Candidate>,
 }
 
@@ -205,6 +203,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, done: &(dyn Fn() + Sync
     use std::sync::Mutex;
     let machine = base.topology.instantiate(base.plan.gpus())?;
     let per_node = gpus_per_node(&machine);
+    let ports = GpuPorts::of(&machine);
     let plans = enumerate(base, per_node);
     // Memory and, for those that fit, the bound (0 where it cannot be computed: such a plan is
     // simulated, and its error reported).
@@ -213,7 +212,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, done: &(dyn Fn() + Sync
         .map(|plan| {
             let setup = PlanSetup { strategy: default_plan_strategy(plan), plan: plan.clone(), ..base.clone() };
             let memory = setup.memory(per_node);
-            let bound = memory.fits().then(|| step_lower_bound_ns(&setup).unwrap_or(0));
+            let bound = memory.fits().then(|| step_lower_bound_ns(&setup, ports).unwrap_or(0));
             (setup, memory, bound)
         })
         .collect();

@@ -1,9 +1,11 @@
 //! The plan search's lower bound on a plan's step time (`plan_bound`) is never above the
 //! simulated step, and the search that prunes by it ranks the best plans as the exhaustive one.
 
+use dagsim::plan_bound::{step_lower_bound_ns, GpuPorts};
 use dagsim::plan_search::{search, search_best, Candidate};
 use dagsim::predict_plan::{PlanRequest, PlanSetup};
 use dagsim::scenario::Scenario;
+use dagsim::units::ns_to_s;
 
 /// The base setup `dagsim plan --model MODEL --topology TOPOLOGY --gpus N --global-batch G` builds.
 fn base(model: &str, topology: &str, gpus: u32, global_batch: u32) -> PlanSetup {
@@ -75,5 +77,45 @@ fn the_bound_is_below_every_simulated_step_of_the_16_gpu_search_and_pruning_keep
                 assert!(c.bound.unwrap() <= kth || c.report.is_some(), "{}", c.plan);
             }
         }
+    }
+}
+
+/// `predict --model MODEL --topology TOPOLOGY --parallel SPEC --micro-batch MB --global-batch G`.
+fn plan(model: &str, topology: &str, spec: &str, micro_batch: u32, global_batch: u32) -> PlanSetup {
+    let mut scenario = Scenario::default();
+    scenario.workload.model = Some(model.into());
+    PlanSetup::from_request(PlanRequest {
+        scenario: &scenario,
+        topology: dagsim::hw::load_topology(topology).unwrap(),
+        spec,
+        micro_batch: Some(micro_batch),
+        global_batch: Some(global_batch),
+        seq_len: None,
+        layers: None,
+        matmul_tflops: None,
+        gpus: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn the_bound_is_below_the_step_of_plans_over_several_nodes() {
+    // Pipelines across nodes (1F1B, GPipe, interleaved), ZeRO-1 and ZeRO-3 over the network, TP
+    // with and without sequence parallelism and overlap, context parallelism, full recomputation.
+    for (spec, mb, gbs) in [
+        ("tp=8,pp=4,dp=1", 1, 16),
+        ("tp=4,pp=4,dp=2,sp=on,zero=1", 2, 32),
+        ("tp=2,pp=4,dp=4,vp=2", 1, 32),
+        ("tp=2,pp=8,dp=2,schedule=gpipe,recompute=full", 1, 32),
+        ("tp=8,pp=1,dp=4,sp=on,tp-overlap=on", 1, 16),
+        ("tp=1,pp=1,dp=32,zero=3,recompute=full", 1, 32),
+        ("tp=4,pp=2,dp=2,cp=2,sp=on", 1, 8),
+    ] {
+        let s = plan("llama2-7b", "dgx-h100", spec, mb, gbs);
+        let step = s.predict().unwrap().llm.unwrap().step_time_s;
+        let ports = GpuPorts::of(&s.topology.instantiate(s.plan.gpus()).unwrap());
+        let bound = ns_to_s(step_lower_bound_ns(&s, ports).unwrap() as f64);
+        eprintln!("{spec}: bound {bound:.4} s, step {step:.4} s ({:.3})", bound / step);
+        assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
     }
 }
