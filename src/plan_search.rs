@@ -187,7 +187,21 @@ pub struct Search {
 /// Enumerates, checks memory, simulates every plan that fits in parallel (`done` is called after
 /// each) and returns every candidate, fastest first, then those that do not fit by memory.
 pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidate>> {
-    Ok(search_best(base, None, done)?.candidates)
+    Ok(search_best(base, None, &|p| {
+        if p == Progress::Simulated {
+            done()
+        }
+    })?
+    .candidates)
+}
+
+/// What [`search_best`] tells its caller as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// This many plans fit in memory: at most that many will be simulated.
+    Fit(usize),
+    /// One more plan simulated.
+    Simulated,
 }
 
 /// [`search`], or with `top` = Some(k) branch and bound: the plans that fit are simulated in
@@ -198,7 +212,7 @@ pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidat
 /// so the result does not depend on the thread count or timing). Every plan whose step is at
 /// most T has a bound at most T, and every such plan is simulated (the k-th best so far never
 /// falls below T), so the best k, with their ties and order, are the exhaustive search's.
-pub fn search_best(base: &PlanSetup, top: Option<usize>, done: &(dyn Fn() + Sync)) -> Result<Search> {
+pub fn search_best(base: &PlanSetup, top: Option<usize>, progress: &(dyn Fn(Progress) + Sync)) -> Result<Search> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
     let machine = base.topology.instantiate(base.plan.gpus())?;
@@ -219,6 +233,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, done: &(dyn Fn() + Sync
     // The plans that fit, by bound (then enumeration order).
     let mut order: Vec<usize> = (0..plans.len()).filter(|&i| checked[i].2.is_some()).collect();
     order.sort_by_key(|&i| (checked[i].2, i));
+    progress(Progress::Fit(order.len()));
     let bound_s = |i: usize| ns_to_s(checked[i].2.unwrap_or(0) as f64);
     let k = top.map(|k| k.max(1));
     // The k best steps so far, ascending.
@@ -236,7 +251,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, done: &(dyn Fn() + Sync
             }
         }
         let report = checked[i].0.predict().map(|p| p.llm);
-        done();
+        progress(Progress::Simulated);
         if let (Some(k), Ok(Some(r))) = (k, &report) {
             let mut best = best.lock().expect("no worker panics");
             let at = best.partition_point(|&x| x <= r.step_time_s);

@@ -4,7 +4,7 @@ use super::output::{emit, Format};
 use super::setup_args::SetupArgs;
 use super::{exit, plan_args::PlanArgs};
 use dagsim::error::{Error, Result};
-use dagsim::plan_search::{search_best, Candidate, Search};
+use dagsim::plan_search::{search_best, Candidate, Progress, Search};
 use dagsim::report::{rate_cell, ratio_cell, seconds_cell};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<u8> {
     let bar = if super::verbosity() >= 0 && std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} plans  {elapsed} (eta {eta})")
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} plans that fit simulated  {elapsed}")
                 .expect("the template is valid"),
         );
         bar
@@ -85,9 +85,11 @@ pub fn run(args: Args) -> Result<u8> {
             ),
         ));
     }
-    bar.set_length(count as u64);
     let top = (!args.exhaustive).then_some(args.top);
-    let found = search_best(&base, top, &|| bar.inc(1))?;
+    let found = search_best(&base, top, &|p| match p {
+        Progress::Fit(n) => bar.set_length(n as u64),
+        Progress::Simulated => bar.inc(1),
+    })?;
     bar.finish_and_clear();
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &found, args.top),
