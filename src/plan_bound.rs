@@ -76,8 +76,10 @@ impl GpuPorts {
     /// remove that); an all-gather or all-reduce rank receives the other ranks' shares; an
     /// all-to-all sends (n - 1) / n of its buffer; a ring step sends its buffer. Every transfer
     /// the engine runs crosses its source's and destination's links, whose shared rate never
-    /// exceeds their peak. Rounded down, less 1 ns, so that float rounding cannot lift it above the
-    /// engine's integer time.
+    /// exceeds their peak (the fluid model's capacity is the curve's peak; rate caps only lower
+    /// it), and ends no earlier than its last byte ([`crate::units::transfer_ns`] rounds up).
+    /// Rounded down, less 1 ns, so that float rounding cannot lift it above the engine's integer
+    /// time.
     pub fn collective_floor_ns(&self, op: CollectiveOp, bytes: u64, n: u32) -> Nanos {
         if n < 2 {
             return 0;

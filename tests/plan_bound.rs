@@ -9,20 +9,7 @@ use dagsim::units::ns_to_s;
 
 /// The base setup `dagsim plan --model MODEL --topology TOPOLOGY --gpus N --global-batch G` builds.
 fn base(model: &str, topology: &str, gpus: u32, global_batch: u32) -> PlanSetup {
-    let mut scenario = Scenario::default();
-    scenario.workload.model = Some(model.into());
-    let mut s = PlanSetup::from_request(PlanRequest {
-        scenario: &scenario,
-        topology: dagsim::hw::load_topology(topology).unwrap(),
-        spec: &format!("dp={gpus}"),
-        micro_batch: Some(1),
-        global_batch: Some(gpus),
-        seq_len: None,
-        layers: None,
-        matmul_tflops: None,
-        gpus: Some(gpus),
-    })
-    .unwrap();
+    let mut s = plan(model, topology, &format!("dp={gpus}"), 1, gpus);
     s.plan.global_batch = global_batch;
     s
 }
@@ -62,7 +49,7 @@ fn the_bound_is_below_every_simulated_step_of_the_16_gpu_search_and_pruning_keep
         ratios[ratios.len() - 1]
     );
     for k in [1, 10] {
-        let best = search_best(&b, Some(k), &|| {}).unwrap();
+        let best = search_best(&b, Some(k), &|_| {}).unwrap();
         assert_eq!(ranked(&best.candidates, k), ranked(&all, k), "top {k}");
         assert_eq!(best.enumerated, all.len());
         assert_eq!(best.fit, 896);
