@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod hw;
 pub mod limits;
 pub mod parallel;
+pub mod plan_bound;
 pub mod plan_search;
 pub mod predict;
 pub mod predict_hybrid;

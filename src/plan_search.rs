@@ -4,14 +4,20 @@
 //! ([`PlanSetup::predict`]) and ranked by step time. Builds no DAG of its own.
 
 use crate::error::Result;
+use crate::parallel::memory::PlanMemory;
 use crate::parallel::{ParallelPlan, Sharding};
+use crate::plan_bound::{step_lower_bound_ns, GpuPorts};
 use crate::predict_plan::{default_plan_strategy, gpus_per_node, PlanSetup};
 use crate::report::plan::PlanReport;
+use crate::units::{ns_to_s, Nanos};
 use crate::workload::llm::Recompute;
 use rayon::prelude::*;
 
 /// Micro-batch sizes tried (those dividing a DP rank's share of the global batch).
 pub const MICRO_BATCHES: [u32; 4] = [1, 2, 4, 8];
+
+/// Plans `dagsim plan` shows by default, and so the k its search prunes for.
+pub const DEFAULT_TOP: usize = 10;
 
 /// One enumerated plan and what became of it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -27,8 +33,13 @@ pub struct Candidate {
     pub memory: u64,
     #[serde(rename = "memory_capacity_bytes")]
     pub capacity: u64,
-    /// The plan fits in memory (so it was simulated).
+    /// The plan fits in memory (so it was simulated, unless pruned).
     pub fits: bool,
+    /// A lower bound on the plan's step time ([`crate::plan_bound`]); `None` when it does not fit.
+    #[serde(rename = "step_time_lower_bound_s")]
+    pub bound: Option<f64>,
+    /// Not simulated: its bound is above the k-th best step time ([`search_best`]).
+    pub pruned: bool,
     /// The simulated figures; `None` when the plan does not fit (or cannot be built: `error`).
     pub report: Option<PlanReport>,
     /// Why a plan that fits could not be simulated (`error_message`: `error` is a relative error
@@ -158,21 +169,112 @@ pub fn context_dominated(base: &PlanSetup, plan: &ParallelPlan, per_node: u32) -
         && PlanSetup { plan: twin, ..base.clone() }.memory(per_node).fits()
 }
 
-/// Enumerates, checks memory, simulates the plans that fit in parallel (`done` is called after
+/// What a search found: every candidate (fastest first, then those pruned by their bound, then
+/// those that failed or do not fit) and the counts.
+#[derive(Debug, Clone)]
+pub struct Search {
+    /// Plans enumerated.
+    pub enumerated: usize,
+    /// Plans that fit in memory.
+    pub fit: usize,
+    /// Plans simulated (those that fit and were not pruned, failed ones included).
+    pub simulated: usize,
+    /// Plans that fit but were not simulated: their lower bound is above the k-th best step.
+    pub pruned: usize,
+    pub candidates: Vec<Candidate>,
+}
+
+/// Enumerates, checks memory, simulates every plan that fits in parallel (`done` is called after
 /// each) and returns every candidate, fastest first, then those that do not fit by memory.
 pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidate>> {
+    Ok(search_best(base, None, &|p| {
+        if p == Progress::Simulated {
+            done()
+        }
+    })?
+    .candidates)
+}
+
+/// What [`search_best`] tells its caller as it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// This many plans fit in memory: at most that many will be simulated.
+    Fit(usize),
+    /// One more plan simulated.
+    Simulated,
+}
+
+/// [`search`], or with `top` = Some(k) branch and bound: the plans that fit are simulated in
+/// increasing order of their lower bound ([`crate::plan_bound`], never above the simulated step),
+/// several at a time, and no plan is started whose bound exceeds the k-th best step simulated
+/// so far. Plans whose bound exceeds the final k-th best step T are reported as pruned, with
+/// their bound and no figures (also when a worker happened to simulate one before T was known:
+/// so the result does not depend on the thread count or timing). Every plan whose step is at
+/// most T has a bound at most T, and every such plan is simulated (the k-th best so far never
+/// falls below T), so the best k, with their ties and order, are the exhaustive search's.
+pub fn search_best(base: &PlanSetup, top: Option<usize>, progress: &(dyn Fn(Progress) + Sync)) -> Result<Search> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
     let machine = base.topology.instantiate(base.plan.gpus())?;
     let per_node = gpus_per_node(&machine);
+    let ports = GpuPorts::of(&machine);
     let plans = enumerate(base, per_node);
-    let mut out: Vec<Candidate> = plans
+    // Memory and, for those that fit, the bound (0 where it cannot be computed: such a plan is
+    // simulated, and its error reported).
+    let checked: Vec<(PlanSetup, PlanMemory, Option<Nanos>)> = plans
         .par_iter()
         .map(|plan| {
             let setup = PlanSetup { strategy: default_plan_strategy(plan), plan: plan.clone(), ..base.clone() };
             let memory = setup.memory(per_node);
-            let peak = memory.peak().total;
-            let report = if memory.fits() { Some(setup.predict().map(|p| p.llm)) } else { None };
-            done();
+            let bound = memory.fits().then(|| step_lower_bound_ns(&setup, ports).unwrap_or(0));
+            (setup, memory, bound)
+        })
+        .collect();
+    // The plans that fit, by bound (then enumeration order).
+    let mut order: Vec<usize> = (0..plans.len()).filter(|&i| checked[i].2.is_some()).collect();
+    order.sort_by_key(|&i| (checked[i].2, i));
+    progress(Progress::Fit(order.len()));
+    let bound_s = |i: usize| ns_to_s(checked[i].2.unwrap_or(0) as f64);
+    let k = top.map(|k| k.max(1));
+    // The k best steps so far, ascending.
+    let best: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+    let reports: Vec<Mutex<Option<Result<Option<PlanReport>>>>> = (0..plans.len()).map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    (0..rayon::current_num_threads()).into_par_iter().for_each(|_| loop {
+        let at = next.fetch_add(1, Ordering::Relaxed);
+        let Some(&i) = order.get(at) else { break };
+        if let Some(k) = k {
+            let best = best.lock().expect("no worker panics");
+            // Every later plan's bound is at least this one's: none of them can enter the best k.
+            if best.len() >= k && best[k - 1] < bound_s(i) {
+                break;
+            }
+        }
+        let report = checked[i].0.predict().map(|p| p.llm);
+        progress(Progress::Simulated);
+        if let (Some(k), Ok(Some(r))) = (k, &report) {
+            let mut best = best.lock().expect("no worker panics");
+            let at = best.partition_point(|&x| x <= r.step_time_s);
+            best.insert(at, r.step_time_s);
+            best.truncate(k);
+        }
+        *reports[i].lock().expect("no worker panics") = Some(report);
+    });
+    // T: the k-th best step of all simulated (infinite with fewer than k: nothing was pruned).
+    let best = best.into_inner().expect("no worker panics");
+    let threshold = match k {
+        Some(k) if best.len() >= k => best[k - 1],
+        _ => f64::INFINITY,
+    };
+    let mut out: Vec<Candidate> = plans
+        .iter()
+        .zip(checked)
+        .zip(reports)
+        .map(|((plan, (_, memory, bound)), report)| {
+            let report = report.into_inner().expect("no worker panics");
+            let pruned = bound.is_some() && ns_to_s(bound.unwrap_or(0) as f64) > threshold;
             let (report, error) = match report {
+                _ if pruned => (None, None),
                 None => (None, None),
                 Some(Ok(r)) => (r, None),
                 Some(Err(e)) => (None, Some(e.to_string())),
@@ -180,17 +282,27 @@ pub fn search(base: &PlanSetup, done: &(dyn Fn() + Sync)) -> Result<Vec<Candidat
             Candidate {
                 plan: plan.name(),
                 parallel: plan.clone(),
-                memory: peak,
+                memory: memory.peak().total,
                 capacity: memory.capacity,
                 fits: memory.fits(),
+                bound: bound.map(|b| ns_to_s(b as f64)),
+                pruned,
                 report,
                 error,
             }
         })
         .collect();
+    // Simulated by step, then pruned by bound, then failed or too big by memory.
+    let key = |c: &Candidate| match (&c.report, c.pruned) {
+        (Some(r), _) => (0, r.step_time_s),
+        (None, true) => (1, c.bound.unwrap_or(0.0)),
+        (None, false) => (2, 0.0),
+    };
     out.sort_by(|a, b| {
-        let key = |c: &Candidate| c.report.as_ref().map_or(f64::INFINITY, |r| r.step_time_s);
-        key(a).total_cmp(&key(b)).then(a.memory.cmp(&b.memory)).then(a.plan.cmp(&b.plan))
+        let (ka, kb) = (key(a), key(b));
+        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)).then(a.memory.cmp(&b.memory)).then(a.plan.cmp(&b.plan))
     });
-    Ok(out)
+    let fit = out.iter().filter(|c| c.fits).count();
+    let pruned = out.iter().filter(|c| c.pruned).count();
+    Ok(Search { enumerated: out.len(), fit, simulated: fit - pruned, pruned, candidates: out })
 }

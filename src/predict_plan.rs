@@ -329,23 +329,31 @@ impl PlanSetup {
         }
     }
 
-    /// Stages, chunks and represented ranks of the plan over `workload` (from [`Self::cost`]).
-    pub fn layout(&self, machine: &Machine, workload: &Workload, symmetric: bool) -> PlanLayout {
+    /// Each transformer layer's first workload layer and block count: the embedding is workload
+    /// layer 0, then each layer's blocks (2 per dense layer, 4 per MoE layer, four compute-free
+    /// blocks more per MoE layer under expert tensor parallelism (`workload::moe::EtpBlocks`),
+    /// and the key-value exchange block after the attention under context parallelism), the
+    /// head last.
+    fn layer_blocks(&self) -> Vec<(usize, usize)> {
         let p = &self.plan;
-        let last = workload.layers.len() - 1; // embedding 0, each layer's blocks, head last
-                                              // Each transformer layer's first block (2 per dense layer, 4 per MoE layer).
-                                              // and the key-value exchange block after the attention under context parallelism).
-                                              // Under expert tensor parallelism each MoE layer has four compute-free blocks more
-                                              // (`workload::moe::EtpBlocks`).
         let etp_blocks = |i: u32| if p.etp > 1 && self.model.is_moe_layer(i) { 4 } else { 0 };
         let blocks = |i: u32| self.model.blocks_of_layer(i) + etp_blocks(i) + usize::from(p.cp_folded > 1);
-        let mut starts = Vec::with_capacity(self.model.layers as usize);
+        let mut out = Vec::with_capacity(self.model.layers as usize);
         let mut next = 1;
         for i in 0..self.model.layers {
-            starts.push(next);
+            out.push((next, blocks(i)));
             next += blocks(i);
         }
-        let chunks = (0..p.pp)
+        out
+    }
+
+    /// Per stage, per model chunk: the workload layers it runs, in forward order, over a workload
+    /// of `layers` layers (from [`Self::cost`]).
+    pub fn chunks(&self, layers: usize) -> Vec<Vec<Vec<usize>>> {
+        let p = &self.plan;
+        let last = layers - 1;
+        let starts = self.layer_blocks();
+        (0..p.pp)
             .map(|stage| {
                 p.stage_layers(self.model.layers, stage)
                     .into_iter()
@@ -356,8 +364,8 @@ impl PlanSetup {
                             v.push(0);
                         }
                         for i in r {
-                            let first = starts[i as usize];
-                            v.extend(first..first + blocks(i));
+                            let (first, blocks) = starts[i as usize];
+                            v.extend(first..first + blocks);
                         }
                         if stage == p.pp - 1 && c as u32 == p.vp - 1 {
                             v.push(last);
@@ -366,7 +374,14 @@ impl PlanSetup {
                     })
                     .collect()
             })
-            .collect();
+            .collect()
+    }
+
+    /// Stages, chunks and represented ranks of the plan over `workload` (from [`Self::cost`]).
+    pub fn layout(&self, machine: &Machine, workload: &Workload, symmetric: bool) -> PlanLayout {
+        let p = &self.plan;
+        let chunks = self.chunks(workload.layers.len());
+        let starts = self.layer_blocks();
         // ZeRO-3/FSDP modules: each transformer layer's blocks together (llm-foundry wraps every
         // MPTBlock: `fsdp_wrap_fn`, llmfoundry/models/mpt/modeling_mpt.py @ 5e85bd6), the embedding
         // and the output layer each alone (the root module's few parameters).
@@ -374,8 +389,8 @@ impl PlanSetup {
         let mut fsdp_units: Vec<u32> = Vec::new();
         if p.fsdp_wrap_layer {
             fsdp_units = (0..workload.layers.len() as u32).map(|l| l + self.model.layers).collect();
-            for (i, &first) in starts.iter().enumerate() {
-                for unit in &mut fsdp_units[first..first + blocks(i as u32)] {
+            for (i, &(first, blocks)) in starts.iter().enumerate() {
+                for unit in &mut fsdp_units[first..first + blocks] {
                     *unit = i as u32;
                 }
             }

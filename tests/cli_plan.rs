@@ -76,14 +76,24 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
 #[test]
 fn plan_search_lists_every_plan_and_refuses_a_gpu_count_none_fits() {
     let args = ["plan", "--model", "llama2-7b", "--topology", "dgx-a100", "--gpus", "8", "--global-batch", "8"];
-    let out = dagsim().args(args).args(["--format", "csv"]).assert().success();
+    let out = dagsim().args(args).args(["--format", "csv", "--exhaustive"]).assert().success();
     let csv = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert!(rows.iter().all(|r| r.ends_with(",false")), "--exhaustive prunes nothing");
+    // Pruned by the bound, the best three rows are the exhaustive search's, byte for byte.
+    let out = dagsim().args(args).args(["--format", "csv", "--top", "3"]).assert().success();
+    let pruned = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert_eq!(pruned.lines().take(4).collect::<Vec<_>>(), csv.lines().take(4).collect::<Vec<_>>());
+    assert_eq!(pruned.lines().count(), csv.lines().count(), "every plan listed");
+    let cut = pruned.lines().filter(|r| r.ends_with(",true")).count();
+    assert!(cut > 0, "some plans pruned by their bound");
     let text = dagsim().args(args).args(["--top", "3"]).assert().success();
     let text = String::from_utf8(text.get_output().stdout.clone()).unwrap();
-    // "N plans: S simulated, F do not fit in memory", then a header and the best three.
+    // "N plans: F fit in memory (S simulated, P pruned by bound), X do not fit", then a header
+    // and the best three.
     let first = text.lines().next().unwrap();
     assert!(first.starts_with(&format!("{} plans: ", rows.len())), "{first}");
+    assert!(first.contains(&format!(", {cut} pruned by bound)")), "{first}");
     assert_eq!(text.lines().count(), 2 + 3, "{text}");
     let best = text.lines().nth(2).unwrap().split_whitespace().next().unwrap();
     assert!(rows[0].starts_with(&format!("\"{best}\"")), "CSV and text agree on the best plan: {best} vs {}", rows[0]);

@@ -4,7 +4,7 @@ use super::output::{emit, Format};
 use super::setup_args::SetupArgs;
 use super::{exit, plan_args::PlanArgs};
 use dagsim::error::{Error, Result};
-use dagsim::plan_search::{search, Candidate};
+use dagsim::plan_search::{search_best, Candidate, Progress, Search};
 use dagsim::report::{rate_cell, ratio_cell, seconds_cell};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -17,8 +17,11 @@ Examples:
 Every plan of tp (inside a node, dividing the heads), pp (dividing the layers; vp 2 where it
 divides them too), cp (2 cp dividing the sequence), micro-batch 1/2/4/8, sp, recompute
 none/selective/full and ZeRO-1/2/3 is checked
-for memory; those that fit are simulated in parallel and ranked by step time. Text shows the best
---top; CSV and JSON list every plan, those that do not fit with their memory. docs/parallel.md.";
+for memory; those that fit are simulated in parallel, in increasing order of a lower bound on their
+step time, until no plan left can enter the best --top (the rest are pruned by that bound;
+--exhaustive simulates them all), and ranked by step time. Text shows the best --top; CSV and JSON
+list every plan: simulated, pruned with their bound, or not fitting with their memory.
+docs/parallel.md.";
 
 #[derive(Debug, clap::Args)]
 #[command(about = "Search the parallel plans of a transformer for the fastest that fit in memory", after_help = EXAMPLES)]
@@ -31,9 +34,12 @@ pub struct Args {
     /// Sequences per iteration over all data-parallel ranks.
     #[arg(long, value_name = "N")]
     global_batch: u32,
-    /// Plans shown in text output.
-    #[arg(long, value_name = "K", default_value_t = 10)]
+    /// Plans shown in text output; the search simulates until no plan left can be among them.
+    #[arg(long, value_name = "K", default_value_t = dagsim::plan_search::DEFAULT_TOP)]
     top: usize,
+    /// Simulate every plan that fits, not only until the best --top are known.
+    #[arg(long)]
+    exhaustive: bool,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write to FILE instead of stdout (written atomically).
@@ -58,7 +64,7 @@ pub fn run(args: Args) -> Result<u8> {
     let bar = if super::verbosity() >= 0 && std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} plans  {elapsed} (eta {eta})")
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} plans that fit simulated  {elapsed}")
                 .expect("the template is valid"),
         );
         bar
@@ -79,24 +85,35 @@ pub fn run(args: Args) -> Result<u8> {
             ),
         ));
     }
-    bar.set_length(count as u64);
-    let found = search(&base, &|| bar.inc(1))?;
+    let top = (!args.exhaustive).then_some(args.top);
+    let found = search_best(&base, top, &|p| match p {
+        Progress::Fit(n) => bar.set_length(n as u64),
+        Progress::Simulated => bar.inc(1),
+    })?;
     bar.finish_and_clear();
     emit(args.output.as_deref(), |w| match args.format {
         Format::Text => write_text(w, &found, args.top),
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *w, &found)?;
+            serde_json::to_writer_pretty(&mut *w, &found.candidates)?;
             writeln!(w)
         }
-        Format::Csv => write_csv(w, &found),
+        Format::Csv => write_csv(w, &found.candidates),
     })?;
     Ok(exit::OK)
 }
 
-fn write_text(w: &mut dyn Write, found: &[Candidate], top: usize) -> std::io::Result<()> {
-    let fits = found.iter().filter(|c| c.report.is_some()).count();
+fn write_text(w: &mut dyn Write, search: &Search, top: usize) -> std::io::Result<()> {
+    let found = &search.candidates;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    writeln!(w, "{} plans: {} simulated, {} do not fit in memory", found.len(), fits, found.len() - fits)?;
+    writeln!(
+        w,
+        "{} plans: {} fit in memory ({} simulated, {} pruned by bound), {} do not fit",
+        search.enumerated,
+        search.fit,
+        search.simulated,
+        search.pruned,
+        search.enumerated - search.fit
+    )?;
     writeln!(
         w,
         "{:<64} {:>11} {:>20} {:>6} {:>18} {:>15} {:>9} {:>9} {:>9}",
@@ -144,6 +161,8 @@ fn write_csv(w: &mut dyn Write, found: &[Candidate]) -> std::io::Result<()> {
         "pp_comm_s",
         "dp_comm_s",
         "error_message",
+        "step_time_lower_bound_s",
+        "pruned",
     ])?;
     for c in found {
         let f = |v: Option<f64>, cell: fn(f64) -> String| v.map(cell).unwrap_or_default();
@@ -161,6 +180,8 @@ fn write_csv(w: &mut dyn Write, found: &[Candidate]) -> std::io::Result<()> {
             f(r.map(|r| r.breakdown.pp_comm), seconds_cell),
             f(r.map(|r| r.breakdown.dp_comm), seconds_cell),
             c.error.clone().unwrap_or_default(),
+            f(c.bound, seconds_cell),
+            c.pruned.to_string(),
         ])?;
     }
     out.flush()

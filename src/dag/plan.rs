@@ -220,7 +220,7 @@ fn ops_of(comm: &TpComm, pass: Pass) -> &[TpCollective] {
     }
 }
 
-fn collective_op(op: TpCollective) -> CollectiveOp {
+pub(crate) fn collective_op(op: TpCollective) -> CollectiveOp {
     match op {
         TpCollective::AllReduce => CollectiveOp::AllReduce,
         TpCollective::AllGather => CollectiveOp::AllGather,

@@ -1,0 +1,265 @@
+//! A lower bound on a parallel plan's simulated step time, from the cost model alone (no DAG, no
+//! machine): what `dagsim plan` ranks plans by before simulating them, so that it can stop once
+//! no plan left can enter the best k ([`crate::plan_search::search_best`]).
+//!
+//! # Why it is a lower bound
+//!
+//! The step time is `max_g E1(g) - max_g E0(g)` ([`crate::report::steady_state`], one period
+//! per pair of iterations: with more iterations it is the mean of such differences, so a bound on
+//! each is a bound on the mean), where `Ek(g)` is the end of the update task of simulated GPU `g`
+//! in iteration `k` (the DAG's `iteration_end`). Let `g*` be a GPU with the largest `E0`, on
+//! stage `s*`. The plan builder ([`crate::dag::plan::build_plan`]) gives, as DAG edges (so in any
+//! run of the engine, whatever the machine, contention or collective model):
+//!
+//! 1. each GPU's first compute task of iteration 1 after its own iteration-0 update (unless the
+//!    strategy schedules by priority: then the bound is 0);
+//! 2. each GPU's steps (a pass of one micro-batch through one model chunk) in the schedule's
+//!    order ([`crate::dag::schedule::stage_order`]), each step's layers one after another, each
+//!    layer's compute before whatever follows it (its TP/CP/EP collectives, the next layer), and
+//!    the GPU's update after its last step;
+//! 3. a step after the step of another stage (or chunk) whose output it needs
+//!    ([`crate::dag::schedule::upstream`]), through a pipeline transfer or directly.
+//!
+//! Every task lasts at least its nominal time: a compute task its cost (a slow GPU's factor is
+//! at least 1), a host launch or join at least 0, and a collective at least what one rank must
+//! move of its data through its own links ([`GpuPorts::collective_floor_ns`]). So the longest
+//! path from `g*`'s first step of iteration 1 through the graph of steps (nodes weighted by
+//! their compute and by the floors of the collectives the builder chains after a layer: TP
+//! collectives unless they overlap the GEMMs, EP and CP collectives, a CP ring's sends beside
+//! their chunks; edges 2 and 3) ends no earlier than `E0(g*)` plus its length, and that end is
+//! before some simulated GPU's `E1`: `max E1 - max E0 >= LB(s*)`. `s*` is not known in advance,
+//! so the bound is the least of `LB(s)` over the stages. Every GPU of a stage runs the same steps
+//! with the same costs (TP ranks hold equal shares; the symmetric reduction keeps whole stages),
+//! so one GPU per stage stands for all.
+//!
+//! Without pipeline parallelism this is one GPU's compute per step. With it, `LB(s)` is the part
+//! of the pipeline's fill and drain that lies downstream of stage `s`'s first step: for the first
+//! stage, the whole pipeline (fill, steady phase, drain). Left out (so the bound is lower than
+//! the step): the pipeline transfers, the data-parallel gradient reduction and ZeRO/FSDP
+//! parameter gathers (not provably inside the period of `g*`), the optimizer's update, host
+//! launches, codec tasks, and all contention.
+
+use crate::collective::CollectiveOp;
+use crate::dag::plan::collective_op;
+use crate::dag::schedule::{stage_order, upstream, Pass, Step};
+use crate::error::Result;
+use crate::hw::Machine;
+use crate::predict_plan::PlanSetup;
+use crate::units::Nanos;
+use crate::workload::CommGroup;
+use std::collections::HashMap;
+
+/// The most bytes per ns any one GPU of a machine can send (the sum of the peak rates of the links
+/// leaving its device) and receive (of the links entering it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuPorts {
+    pub egress: f64,
+    pub ingress: f64,
+}
+
+impl GpuPorts {
+    pub fn of(machine: &Machine) -> GpuPorts {
+        let n = machine.devices.len();
+        let (mut out, mut inn) = (vec![0.0; n], vec![0.0; n]);
+        for l in &machine.links {
+            out[l.from as usize] += l.capacity();
+            inn[l.to as usize] += l.capacity();
+        }
+        let most = |v: &[f64]| machine.gpus.iter().map(|g| v[g.device as usize]).fold(0.0, f64::max);
+        GpuPorts { egress: most(&out), ingress: most(&inn) }
+    }
+
+    /// A floor on the time of a collective of `bytes` (as [`CollectiveOp`] counts them) over `n`
+    /// ranks, whatever its algorithm: what one rank must send or receive of the data, at no more
+    /// than its ports' rate. An all-reduce or reduce-scatter rank sends at least its part of the
+    /// other ranks' shares ((n - 1) / n of the buffer; a switch that reduced in flight would not
+    /// remove that); an all-gather or all-reduce rank receives the other ranks' shares; an
+    /// all-to-all sends (n - 1) / n of its buffer; a ring step sends its buffer. Every transfer
+    /// the engine runs crosses its source's and destination's links, whose shared rate never
+    /// exceeds their peak (the fluid model's capacity is the curve's peak; rate caps only lower
+    /// it), and ends no earlier than its last byte ([`crate::units::transfer_ns`] rounds up).
+    /// Rounded down, less 1 ns, so that float rounding cannot lift it above the engine's integer
+    /// time.
+    pub fn collective_floor_ns(&self, op: CollectiveOp, bytes: u64, n: u32) -> Nanos {
+        if n < 2 {
+            return 0;
+        }
+        let share = bytes as f64 * (n - 1) as f64 / n as f64;
+        let (send, receive) = match op {
+            CollectiveOp::AllReduce => (share, share),
+            CollectiveOp::AllGather => (0.0, share),
+            CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => (share, 0.0),
+            CollectiveOp::SendRecv => (bytes as f64, 0.0),
+            _ => (0.0, 0.0),
+        };
+        let at = |b: f64, rate: f64| if rate > 0.0 && b > 0.0 { b / rate } else { 0.0 };
+        let t = at(send, self.egress).max(at(receive, self.ingress));
+        if t.is_finite() {
+            (t.floor() as Nanos).saturating_sub(1)
+        } else {
+            0
+        }
+    }
+}
+
+/// The lower bound on `setup`'s simulated step time, ns (see the module's documentation), on a
+/// machine whose GPUs have at most `ports`.
+pub fn step_lower_bound_ns(setup: &PlanSetup, ports: GpuPorts) -> Result<Nanos> {
+    if setup.plan.cp > 1 {
+        // Simulated as the folded plan (CP folded into DP), as `PlanSetup::simulate` does.
+        setup.plan.check(setup.plan.gpus(), setup.model.layers)?;
+        return step_lower_bound_ns(&setup.folded()?, ports);
+    }
+    let s = &setup.strategy;
+    // Priority scheduling lets a layer's next forward start once its own gradients are in, before
+    // the update (edge 1 does not hold).
+    if s.priority_partition.is_some() || matches!(s.runtime, Some(crate::strategy::Runtime::ByteScheduler(_))) {
+        return Ok(0);
+    }
+    let p = &setup.plan;
+    let workload = setup.cost()?.to_workload_with(p.grad_bytes);
+    let chunks = setup.chunks(workload.layers.len());
+    // The ranks of the group a layer's collectives run over, where the builder puts them on the
+    // layer's chain (after its compute): TP collectives unless they overlap the GEMMs.
+    let group_size = |g: CommGroup| match g {
+        CommGroup::Tensor if p.tp_overlap => 1,
+        CommGroup::Tensor => p.tp,
+        CommGroup::Expert => p.ep,
+        CommGroup::ExpertTensor => p.etp,
+        CommGroup::Context => p.cp_folded,
+    };
+    // One layer's time on the chain in a pass: its compute (under a CP ring, each chunk beside
+    // its send: the next waits for both), then its collectives.
+    let layer_ns = |l: usize, pass: Pass| -> Nanos {
+        let layer = &workload.layers[l];
+        let total = s.compute_ns(match pass {
+            Pass::Forward => layer.forward.mean_ns,
+            Pass::Backward => layer.backward.mean_ns,
+        });
+        let Some(comm) = &layer.tp else { return total };
+        let n = group_size(comm.group).max(1);
+        if n < 2 {
+            return total;
+        }
+        let compute = match &comm.ring {
+            Some(ring) => {
+                let sends = if pass == Pass::Forward { &ring.forward } else { &ring.backward };
+                let steps = ring.steps().max(1) as u64;
+                (0..steps)
+                    .map(|j| {
+                        let chunk = total * (j + 1) / steps - total * j / steps;
+                        let send = sends.get(j as usize).copied().unwrap_or(0);
+                        chunk.max(ports.collective_floor_ns(CollectiveOp::SendRecv, send, n))
+                    })
+                    .sum()
+            }
+            None => total,
+        };
+        let ops = if pass == Pass::Forward { &comm.forward } else { &comm.backward };
+        compute + ops.iter().map(|&op| ports.collective_floor_ns(collective_op(op), comm.bytes, n)).sum::<Nanos>()
+    };
+    // Each (stage, chunk, pass), as the builder chains it.
+    let time = |stage: u32, step: &Step| -> Nanos {
+        chunks[stage as usize][step.chunk as usize].iter().map(|&l| layer_ns(l, step.pass)).sum()
+    };
+    Ok(pipeline_bound(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time))
+}
+
+/// The least over stages s of the longest path from stage s's first step through the graph of
+/// steps (each stage's order, and each step after its upstream step), nodes weighted by `time`.
+fn pipeline_bound(
+    pp: u32,
+    vp: u32,
+    micro_batches: u32,
+    schedule: crate::dag::schedule::Schedule,
+    time: &dyn Fn(u32, &Step) -> Nanos,
+) -> Nanos {
+    let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(schedule, pp, vp, micro_batches, st)).collect();
+    // Nodes numbered stage by stage.
+    let base: Vec<usize> = orders
+        .iter()
+        .scan(0, |acc, o| {
+            let b = *acc;
+            *acc += o.len();
+            Some(b)
+        })
+        .collect();
+    let n: usize = orders.iter().map(Vec::len).sum();
+    let mut weight = vec![0; n];
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let positions: Vec<HashMap<Step, usize>> =
+        orders.iter().map(|o| o.iter().enumerate().map(|(i, s)| (*s, i)).collect()).collect();
+    for (st, order) in orders.iter().enumerate() {
+        for (i, step) in order.iter().enumerate() {
+            let v = base[st] + i;
+            weight[v] = time(st as u32, step);
+            if i > 0 {
+                preds[v].push(v - 1);
+            }
+            if let Some((src, src_step)) = upstream(*step, st as u32, pp, vp) {
+                if let Some(&j) = positions[src as usize].get(&src_step) {
+                    preds[v].push(base[src as usize] + j);
+                }
+            }
+        }
+    }
+    for (v, ps) in preds.iter().enumerate() {
+        for &u in ps {
+            succs[u].push(v);
+        }
+    }
+    // One topological order (Kahn), then the longest path from each stage's first step.
+    let mut indegree: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut topo: Vec<usize> = (0..n).filter(|&v| indegree[v] == 0).collect();
+    let mut next = 0;
+    while next < topo.len() {
+        let u = topo[next];
+        next += 1;
+        for &v in &succs[u] {
+            indegree[v] -= 1;
+            if indegree[v] == 0 {
+                topo.push(v);
+            }
+        }
+    }
+    debug_assert_eq!(topo.len(), n, "the schedule's steps form a DAG");
+    let mut finish: Vec<Option<Nanos>> = vec![None; n];
+    (0..pp as usize)
+        .filter(|&st| !orders[st].is_empty())
+        .map(|st| {
+            finish.iter_mut().for_each(|f| *f = None);
+            let source = base[st];
+            let mut longest = 0;
+            for &v in &topo {
+                let reached = if v == source { Some(0) } else { preds[v].iter().filter_map(|&u| finish[u]).max() };
+                if let Some(start) = reached {
+                    let end = start + weight[v];
+                    finish[v] = Some(end);
+                    longest = longest.max(end);
+                }
+            }
+            longest
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dag::schedule::Schedule;
+
+    #[test]
+    fn a_uniform_pipeline_bound_is_its_downstream_fill_and_drain() {
+        // 4 stages, 8 micro-batches, f = 1, b = 2 on every stage. From the first stage's first
+        // step the compute-only 1F1B pipeline takes (m + p - 1)(f + b) = 33; from stage s's, the
+        // forwards of micro-batch 0 on the s stages before it are upstream, not downstream: 33 - s,
+        // so the least is the last stage's, 30 (worked out by hand as a fixpoint of the steps'
+        // ends).
+        let t = |_: u32, s: &Step| if s.pass == Pass::Forward { 1 } else { 2 };
+        assert_eq!(pipeline_bound(4, 1, 8, Schedule::OneFOneB, &t), 30);
+        // One stage: its own compute.
+        assert_eq!(pipeline_bound(1, 1, 8, Schedule::OneFOneB, &t), 24);
+    }
+}
