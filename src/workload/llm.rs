@@ -97,7 +97,8 @@ pub enum LossKernel {
     /// the logits (`.float()`: read 2, write 4 bytes an element), the max (read 4), the max
     /// subtracted in place (read 4, write 4), `exp` in place (4 + 4), the sum (4), the division by
     /// it in place (4 + 4): 38 bytes; backward the gradient scaled in place (`mul_`, 4 + 4) and
-    /// cast back to the logits' 16 bits by autograd (4 + 2): 14 bytes.
+    /// cast back to the logits' 16 bits by autograd (4 + 2): 14 bytes. The logits are 16-bit under
+    /// FP8 as well (Megatron's output layer is not an FP8 module); FP32 logits skip both casts.
     Unfused,
 }
 
@@ -918,10 +919,13 @@ pub fn cost_moe(
         // Six kernels over the logits forward (cast, max, subtract, exp, sum, divide), two
         // backward (scale, cast); the per-token gathers and the TP all-reduces of the max and the
         // sums move a few bytes a token and are left out.
+        // The logits are 16-bit under FP8 too (the output layer above); FP32 logits need no cast.
         LossKernel::Unfused => {
-            let fwd = d.stream(logits * (e + 4.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0)) + 5.0 * LAUNCH_NS;
-            let bwd = d.stream(logits * (8.0 + 4.0 + e)) + LAUNCH_NS;
-            op("loss", (fwd, bwd), 0.0).with_kernels(6, 2)
+            let x = if fp8 { 2.0 } else { e };
+            let (cast_fwd, cast_bwd, casts) = if x < 4.0 { (x + 4.0, 4.0 + x, 1) } else { (0.0, 0.0, 0) };
+            let fwd = d.stream(logits * (cast_fwd + 4.0 + 8.0 + 8.0 + 4.0 + 8.0)) + (4 + casts) as f64 * LAUNCH_NS;
+            let bwd = d.stream(logits * (8.0 + cast_bwd)) + casts as f64 * LAUNCH_NS;
+            op("loss", (fwd, bwd), 0.0).with_kernels(5 + casts, 1 + casts)
         }
     });
     let head = BlockCost {
@@ -1789,6 +1793,25 @@ mod tests {
             assert!((ub - (14.0 * logits / mem + 2.0 * LAUNCH_NS)).abs() < 1e-6);
             assert_eq!((fk, uk), ((1, 1), (6, 2)));
         }
+        // Under FP8 the logits stay BF16; FP32 logits are not copied.
+        let unfused = |p: Precision| {
+            let c = cost_of("llama2-7b", "h100", CostOptions { precision: p, loss: LossKernel::Unfused, ..opts(1) });
+            c.head.ops.iter().find(|o| o.name == "loss").unwrap().clone()
+        };
+        assert_eq!(unfused(Precision::Fp8).forward_ns, unfused(Precision::Bf16).forward_ns);
+        assert_eq!(unfused(Precision::Fp8).backward_ns, unfused(Precision::Bf16).backward_ns);
+        let a100 = GpuSpec::by_name("a100").unwrap();
+        let mem32 = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let c = cost_of(
+            "llama2-7b",
+            "a100",
+            CostOptions { precision: Precision::Fp32, loss: LossKernel::Unfused, ..opts(1) },
+        );
+        let fp32 = c.head.ops.iter().find(|o| o.name == "loss").unwrap().clone();
+        let logits = (2048 * cfg.vocab) as f64;
+        assert!((fp32.forward_ns - (32.0 * logits / mem32 + 5.0 * LAUNCH_NS)).abs() < 1e-6);
+        assert!((fp32.backward_ns - (8.0 * logits / mem32 + LAUNCH_NS)).abs() < 1e-6);
+        assert_eq!(fp32.kernels, (5, 1));
         // Nothing else moves.
         let (f, u) = (
             cost_of("llama2-7b", "h100", opts(1)),
