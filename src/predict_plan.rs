@@ -182,6 +182,7 @@ impl PlanSetup {
             flash_attention: self.flash(),
             attention: self.plan.attn,
             matmul_tflops: self.matmul_tflops,
+            loss: self.plan.loss,
         };
         let moe = MoeOptions {
             ep: self.plan.ep,

@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::{AttnKernel, CpComm, Recompute};
+pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -140,6 +140,9 @@ pub struct ParallelPlan {
     /// per parameter is in `memory::state_bytes`.
     #[serde(skip_serializing_if = "MpOptimizer::is_megatron")]
     pub mp_optimizer: MpOptimizer,
+    /// The cross-entropy kernels over the logits (`loss=fused|unfused`).
+    #[serde(skip_serializing_if = "LossKernel::is_default")]
+    pub loss: LossKernel,
 }
 
 /// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
@@ -370,6 +373,7 @@ impl Default for ParallelPlan {
             pp_partition: PpPartition::Even,
             deepspeed_pipe: false,
             mp_optimizer: MpOptimizer::Megatron,
+            loss: LossKernel::Fused,
         }
     }
 }
@@ -538,6 +542,10 @@ impl ParallelPlan {
                         }
                     }
                 }
+                "loss" => {
+                    p.loss = LossKernel::parse(&value)
+                        .ok_or_else(|| err(format!("loss={value}: expected fused or unfused")))?
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -547,7 +555,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer"
+                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss"
                     )))
                 }
             }
@@ -672,6 +680,9 @@ impl ParallelPlan {
         }
         if let Some(k) = self.attn {
             s += &format!(",attn={}", k.name());
+        }
+        if !self.loss.is_default() {
+            s += &format!(",loss={}", self.loss.name());
         }
         if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
             s += &format!(",cp-comm={}", self.cp_comm.name());
@@ -978,6 +989,11 @@ mod tests {
         (p.micro_batch, p.global_batch) = (1, 512);
         assert_eq!(p.name(), "tp=8,pp=4,dp=8,vp=2,sp=on,mb=1,gbs=512,zero=1,recompute=selective");
         assert_eq!(ParallelPlan::parse("fsdp=hybrid").unwrap().sharding, Sharding::FsdpHybrid);
+        let mut unfused = ParallelPlan::parse("tp=2,loss=unfused").unwrap();
+        assert_eq!(unfused.loss, LossKernel::Unfused);
+        (unfused.micro_batch, unfused.global_batch) = (1, 8);
+        assert_eq!(unfused.name(), "tp=2,pp=1,dp=1,mb=1,gbs=8,loss=unfused");
+        assert_eq!(ParallelPlan::parse("loss=fused").unwrap().loss, LossKernel::Fused);
         assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
         for flex in ["flex", "deepep"] {
             let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
@@ -1003,6 +1019,7 @@ mod tests {
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
+            ("loss=fast", "loss=fast: expected fused or unfused"),
         ] {
             let e = ParallelPlan::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--parallel") && e.contains(says), "{bad}: {e}");

@@ -83,6 +83,46 @@ impl AttnKernel {
     }
 }
 
+/// The cross-entropy over the vocabulary-parallel logits (`--parallel loss=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossKernel {
+    /// One fused pass each way: the 16-bit logits read and an FP32 copy written and read for the
+    /// softmax forward; the FP32 gradient written and read, the 16-bit one written backward.
+    #[default]
+    Fused,
+    /// Megatron's `_VocabParallelCrossEntropy` run as separate PyTorch kernels, the default of
+    /// Megatron-Core r0.8.0 (`--cross-entropy-loss-fusion` off; `megatron/core/tensor_parallel/
+    /// cross_entropy.py` @ core_r0.8.0), and of Megatron-LM before it: forward the FP32 copy of
+    /// the logits (`.float()`: read 2, write 4 bytes an element), the max (read 4), the max
+    /// subtracted in place (read 4, write 4), `exp` in place (4 + 4), the sum (4), the division by
+    /// it in place (4 + 4): 38 bytes; backward the gradient scaled in place (`mul_`, 4 + 4) and
+    /// cast back to the logits' 16 bits by autograd (4 + 2): 14 bytes. The logits are 16-bit under
+    /// FP8 as well (Megatron's output layer is not an FP8 module); FP32 logits skip both casts.
+    Unfused,
+}
+
+impl LossKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKernel::Fused => "fused",
+            LossKernel::Unfused => "unfused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "fused" => Some(LossKernel::Fused),
+            "unfused" => Some(LossKernel::Unfused),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == LossKernel::Fused
+    }
+}
+
 /// How context parallelism exchanges keys and values (`--parallel cp-comm=`), named as
 /// Transformer Engine's `cp_comm_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
@@ -138,6 +178,8 @@ pub struct CostOptions {
     pub attention: Option<AttnKernel>,
     /// Measured best matmul rate (TFLOP/s) replacing the table's for this GPU and precision.
     pub matmul_tflops: Option<f64>,
+    /// The cross-entropy kernels over the logits.
+    pub loss: LossKernel,
 }
 
 /// Fraction of the dense tensor-core peak the best-shaped large matmul reaches (Maximum Achievable
@@ -872,7 +914,20 @@ pub fn cost_moe(
         op("logits", (f, dx + dw), flops).with_kernels(1, 2)
     };
     head_ops.push(logits16(t, v_l, h));
-    head_ops.push(op("loss", (d.stream(logits * (e + 4.0 + 4.0)), d.stream(logits * (4.0 + 4.0 + e))), 0.0));
+    head_ops.push(match o.loss {
+        LossKernel::Fused => op("loss", (d.stream(logits * (e + 4.0 + 4.0)), d.stream(logits * (4.0 + 4.0 + e))), 0.0),
+        // Six kernels over the logits forward (cast, max, subtract, exp, sum, divide), two
+        // backward (scale, cast); the per-token gathers and the TP all-reduces of the max and the
+        // sums move a few bytes a token and are left out.
+        // The logits are 16-bit under FP8 too (the output layer above); FP32 logits need no cast.
+        LossKernel::Unfused => {
+            let x = if fp8 { 2.0 } else { e };
+            let (cast_fwd, cast_bwd, casts) = if x < 4.0 { (x + 4.0, 4.0 + x, 1) } else { (0.0, 0.0, 0) };
+            let fwd = d.stream(logits * (cast_fwd + 4.0 + 8.0 + 8.0 + 4.0 + 8.0)) + (4 + casts) as f64 * LAUNCH_NS;
+            let bwd = d.stream(logits * (8.0 + cast_bwd)) + casts as f64 * LAUNCH_NS;
+            op("loss", (fwd, bwd), 0.0).with_kernels(5 + casts, 1 + casts)
+        }
+    });
     let head = BlockCost {
         name: "head",
         ops: head_ops,
@@ -1239,6 +1294,7 @@ mod tests {
             flash_attention: true,
             attention: None,
             matmul_tflops: None,
+            loss: LossKernel::Fused,
         }
     }
 
@@ -1712,6 +1768,58 @@ mod tests {
         };
         assert_eq!(on(None), on(Some(AttnKernel::Cudnn)));
         assert!(on(Some(AttnKernel::Fa3)).0 < on(None).0);
+    }
+
+    #[test]
+    fn megatrons_unfused_cross_entropy_moves_52_bytes_a_logit() {
+        // Megatron-Core r0.8.0 cross_entropy.py without --cross-entropy-loss-fusion: forward
+        // .float() (2 + 4), max (4), -= (4 + 4), exp (4 + 4), sum (4), div_ (4 + 4); backward
+        // mul_ (4 + 4) and the cast back to BF16 (4 + 2). The fused default moves 10 + 10.
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let mem = h100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let loss = |tp: u32, k: LossKernel| {
+            let c = cost_of("llama2-7b", "h100", CostOptions { loss: k, ..opts(tp) });
+            let op = c.head.ops.iter().find(|o| o.name == "loss").unwrap().clone();
+            (op.forward_ns, op.backward_ns, op.kernels)
+        };
+        for tp in [1, 2] {
+            let logits = (2048 * cfg.vocab.div_ceil(tp as u64)) as f64;
+            let (ff, fb, fk) = loss(tp, LossKernel::Fused);
+            let (uf, ub, uk) = loss(tp, LossKernel::Unfused);
+            assert!((ff - (10.0 * logits / mem + LAUNCH_NS)).abs() < 1e-6);
+            assert!((fb - (10.0 * logits / mem + LAUNCH_NS)).abs() < 1e-6);
+            assert!((uf - (38.0 * logits / mem + 6.0 * LAUNCH_NS)).abs() < 1e-6);
+            assert!((ub - (14.0 * logits / mem + 2.0 * LAUNCH_NS)).abs() < 1e-6);
+            assert_eq!((fk, uk), ((1, 1), (6, 2)));
+        }
+        // Under FP8 the logits stay BF16; FP32 logits are not copied.
+        let unfused = |p: Precision| {
+            let c = cost_of("llama2-7b", "h100", CostOptions { precision: p, loss: LossKernel::Unfused, ..opts(1) });
+            c.head.ops.iter().find(|o| o.name == "loss").unwrap().clone()
+        };
+        assert_eq!(unfused(Precision::Fp8).forward_ns, unfused(Precision::Bf16).forward_ns);
+        assert_eq!(unfused(Precision::Fp8).backward_ns, unfused(Precision::Bf16).backward_ns);
+        let a100 = GpuSpec::by_name("a100").unwrap();
+        let mem32 = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let c = cost_of(
+            "llama2-7b",
+            "a100",
+            CostOptions { precision: Precision::Fp32, loss: LossKernel::Unfused, ..opts(1) },
+        );
+        let fp32 = c.head.ops.iter().find(|o| o.name == "loss").unwrap().clone();
+        let logits = (2048 * cfg.vocab) as f64;
+        assert!((fp32.forward_ns - (32.0 * logits / mem32 + 5.0 * LAUNCH_NS)).abs() < 1e-6);
+        assert!((fp32.backward_ns - (8.0 * logits / mem32 + LAUNCH_NS)).abs() < 1e-6);
+        assert_eq!(fp32.kernels, (5, 1));
+        // Nothing else moves.
+        let (f, u) = (
+            cost_of("llama2-7b", "h100", opts(1)),
+            cost_of("llama2-7b", "h100", CostOptions { loss: LossKernel::Unfused, ..opts(1) }),
+        );
+        assert_eq!(f.attention.ops, u.attention.ops);
+        assert_eq!(f.mlp.ops, u.mlp.ops);
+        assert_eq!(f.model_flops, u.model_flops);
     }
 
     #[test]

@@ -106,6 +106,7 @@ impl WorkloadSource {
             flash_attention: gpu.bf16,
             attention: None,
             matmul_tflops: None,
+            loss: super::llm::LossKernel::Fused,
         };
         let mut c = cost(&cfg, gpu, &opts)?;
         if let Some(x) = self.calibrate_throughput {
