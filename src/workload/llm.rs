@@ -403,19 +403,19 @@ impl Device {
 
     /// A (batched) GEMM C[m x n] = A[m x k] B[k x n], `batch` times: (ns, FLOPs).
     pub(super) fn gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
-        self.gemm_in(batch, m, n, k, rate, self.gemm_in, false)
+        self.gemm_in((batch, m, n, k), rate, self.gemm_in, false)
     }
 
     /// [`Device::gemm`] for an MoE layer's experts: `batch` equal groups of one grouped GEMM.
     /// Their 16-bit GEMMs pay the tile overhead too, which is measured for them (the BF16 probe
     /// of [`TILE_FIXED_NS`]); dense 16-bit GEMMs keep the roofline (docs/workloads.md).
     pub(super) fn grouped_gemm(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
-        self.gemm_in(batch, m, n, k, rate, self.gemm_in, true)
+        self.gemm_in((batch, m, n, k), rate, self.gemm_in, true)
     }
 
-    /// [`Device::gemm`] with inputs of `in_bytes` per element (a 16-bit GEMM in an FP8 run);
-    /// `experts`: the GEMM is a grouped expert GEMM ([`Device::grouped_gemm`]).
-    fn gemm_in(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64, in_bytes: f64, experts: bool) -> (f64, f64) {
+    /// [`Device::gemm`] of (batch, m, n, k) with inputs of `in_bytes` per element (a 16-bit GEMM
+    /// in an FP8 run); `experts`: the GEMM is a grouped expert GEMM ([`Device::grouped_gemm`]).
+    fn gemm_in(&self, (batch, m, n, k): (u64, u64, u64, u64), rate: f64, in_bytes: f64, experts: bool) -> (f64, f64) {
         let flops = 2.0 * (batch * m * n) as f64 * k as f64;
         let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
         let waves = tiles.div_ceil(self.sms);
@@ -882,9 +882,9 @@ pub fn cost_moe(
     // core_r0.8.0).
     let logits16 = |tokens: u64, n: u64, k: u64| {
         let rate = if fp8 { d.matmul16 } else { d.matmul };
-        let (f, flops) = d.gemm_in(1, tokens, n, k, rate, e, false);
-        let (dx, _) = d.gemm_in(1, tokens, k, n, rate, e, false);
-        let (dw, _) = d.gemm_in(1, k, n, tokens, rate, e, false);
+        let (f, flops) = d.gemm_in((1, tokens, n, k), rate, e, false);
+        let (dx, _) = d.gemm_in((1, tokens, k, n), rate, e, false);
+        let (dw, _) = d.gemm_in((1, k, n, tokens), rate, e, false);
         op("logits", (f, dx + dw), flops).with_kernels(1, 2)
     };
     head_ops.push(logits16(t, v_l, h));
