@@ -6,6 +6,7 @@
 mod common;
 
 use common::plan::{plan_report, plan_setup};
+use dagsim::collective::HYBRID_EP_TRAINING_EFFICIENCY;
 use dagsim::dag::{Phase, Work};
 use dagsim::parallel::ParallelPlan;
 use dagsim::predict_plan::{PlanSetup, SimulatedPlan};
@@ -177,12 +178,10 @@ fn hybrid_ep_crosses_nodes_once_a_token_and_node() {
     let (hybrid, hybrid_ops) = r("hybridep");
     assert!(flex_ops.iter().all(|&o| o == "all-to-all") && !flex_ops.is_empty());
     assert!(hybrid_ops.iter().all(|&o| o == "hybrid-all-to-all") && hybrid_ops.len() == flex_ops.len());
-    assert!(
-        hybrid.breakdown.tp_comm < 0.8 * flex.breakdown.tp_comm,
-        "{} vs {}",
-        hybrid.breakdown.tp_comm,
-        flex.breakdown.tp_comm
-    );
+    // Compared at the flat exchange's ideal rate: across nodes HybridEP runs at its measured
+    // in-training fraction of its schedule, which the flex exchange has no measurement of.
+    let hybrid_ideal = hybrid.breakdown.tp_comm * HYBRID_EP_TRAINING_EFFICIENCY;
+    assert!(hybrid_ideal < 0.8 * flex.breakdown.tp_comm, "{hybrid_ideal} vs {}", flex.breakdown.tp_comm);
     // Inside one node the two send the same tokens to the same GPUs.
     let one = |d: &str| {
         report(&setup(small_moe(), &format!("tp=1,pp=1,dp=8,ep=8,moe-dispatcher={d}"), 1, 8, "dgx-a100"), true)

@@ -337,7 +337,8 @@ impl Lowerer {
                 Plan::Nccl(Arc::new(p))
             }
             model => {
-                let bytes = (bytes as f64 / machine.efficiency(op, algorithm, model)).round() as u64;
+                let efficiency = machine.efficiency(op, algorithm, model) * super::in_training_efficiency(op, layout);
+                let bytes = (bytes as f64 / efficiency).round() as u64;
                 let algorithm = if algorithm == Algorithm::Auto && model == CollectiveModel::Ideal {
                     Algorithm::Ring
                 } else {

@@ -430,13 +430,25 @@ pub(super) fn moe_blocks(
         backward_flops: 2.0 * forward_flops,
         kernels: (1, 1),
     };
-    // A weight GEMM on `tokens` rows, `batch` at once (a grouped GEMM of equal groups), with its
-    // input- and weight-gradient GEMMs; model FLOPs for `flops_tokens` rows.
+    // A weight GEMM on `tokens` rows, `batch` at once (a grouped GEMM of equal groups: the routed
+    // experts', `Device::grouped_gemm`), with its input- and weight-gradient GEMMs; model FLOPs
+    // for `flops_tokens` rows.
+    let gemms = |batch: u64, rows: u64, n: u64, k: u64, experts: bool| {
+        let g = |m, n, k| {
+            if experts {
+                d.grouped_gemm(batch, m, n, k, d.matmul).0
+            } else {
+                d.gemm(batch, m, n, k, d.matmul).0
+            }
+        };
+        (g(rows, n, k), g(rows, k, n) + g(k, n, rows))
+    };
+    let weight_op = |name, batch: u64, rows: u64, n: u64, k: u64, flops_rows: u64, experts: bool| {
+        let (f, b) = gemms(batch, rows, n, k, experts);
+        op(name, f, b, 2.0 * (flops_rows * n) as f64 * k as f64).with_kernels(1, 2)
+    };
     let linear = |name, batch: u64, rows: u64, n: u64, k: u64, flops_rows: u64| {
-        let (f, _) = d.gemm(batch, rows, n, k, d.matmul);
-        let (dx, _) = d.gemm(batch, rows, k, n, d.matmul);
-        let (dw, _) = d.gemm(batch, k, n, rows, d.matmul);
-        op(name, f, dx + dw, 2.0 * (flops_rows * n) as f64 * k as f64).with_kernels(1, 2)
+        weight_op(name, batch, rows, n, k, flops_rows, false)
     };
     let x_bytes = (tokens * h) as f64 * e;
     let copies_bytes = (busiest * h) as f64 * e;
@@ -496,7 +508,7 @@ pub(super) fn moe_blocks(
     let (af, ab) = act((gathered * fe) as f64);
     let fp8 = o.precision == super::Precision::Fp8;
     let grouped = |name, n: u64, k: u64| {
-        let mut g = linear(name, local, per_expert, n, k, etp * routed);
+        let mut g = weight_op(name, local, per_expert, n, k, etp * routed, true);
         let (f, b) = te_grouped_linear_overhead(d, local, gathered, n, k, fp8);
         g.forward_ns += f;
         g.backward_ns += b;
