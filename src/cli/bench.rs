@@ -163,7 +163,7 @@ fn gpus_of(name: &str) -> Option<u32> {
 /// cpu_s, peak_mib; the events/s column left out), empty where the case was stopped.
 fn write_csv(path: &std::path::Path, rows: &[Row]) -> Result<()> {
     let mut text = String::from("case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib,status,replicas\n");
-    let quoted = |t: &str| format!("\"{}\"", t.replace('"', "'"));
+    let quoted = |t: &str| if t.is_empty() { String::new() } else { format!("\"{}\"", t.replace('"', "'")) };
     for (name, cols) in rows {
         let gpus = gpus_of(name).map_or(String::new(), |g| g.to_string());
         let (figures, status, note) = match cols {
