@@ -111,13 +111,28 @@ pub const SCALING_CASES: &[&str] = &[
     "llama3-405b-h100-rail-1008gpu",
     "llama3-405b-h100-rail-4032gpu",
     "llama3-405b-h100-rail-16352gpu",
+    "llama3-405b-h100-rail-32704gpu",
     "llama3-405b-h100-rail-65520gpu",
     "llama3-405b-h100-rail-100016gpu",
     "mixtral-8x22b-h100-rail-1024gpu",
     "mixtral-8x22b-h100-rail-4096gpu",
     "mixtral-8x22b-h100-rail-16384gpu",
+    "mixtral-8x22b-h100-rail-32768gpu",
     "mixtral-8x22b-h100-rail-65536gpu",
-    "mixtral-8x22b-h100-rail-100000gpu",
+    "mixtral-8x22b-h100-rail-100032gpu",
+    // The same with approximate timeline classes (`ReplicaClasses::Approximate`: not checked).
+    "llama3-405b-h100-rail-approx-1008gpu",
+    "llama3-405b-h100-rail-approx-4032gpu",
+    "llama3-405b-h100-rail-approx-16352gpu",
+    "llama3-405b-h100-rail-approx-32704gpu",
+    "llama3-405b-h100-rail-approx-65520gpu",
+    "llama3-405b-h100-rail-approx-100016gpu",
+    "mixtral-8x22b-h100-rail-approx-1024gpu",
+    "mixtral-8x22b-h100-rail-approx-4096gpu",
+    "mixtral-8x22b-h100-rail-approx-16384gpu",
+    "mixtral-8x22b-h100-rail-approx-32768gpu",
+    "mixtral-8x22b-h100-rail-approx-65536gpu",
+    "mixtral-8x22b-h100-rail-approx-100032gpu",
     // Issue 16's plan-search target; still hours with the bound's pruning (up to 360 plans, mostly
     // context-parallel and ZeRO-3 ones, have a bound below the best step; README.md, Plan
     // search), so only with `--scaling --case plan-search`.
@@ -218,6 +233,7 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
                 &format!("tp=8,pp=14,dp={dp},sp=on,zero=1,recompute=full"),
                 16 * dp,
                 iterations,
+                classes_of(n),
             )?))
         }
         // Mixtral 8x22B with expert parallelism: tp 2, pp 8 (7 layers a stage), ep 8 (each GPU of
@@ -230,6 +246,7 @@ pub fn case(name: &str, iterations: u32) -> Result<Case> {
                 &format!("tp=2,pp=8,dp={dp},ep=8,sp=on,zero=1"),
                 8 * dp,
                 iterations,
+                classes_of(n),
             )?))
         }
         // `dagsim plan --model llama2-7b --topology dgx-h100 --gpus 16 --global-batch 16`: a plan
@@ -279,6 +296,7 @@ fn rail_plan_setup(
     spec: &str,
     global_batch: u32,
     iterations: u32,
+    classes: crate::predict_plan::ReplicaClasses,
 ) -> Result<crate::predict_plan::PlanSetup> {
     let path = Path::new("topologies/examples/h100-fat-tree.json");
     let topology = crate::hw::topology::parse_topology(H100_RAIL_FAT_TREE, path, false)?;
@@ -296,6 +314,16 @@ fn rail_plan_setup(
         matmul_tflops: None,
         gpus: None,
     })
+    .map(|setup| crate::predict_plan::PlanSetup { replica_classes: classes, ..setup })
+}
+
+/// The timeline classes a rail case asks for: approximate when its name says so.
+fn classes_of(name: &str) -> crate::predict_plan::ReplicaClasses {
+    if name.contains("-approx-") {
+        crate::predict_plan::ReplicaClasses::Approximate
+    } else {
+        crate::predict_plan::ReplicaClasses::Exact
+    }
 }
 
 /// 1,000 scenarios: ResNet-50 at 4 batch sizes, 10 strategies, 25 GPU counts from 16 to 1,024
@@ -339,12 +367,15 @@ pub struct Measurement {
     pub tasks: u64,
     /// Simulations run (1, or the number of scenarios of a sweep).
     pub runs: u64,
+    /// What a plan's run simulated of its DP replicas (see [`crate::predict_plan::ReplicaReduction`]).
+    pub note: Option<String>,
 }
 
 /// Times one case: DAG build, engine run (and, for sweeps, the summary) of everything in it.
 /// With `symmetric`, setups where one node stands for all are simulated that way (same results).
 pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
     let t0 = Instant::now();
+    let mut note = None;
     let (events, flows, tasks, runs) = match &case.work {
         Work::Single { setup, gpus } => {
             let sim = setup.simulate_represented(*gpus, Options::default(), symmetric)?;
@@ -356,6 +387,7 @@ pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
         }
         Work::Plan(setup) => {
             let sim = setup.simulate(symmetric, Options::default())?;
+            note = Some(sim.replicas.describe());
             (sim.run.events, sim.run.flows, sim.dag.len() as u64, 1)
         }
         Work::PlanSearch(base) => {
@@ -370,7 +402,7 @@ pub fn measure(case: &Case, symmetric: bool) -> Result<Measurement> {
             (run.events, run.flows, dag.len() as u64, 1)
         }
     };
-    Ok(Measurement { wall_s: t0.elapsed().as_secs_f64(), events, flows, tasks, runs })
+    Ok(Measurement { wall_s: t0.elapsed().as_secs_f64(), events, flows, tasks, runs, note })
 }
 
 /// [`Work::RingBesideCopy`]'s DAG and machine: an 80 MB ring all-reduce and a 20 GB copy from the

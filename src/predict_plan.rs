@@ -10,7 +10,7 @@ use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{eager_launch_ns, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
+use crate::parallel::{eager_launch_ns, Coords, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -23,6 +23,7 @@ use crate::workload::llm::{cost_moe, CostOptions, TransformerCost};
 use crate::workload::moe::MoeOptions;
 use crate::workload::transformer::TransformerConfig;
 use crate::workload::{Precision, Workload};
+use std::collections::HashMap;
 
 /// Iterations simulated for a plan by default: one warm-up and one measured. Every step after the
 /// first repeats it (GPT-3 175B tp8 pp8 dp2, Megatron 22B tp4 pp4 dp4 vp2 and Llama 2 7B ZeRO-3 on
@@ -44,6 +45,56 @@ pub struct PlanSetup {
     pub calibrate_throughput: Option<f64>,
     /// Measured best matmul TFLOP/s of the GPU, replacing the shipped table's.
     pub matmul_tflops: Option<f64>,
+    /// How DP replicas stand for each other on a machine that is not made of identical nodes
+    /// meeting at one switch (a fat-tree): see [`ReplicaClasses`].
+    pub replica_classes: ReplicaClasses,
+}
+
+/// On a fabric (a fat-tree), DP replicas whose stages sit at different places of the tree do not
+/// all follow one timeline, so no block of replicas stands for the rest; replicas whose traffic
+/// takes routes of the same shape (the same latencies and link rates, hop for hop) may. Such a
+/// *timeline class* is simulated through its lowest replica; the others send their pipeline
+/// transfers and expert-parallel collectives as images of it at the same instants (the network
+/// carries the full load) and their DP collectives are driven by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplicaClasses {
+    /// Classes by the route shapes of each replica's pipeline neighbours and DP ring
+    /// neighbours; after the run every image must have ended at the very instant its original
+    /// did (then the run is the full one, bit for bit), else every replica is simulated again.
+    #[default]
+    Exact,
+    /// Classes by the route shapes of the pipeline transfers only, not checked: approximate. The
+    /// largest gap seen between an image and its original is reported.
+    Approximate,
+    /// Every replica simulated.
+    Off,
+}
+
+/// How the DP replicas of a simulated plan were represented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplicaReduction {
+    /// DP replicas that got tasks, of `dp`.
+    pub simulated: u32,
+    pub dp: u32,
+    /// Timeline classes were used ([`ReplicaClasses`]), exactly or not.
+    pub classes: Option<ReplicaClasses>,
+    /// The exact classes' check failed and every replica was simulated.
+    pub fell_back: bool,
+    /// Largest gap between an image's end and its original's, ns (0 when exact).
+    pub drift_ns: u64,
+}
+
+impl ReplicaReduction {
+    /// One line for reports: `12 of 893 DP replicas (timeline classes, exact)`.
+    pub fn describe(&self) -> String {
+        let how = match (self.classes, self.fell_back) {
+            (Some(ReplicaClasses::Exact), false) => "timeline classes, checked exact".to_string(),
+            (Some(ReplicaClasses::Exact), true) => "timeline classes failed their check; all simulated".to_string(),
+            (Some(_), _) => format!("timeline classes, APPROXIMATE: images ended up to {} ns off", self.drift_ns),
+            (None, _) => "no timeline classes".to_string(),
+        };
+        format!("{} of {} DP replicas simulated ({how})", self.simulated, self.dp)
+    }
 }
 
 /// A simulated plan with what is needed to inspect it further.
@@ -56,6 +107,8 @@ pub struct SimulatedPlan {
     pub memory: PlanMemory,
     /// The workload of one TP rank for one micro-batch, as simulated.
     pub workload: Workload,
+    /// How the DP replicas were represented.
+    pub replicas: ReplicaReduction,
 }
 
 /// The default strategy of a plan: Megatron's overlapped gradient reduction in buckets of
@@ -162,6 +215,7 @@ impl PlanSetup {
             iterations: scenario.iterations.unwrap_or(PLAN_ITERATIONS),
             calibrate_throughput: scenario.workload.calibrate_throughput,
             matmul_tflops: r.matmul_tflops,
+            replica_classes: ReplicaClasses::default(),
         })
     }
 
@@ -265,10 +319,96 @@ impl PlanSetup {
         self.reduction(machine, symmetric).0
     }
 
+    /// The replica map of [`ReplicaClasses`] (per DP replica, the lowest of its class) for a
+    /// machine with a fabric, or None where classes do not apply or would not reduce: blocks of
+    /// k replicas (k as in [`Self::dp_block`]: whole nodes, whole EP and CP groups) filling whole
+    /// stages of whole nodes, TP traffic apart from the network, no hybrid shard groups.
+    fn replica_classes(&self, machine: &Machine) -> Option<Vec<u32>> {
+        let p = &self.plan;
+        if self.replica_classes == ReplicaClasses::Off || !machine.has_fabric() || p.dp < 2 {
+            return None;
+        }
+        let g = gpus_per_node(machine);
+        let k = g / gcd(g, p.tp);
+        let cp = p.cp_folded.max(1);
+        let k = k / gcd(k, cp) * cp;
+        let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
+        if (p.tp * p.dp) % g != 0
+            || p.dp % k != 0
+            || p.dp / k < 2
+            || p.sharding == Sharding::FsdpHybrid
+            || !ep_ok
+            || !tp_apart_from_network(machine, p.tp, g)
+        {
+            return None;
+        }
+        let exact = self.replica_classes == ReplicaClasses::Exact;
+        let dev = |r: u32| machine.gpus[r as usize].device;
+        // A route's shape: its latency and each hop's latency and peak rate.
+        let shape = |a: u32, b: u32, out: &mut Vec<u64>| {
+            let Some(route) = machine.railless_route(dev(a), dev(b)) else {
+                out.push(u64::MAX);
+                return;
+            };
+            out.push(route.latency_ns);
+            out.push(route.links.len() as u64);
+            for &l in &route.links {
+                let link = &machine.links[l as usize];
+                out.push(link.latency_ns);
+                out.push(link.bandwidth.peak().to_bits());
+            }
+        };
+        let width = p.tp * p.dp;
+        let span = p.ep.max(1) * p.etp.max(1);
+        let mut firsts: HashMap<Vec<u64>, u32> = HashMap::new();
+        let mut replica_of = vec![0u32; p.dp as usize];
+        for block in 0..p.dp / k {
+            let mut sig = Vec::new();
+            for d in block * k..(block + 1) * k {
+                for stage in 0..p.pp {
+                    let r = p.rank(Coords { tp: 0, dp: d, stage });
+                    for next in [stage.wrapping_sub(1), stage + 1] {
+                        if next < p.pp {
+                            shape(r, p.rank(Coords { tp: 0, dp: d, stage: next }), &mut sig);
+                            shape(p.rank(Coords { tp: 0, dp: d, stage: next }), r, &mut sig);
+                        }
+                    }
+                    if exact {
+                        // DP ring neighbours, and expert-DP ring neighbours (span ranks apart).
+                        let ring = [(d + p.dp - 1) % p.dp, (d + 1) % p.dp];
+                        let mut peers: Vec<u32> =
+                            ring.iter().map(|&e| p.rank(Coords { tp: 0, dp: e, stage })).collect();
+                        if span > 1 {
+                            let base = stage * width;
+                            let o = r - base;
+                            peers.extend([base + (o + width - span) % width, base + (o + span) % width]);
+                        }
+                        for q in peers {
+                            shape(r, q, &mut sig);
+                            shape(q, r, &mut sig);
+                        }
+                    }
+                }
+            }
+            let first = *firsts.entry(sig).or_insert(block);
+            for i in 0..k {
+                replica_of[(block * k + i) as usize] = first * k + i;
+            }
+        }
+        (firsts.len() < (p.dp / k) as usize).then_some(replica_of)
+    }
+
     /// The represented ranks and the DP block they stand for, decided together: replicas at or
     /// past the block are driven as images of those below it, so the block is the DP degree
     /// whenever every replica has ranks of its own.
     fn reduction(&self, machine: &Machine, symmetric: bool) -> (Vec<u32>, u32) {
+        let (represented, block, _) = self.reduction_with_classes(machine, symmetric);
+        (represented, block)
+    }
+
+    /// [`Self::reduction`] with the map of timeline classes where they apply (else empty): on a
+    /// fabric, the first ranks of the TP groups of each class's lowest replica.
+    fn reduction_with_classes(&self, machine: &Machine, symmetric: bool) -> (Vec<u32>, u32, Vec<u32>) {
         let p = &self.plan;
         let gpus = p.gpus();
         let all: Vec<u32> = (0..gpus).collect();
@@ -281,7 +421,7 @@ impl PlanSetup {
         // A slow GPU breaks every symmetry: each rank is simulated.
         let faulty = !machine.compute_factor.is_empty();
         if !symmetric || servers || faulty || !model.may_reduce(s.allreduce, layout) {
-            return (all, p.dp);
+            return (all, p.dp, Vec::new());
         }
         // NCCL's channels may carry a group's traffic through NICs and NVSwitch ports next to the
         // other TP ranks' GPUs, where those ranks' own groups run: under NCCL every TP rank is
@@ -291,10 +431,20 @@ impl PlanSetup {
             CollectiveModel::Ideal => all.iter().copied().filter(|&r| p.coords(r).tp == 0).collect(),
         };
         if machine.uniform_nodes(gpus).is_none() {
-            return (first_of_tp, p.dp);
+            let classes = match model {
+                CollectiveModel::Ideal => self.replica_classes(machine),
+                CollectiveModel::Nccl(_) => None,
+            };
+            return match classes {
+                Some(map) => {
+                    let rep = first_of_tp.into_iter().filter(|&r| map[p.coords(r).dp as usize] == p.coords(r).dp);
+                    (rep.collect(), p.dp, map)
+                }
+                None => (first_of_tp, p.dp, Vec::new()),
+            };
         }
         let k = self.dp_block(machine);
-        (first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect(), k)
+        (first_of_tp.into_iter().filter(|&r| p.coords(r).dp < k).collect(), k, Vec::new())
     }
 
     /// How many DP replicas a symmetric simulation keeps: k = lcm(GPUs per node / gcd(GPUs per
@@ -398,7 +548,7 @@ impl PlanSetup {
         }
         let elem = self.precision.bytes();
         let tokens = p.micro_batch as u64 * self.seq_len as u64;
-        let (represented, dp_block) = self.reduction(machine, symmetric);
+        let (represented, dp_block, replica_of) = self.reduction_with_classes(machine, symmetric);
         PlanLayout {
             plan: p.clone(),
             chunks,
@@ -415,6 +565,7 @@ impl PlanSetup {
             },
             shard_group: self.shard_group(gpus_per_node(machine)),
             dp_block,
+            replica_of,
             expert_grads: Vec::new(),
             fsdp_units,
             host: None,
@@ -496,11 +647,12 @@ impl PlanSetup {
             })
         };
         // The routed experts' gradients, which an EP plan reduces over the expert-DP group.
-        let layout_of = |symmetric| PlanLayout {
+        let layout_by = |setup: &PlanSetup, symmetric| PlanLayout {
             expert_grads: cost.expert_grad_tensors(self.plan.grad_bytes),
             host: self.host_model(&cost),
-            ..self.layout(&machine, &workload, symmetric)
+            ..setup.layout(&machine, &workload, symmetric)
         };
+        let layout_of = |symmetric| layout_by(self, symmetric);
         let mut layout = layout_of(symmetric);
         let mut dag = build(&layout)?;
         // Reduced on the condition that the tuner picks node-symmetric schedules: checked on the
@@ -509,8 +661,28 @@ impl PlanSetup {
             layout = layout_of(false);
             dag = build(&layout)?;
         }
-        let run = simulate(&dag, &machine, options)?;
-        Ok(SimulatedPlan { machine, dag, run, layout, cost, memory, workload })
+        let mut run = simulate(&dag, &machine, options)?;
+        let mut replicas = ReplicaReduction {
+            simulated: replicas_simulated(&layout),
+            dp: self.plan.dp,
+            classes: (!layout.replica_of.is_empty()).then_some(self.replica_classes),
+            fell_back: false,
+            drift_ns: 0,
+        };
+        if replicas.classes.is_some() {
+            replicas.drift_ns = image_drift(&dag, &run);
+            // The classes held only if every image ended with its original: else the run is
+            // not the full one, and the exact mode simulates every replica.
+            if replicas.drift_ns > 0 && self.replica_classes == ReplicaClasses::Exact {
+                let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
+                layout = layout_by(&every_replica, symmetric);
+                dag = build(&layout)?;
+                run = simulate(&dag, &machine, options)?;
+                replicas.fell_back = true;
+                replicas.simulated = replicas_simulated(&layout);
+            }
+        }
+        Ok(SimulatedPlan { machine, dag, run, layout, cost, memory, workload, replicas })
     }
 
     /// Simulates and summarises the plan.
@@ -611,6 +783,22 @@ impl PlanSetup {
         let run = RunOf { machine: &sim.machine, run: &sim.run, steady: &steady, gpus, iterations: self.iterations };
         Ok(prediction(&self.topology, &self.strategy, &sim.workload, run, own))
     }
+}
+
+/// DP replicas with ranks of their own in `layout`.
+fn replicas_simulated(layout: &PlanLayout) -> u32 {
+    let mut d: Vec<u32> = layout.represented.iter().map(|&r| layout.plan.coords(r).dp).collect();
+    d.sort_unstable();
+    d.dedup();
+    d.len() as u32
+}
+
+/// The largest gap between the end of an image (a transfer or collective repeated for a DP
+/// replica left out) and its original's, ns.
+fn image_drift(dag: &Dag, run: &Run) -> u64 {
+    let end = |t: u32| run.end[t as usize];
+    let transfers = dag.image_groups().flat_map(|(o, imgs)| imgs.iter().map(move |&(i, _)| (o, i)));
+    transfers.chain(dag.collective_images().iter().copied()).map(|(o, i)| end(o).abs_diff(end(i))).max().unwrap_or(0)
 }
 
 /// True when no link carries both traffic between two GPUs of a TP group (`tp` consecutive GPUs

@@ -133,7 +133,12 @@ pub fn run(args: Args) -> Result<u8> {
         }
         let line = String::from_utf8_lossy(&out.stdout).into_owned();
         print!("{line}");
-        rows.push((name, Ok(line.split_whitespace().map(str::to_string).collect())));
+        // What a plan case simulated of its DP replicas (the child's one line on stderr).
+        let note = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if !note.is_empty() {
+            println!("  {note}");
+        }
+        rows.push((name, Ok((line.split_whitespace().map(str::to_string).collect(), note))));
     }
     if let Some(path) = &args.csv {
         write_csv(path, &rows)?;
@@ -145,7 +150,8 @@ pub fn run(args: Args) -> Result<u8> {
 }
 
 /// A case and its figures as its process printed them, or why it has none.
-type Row<'a> = (&'a str, std::result::Result<Vec<String>, String>);
+/// With the child's note on the DP replicas it simulated (empty for cases that are not plans).
+type Row<'a> = (&'a str, std::result::Result<(Vec<String>, String), String>);
 
 /// The GPU count a case's name ends with (`...-4096gpu`), if it does.
 fn gpus_of(name: &str) -> Option<u32> {
@@ -156,15 +162,16 @@ fn gpus_of(name: &str) -> Option<u32> {
 /// One row per case: name, GPUs, then the child's figures (runs, tasks, events, flows, wall_s,
 /// cpu_s, peak_mib; the events/s column left out), empty where the case was stopped.
 fn write_csv(path: &std::path::Path, rows: &[Row]) -> Result<()> {
-    let mut text = String::from("case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib,status\n");
+    let mut text = String::from("case,gpus,runs,tasks,events,flows,wall_s,cpu_s,peak_mib,status,replicas\n");
+    let quoted = |t: &str| if t.is_empty() { String::new() } else { format!("\"{}\"", t.replace('"', "'")) };
     for (name, cols) in rows {
         let gpus = gpus_of(name).map_or(String::new(), |g| g.to_string());
-        let (figures, status) = match cols {
-            Ok(c) if c.len() == 9 => ([&c[1..7], &c[8..9]].concat().join(","), "ok".to_string()),
-            Ok(_) => (",,,,,,".into(), "unreadable result line".into()),
-            Err(why) => (",,,,,,".into(), format!("\"{}\"", why.replace('"', "'"))),
+        let (figures, status, note) = match cols {
+            Ok((c, note)) if c.len() == 9 => ([&c[1..7], &c[8..9]].concat().join(","), "ok".to_string(), quoted(note)),
+            Ok(_) => (",,,,,,".into(), "unreadable result line".into(), String::new()),
+            Err(why) => (",,,,,,".into(), quoted(why), String::new()),
         };
-        text.push_str(&format!("{name},{gpus},{figures},{status}\n"));
+        text.push_str(&format!("{name},{gpus},{figures},{status},{note}\n"));
     }
     dagsim::atomic_file::write_atomically(path, |w| w.write_all(text.as_bytes()))
 }
@@ -176,7 +183,7 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<()> {
     let mut cpu: Vec<Series> = Vec::new();
     let mut memory: Vec<Series> = Vec::new();
     for (name, cols) in rows {
-        let (Some(gpus), Ok(c)) = (gpus_of(name), cols) else { continue };
+        let (Some(gpus), Ok((c, _))) = (gpus_of(name), cols) else { continue };
         let family = name[..name.rfind('-').unwrap_or(name.len())].to_string();
         let figure = |i: usize| c.get(i).and_then(|v| v.parse::<f64>().ok());
         for (series, value) in [(&mut cpu, figure(6)), (&mut memory, figure(8))] {
@@ -223,6 +230,9 @@ fn run_child(name: &str, args: &Args) -> Result<u8> {
         m.events as f64 / m.wall_s,
         peak_rss_mib().map_or("n/a".into(), |v| format!("{v:.0}"))
     );
+    if let Some(note) = &m.note {
+        eprintln!("{note}");
+    }
     Ok(exit::OK)
 }
 

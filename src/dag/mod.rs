@@ -239,6 +239,8 @@ pub struct Dag {
     /// [`DagBuilder::add_images`]): per original, its images as (task, copy) in `images`.
     image_groups: Vec<(TaskId, std::ops::Range<u32>)>,
     images: Vec<(TaskId, u32)>,
+    /// Collectives that repeat another one on a left-out DP replica's GPUs: (original, image).
+    collective_images: Vec<(TaskId, TaskId)>,
     pub meta: DagMeta,
 }
 
@@ -299,6 +301,12 @@ impl Dag {
         self.image_groups.iter().map(|(t, r)| (*t, &self.images[r.start as usize..r.end as usize]))
     }
 
+    /// Each collective that has an image, as (original, image): see
+    /// [`DagBuilder::add_collective_image`].
+    pub fn collective_images(&self) -> &[(TaskId, TaskId)] {
+        &self.collective_images
+    }
+
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
         let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
@@ -324,6 +332,7 @@ pub struct DagBuilder {
     ranks: Vec<u32>,
     image_groups: Vec<(TaskId, std::ops::Range<u32>)>,
     images: Vec<(TaskId, u32)>,
+    collective_images: Vec<(TaskId, TaskId)>,
 }
 
 impl DagBuilder {
@@ -382,6 +391,13 @@ impl DagBuilder {
         let start = self.images.len() as u32;
         self.images.extend_from_slice(images);
         self.image_groups.push((original, start..self.images.len() as u32));
+    }
+
+    /// Declares collective `image` the repeat of `original` over a left-out DP replica's group:
+    /// started with it, and assumed to end with it (the engine runs both; a reduced run checks
+    /// afterwards that they did end together).
+    pub fn add_collective_image(&mut self, original: TaskId, image: TaskId) {
+        self.collective_images.push((original, image));
     }
 
     /// Freezes the graph: removes duplicate edges, builds successor lists, rejects cycles
@@ -469,6 +485,7 @@ impl DagBuilder {
             ranks: self.ranks,
             image_groups: self.image_groups,
             images: self.images,
+            collective_images: self.collective_images,
             meta,
         };
         dag.check_acyclic()?;

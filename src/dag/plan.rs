@@ -57,6 +57,10 @@ pub struct PlanLayout {
     /// DP replicas simulated (those with DP index below it); each stands for the replicas whose
     /// index is the same modulo it. The DP degree when every replica is simulated.
     pub dp_block: u32,
+    /// Per DP replica, the replica whose ranks drive it (itself when it is simulated), when the
+    /// replicas left out are images of representatives of their timeline class rather than of
+    /// `d % dp_block`; every class's representative is its lowest replica. Empty: by `dp_block`.
+    pub replica_of: Vec<u32>,
     /// Per workload layer, the gradient tensors (bytes) of routed experts' weights among the
     /// layer's own (empty: none, or a workload without MoE layers). With ep > 1 they are reduced
     /// over the expert-data-parallel group instead of the DP group (see [`build_plan`]).
@@ -107,10 +111,29 @@ impl PlanLayout {
             tied_bytes: 0,
             shard_group: gpus,
             dp_block: gpus,
+            replica_of: Vec::new(),
             expert_grads: Vec::new(),
             fsdp_units: Vec::new(),
             host: None,
         }
+    }
+
+    /// The DP replica that drives replica `d` (see [`PlanLayout::replica_of`]).
+    pub fn replica(&self, d: u32) -> u32 {
+        match self.replica_of.get(d as usize) {
+            Some(&r) => r,
+            None => d % self.dp_block,
+        }
+    }
+
+    /// Per DP replica that drives others, the replicas it drives, ascending (itself first);
+    /// empty for the others.
+    fn class_members(&self) -> Vec<Vec<u32>> {
+        let mut members = vec![Vec::new(); self.plan.dp as usize];
+        for d in 0..self.plan.dp {
+            members[self.replica(d) as usize].push(d);
+        }
+        members
     }
 
     /// Layers of a stage over all its chunks, ascending.
@@ -136,36 +159,50 @@ struct LayerGroups {
     size: u32,
     stride: u32,
     width: u32,
-    blocks: u32,
-    per_block: u32,
+    /// Per group index in a stage: the groups it stands for (itself first, ascending), empty for
+    /// a group left out.
+    images: Vec<Vec<u32>>,
 }
 
 impl LayerGroups {
-    fn new(kind: CommGroup, size: u32, plan: &ParallelPlan, dp_block: u32) -> Result<Self> {
-        let (tp, dp) = (plan.tp, plan.dp);
-        let reduced = dp_block < dp;
+    fn new(kind: CommGroup, size: u32, plan: &ParallelPlan, layout: &PlanLayout) -> Result<Self> {
+        let (tp, dp, dp_block) = (plan.tp, plan.dp, layout.dp_block);
         let stride = match kind {
             CommGroup::Context => tp,
             CommGroup::Expert => plan.etp.max(1),
             _ => 1,
         };
-        let fits = (dp_block * tp) % (size * stride) == 0;
-        if reduced && !fits {
-            return Err(Error::invalid(
+        let straddle = || {
+            Error::invalid(
                 "represented GPUs",
                 format!("groups of {size} straddle the simulated block of {dp_block} DP replicas"),
-            ));
+            )
+        };
+        if layout.replica_of.is_empty() && dp_block < dp && (dp_block * tp) % (size * stride) != 0 {
+            return Err(straddle());
         }
-        let count = tp * dp / size;
-        let per_block = if reduced { count / (dp / dp_block) } else { count };
-        Ok(LayerGroups {
-            kind,
-            size,
-            stride,
-            width: tp * dp,
-            blocks: if reduced { dp / dp_block } else { 1 },
-            per_block,
-        })
+        let mut lg = LayerGroups { kind, size, stride, width: tp * dp, images: Vec::new() };
+        // Each group's image under the replica map: the group whose ranks are those of its
+        // replicas' drivers, which must make a whole group.
+        let count = lg.count();
+        let mut images = vec![Vec::new(); count as usize];
+        for i in 0..count {
+            let driven: Vec<u32> = lg
+                .ranks(0, i)
+                .into_iter()
+                .map(|r| {
+                    let c = plan.coords(r);
+                    plan.rank(Coords { dp: layout.replica(c.dp), ..c })
+                })
+                .collect();
+            let j = lg.index(driven[0]);
+            if lg.ranks(0, j) != driven {
+                return Err(straddle());
+            }
+            images[j as usize].push(i);
+        }
+        lg.images = images;
+        Ok(lg)
     }
 
     fn name(&self) -> &'static str {
@@ -201,9 +238,9 @@ impl LayerGroups {
         (0..self.size).map(|c| base + t + self.stride * (q * self.size + c)).collect()
     }
 
-    /// Group `index` of the simulated block and its images in the blocks left out.
+    /// Group `index` of the simulated replicas and its images in the replicas left out.
     fn images(&self, index: u32) -> impl Iterator<Item = u32> + '_ {
-        (0..self.blocks).map(move |j| index + j * self.per_block)
+        self.images[index as usize].iter().copied()
     }
 }
 
@@ -277,7 +314,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     // Replicas at or past the DP block are driven as images of those below it: none may also have
     // tasks of its own (its pipeline sends would be counted twice).
     let block = layout.dp_block;
-    if block == 0 || plan.dp % block != 0 || rep.iter().any(|&r| plan.coords(r).dp >= block) {
+    let classes_ok = layout.replica_of.is_empty()
+        || (layout.replica_of.len() == plan.dp as usize
+            && layout.replica_of.iter().enumerate().all(|(d, &r)| r <= d as u32 && layout.replica_of[r as usize] == r));
+    if block == 0
+        || plan.dp % block != 0
+        || !classes_ok
+        || rep.iter().any(|&r| layout.replica(plan.coords(r).dp) != plan.coords(r).dp)
+    {
         return Err(Error::invalid(
             "represented GPUs",
             format!("a block of {block} of {} DP replicas cannot stand for the represented ranks", plan.dp),
@@ -300,15 +344,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     // simulated block.
     let driver = |r: u32| -> Option<u32> {
         let mut c = plan.coords(r);
-        if c.dp >= layout.dp_block {
-            c.dp %= layout.dp_block;
-        }
+        c.dp = layout.replica(c.dp);
         let image = plan.rank(c);
         local
             .get(&image)
             .copied()
             .or_else(|| (c.tp != 0).then(|| local.get(&plan.rank(Coords { tp: 0, ..c })).copied()).flatten())
     };
+    let class_members = layout.class_members();
     let layers = &w.layers;
     let nl = layers.len();
     let (tp, pp, dp) = (plan.tp, plan.pp, plan.dp);
@@ -524,7 +567,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         (CommGroup::Context, plan.cp_folded.max(1)),
     ] {
         if size > 1 && layers.iter().any(|l| l.tp.as_ref().is_some_and(|c| c.group == kind)) {
-            layer_groups.push(LayerGroups::new(kind, size, plan, layout.dp_block)?);
+            layer_groups.push(LayerGroups::new(kind, size, plan, layout)?);
         }
     }
     let mut group_ids: HashMap<(CommGroup, u32, u32), (GroupId, QueueId)> = HashMap::new();
@@ -1082,7 +1125,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     .iter()
                     .flat_map(|&x| {
                         let cx = plan.coords(x);
-                        (cx.dp..dp).step_by(layout.dp_block as usize).map(move |d| plan.rank(Coords { dp: d, ..cx }))
+                        class_members[cx.dp as usize].iter().map(move |&d| plan.rank(Coords { dp: d, ..cx }))
                     })
                     .collect();
                 for step in &orders[c.stage as usize] {
@@ -1391,6 +1434,7 @@ impl GroupCollective {
         preds: impl Iterator<Item = &'a TaskId>,
     ) -> TaskId {
         let (kind, stage, idx, layer) = (key.0, key.1, key.2, key.3);
+        let made_now = !made.contains_key(&key);
         let colls = made.entry(key).or_insert_with(|| {
             lg.images(idx)
                 .map(|i| {
@@ -1405,8 +1449,13 @@ impl GroupCollective {
                         priority: layer as i32,
                     })
                 })
-                .collect()
+                .collect::<Vec<_>>()
         });
+        if colls.len() > 1 && made_now {
+            for &c in &colls[1..] {
+                b.add_collective_image(colls[0], c);
+            }
+        }
         for &x in preds {
             for &c in colls.iter() {
                 b.add_edge(x, c);

@@ -359,7 +359,7 @@ impl Machine {
 
     /// Cheapest path from `src` to `dst` through devices of `node` only (Dijkstra on the route
     /// cost, ties to the lower device id).
-    fn search_in_node(&self, src: DeviceId, dst: DeviceId, node: u32) -> Option<Vec<LinkId>> {
+    pub(super) fn search_in_node(&self, src: DeviceId, dst: DeviceId, node: u32) -> Option<Vec<LinkId>> {
         use std::cmp::Reverse;
         let mut state: HashMap<DeviceId, (u64, Option<LinkId>)> = HashMap::default();
         state.insert(src, (0, None));

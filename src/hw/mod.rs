@@ -501,6 +501,11 @@ fn find_gateway(devices: &[Device], links: &[Link]) -> Option<DeviceId> {
 }
 
 impl Machine {
+    /// Whether the nodes meet through a fat-tree fabric (`fabric` in the topology).
+    pub fn has_fabric(&self) -> bool {
+        self.fabric.is_some()
+    }
+
     /// GPUs per node if the first `gpus` GPUs fill whole nodes that are identical (same devices
     /// and links, up to renaming), meet only at the network switch, and read data and feed GPUs
     /// from inside themselves (local storage): then a rotation of the nodes maps the machine onto

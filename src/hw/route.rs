@@ -231,8 +231,16 @@ impl Machine {
             .nics(node)
             .iter()
             .map(|&n| {
-                self.search(gpu, n, false)
-                    .map_or(u64::MAX, |r| r.links.iter().map(|&l| self.route_cost(l)).fold(0, u64::saturating_add))
+                // On a fat-tree a search of the whole machine would wander through the fabric
+                // (thousands of switches) before settling the NICs it cannot reach cheaply; a
+                // way out of the node and back costs more than any way inside it, so the search
+                // inside the node finds the same costs.
+                let links = if self.fabric.is_some() {
+                    self.search_in_node(gpu, n, node)
+                } else {
+                    self.search(gpu, n, false).map(|r| r.links)
+                };
+                links.map_or(u64::MAX, |l| l.iter().map(|&l| self.route_cost(l)).fold(0, u64::saturating_add))
             })
             .collect();
         let best = *costs.iter().min()?;

@@ -26,6 +26,7 @@ pub fn plan_setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, seq_l
         iterations: 2,
         calibrate_throughput: None,
         matmul_tflops: None,
+        replica_classes: Default::default(),
     }
 }
 

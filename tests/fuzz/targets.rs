@@ -430,6 +430,7 @@ fn parallel(input: &[u8]) -> Result<(), String> {
         iterations: 2,
         calibrate_throughput: None,
         matmul_tflops: None,
+        replica_classes: Default::default(),
     };
     let _ = setup.plan.name();
     let _ = setup.memory(8);
