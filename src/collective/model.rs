@@ -287,6 +287,33 @@ pub fn describe(model: &str, uses: &[CollectiveUse]) -> String {
     format!("{model}: {}", parts.join("; "))
 }
 
+/// The NCCL channels each transfer between nodes of `plan` (a call of `op` under `algorithm`)
+/// uses on a host-staged network ([`crate::hw::HostStaged`]), where a transfer moves at most that
+/// many times one channel's rate ([`Machine::net_channel_cap`]). The ideal model's plans run one NCCL ring (or tree) per ring they lower
+/// (a striped ring: one per local rank), each of two channels
+/// ([`crate::hw::transports::COLLECTIVE_CHANNELS_PER_RING`]); the send/recv patterns (send-recv,
+/// all-to-all, gather, scatter) run as NCCL's point-to-point calls, one peer's channels a
+/// transfer. None where nothing applies: no such network, a plan of the NCCL model (its hops
+/// carry their own caps), or an algorithm that is not NCCL's (parameter server, hierarchical,
+/// HybridEP).
+pub fn net_channels(machine: &Machine, op: CollectiveOp, algorithm: Algorithm, plan: &Plan) -> Option<u32> {
+    let hs = machine.network.and_then(|n| n.host_staged)?;
+    if matches!(plan, Plan::Nccl(_)) || !matches!(algorithm, Algorithm::Ring | Algorithm::Tree | Algorithm::Auto) {
+        return None;
+    }
+    match op {
+        CollectiveOp::AllReduce
+        | CollectiveOp::Broadcast
+        | CollectiveOp::Reduce
+        | CollectiveOp::AllGather
+        | CollectiveOp::ReduceScatter => Some(crate::hw::transports::COLLECTIVE_CHANNELS_PER_RING),
+        CollectiveOp::SendRecv | CollectiveOp::AllToAll | CollectiveOp::Gather | CollectiveOp::Scatter => {
+            Some(hs.p2p_channels)
+        }
+        CollectiveOp::HybridAllToAll { .. } => None,
+    }
+}
+
 /// Lowers collectives for the engine, with caches.
 #[derive(Default)]
 pub struct Lowerer {

@@ -306,6 +306,7 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
                 rdma_efficiency: inter.rdma_efficiency,
                 protocol: inter.protocol,
                 attach: nics,
+                host_staged: None,
             }),
             storage: GraphStorage {
                 shared: false,

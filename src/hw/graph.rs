@@ -99,6 +99,10 @@ pub struct GraphNetwork {
     pub protocol: Protocol,
     /// Devices of the server that link to the switch.
     pub attach: Vec<String>,
+    /// NCCL moves network data through host memory here (no GPUDirect RDMA) at a measured rate per
+    /// channel (see [`super::HostStaged`]); absent: only the links limit a transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_staged: Option<super::HostStagedSpec>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -231,6 +235,15 @@ impl GraphSpec {
             for (name, e) in [("tcp_efficiency", net.tcp_efficiency), ("rdma_efficiency", net.rdma_efficiency)] {
                 if !(e > 0.0 && e <= 1.0) {
                     return Err(Error::parse(at(format!("graph.network.{name}")), "must be in (0, 1]"));
+                }
+            }
+            if let Some(hs) = &net.host_staged {
+                hs.check(&|f: &str| at(format!("graph.network.host_staged.{f}")))?;
+                if self.transports.as_ref().is_some_and(|t| t.gdr == Some(true)) {
+                    return Err(Error::parse(
+                        at("graph.network.host_staged".into()),
+                        "contradicts `transports.gdr: true` (GPUDirect RDMA moves data without host staging)",
+                    ));
                 }
             }
         } else if self.nodes > 1 {
@@ -368,6 +381,7 @@ impl GraphSpec {
             machine.network = Some(super::NetworkInfo {
                 line_rate: net.link.rate(topo, "graph.network")?,
                 transport: machine.transports.net.unwrap_or(transport),
+                host_staged: net.host_staged.as_ref().map(|h| h.resolve()),
             });
         }
         Ok(machine)

@@ -16,7 +16,7 @@ pub mod transports;
 pub use calibration::Calibration;
 pub use route::{NicRoute, Route};
 pub use topology::{load_topology, Topology};
-pub use transports::{NetTransport, NetworkInfo, Transports};
+pub use transports::{HostStaged, HostStagedSpec, NetTransport, NetworkInfo, Transports};
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -465,6 +465,25 @@ impl Machine {
     /// Number of nodes (servers) the GPUs span.
     pub fn node_count(&self) -> u32 {
         self.gpus.iter().map(|g| g.node + 1).max().unwrap_or(0)
+    }
+
+    /// The rate cap of a transfer from device `src` to device `dst` that uses `channels` NCCL
+    /// channels: where the two sit in different nodes and the network is host-staged
+    /// ([`HostStaged`]), `channels` times the rate of one; otherwise infinite (the links decide).
+    pub fn net_channel_cap(&self, src: DeviceId, dst: DeviceId, channels: u32) -> f64 {
+        let Some(hs) = self.network.and_then(|n| n.host_staged) else { return f64::INFINITY };
+        match (self.devices[src as usize].node, self.devices[dst as usize].node) {
+            (Some(a), Some(b)) if a != b => channels as f64 * hs.channel_rate,
+            _ => f64::INFINITY,
+        }
+    }
+
+    /// [`Machine::net_channel_cap`] of a point-to-point transfer (NCCL's send/recv channels).
+    pub fn p2p_net_cap(&self, src: DeviceId, dst: DeviceId) -> f64 {
+        match self.network.and_then(|n| n.host_staged) {
+            Some(hs) => self.net_channel_cap(src, dst, hs.p2p_channels),
+            None => f64::INFINITY,
+        }
     }
 
     /// Kinds of link present, sorted, for utilisation reports.

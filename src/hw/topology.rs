@@ -443,6 +443,7 @@ impl Topology {
         };
         machine.network = Some(crate::hw::NetworkInfo {
             line_rate: c.network.link.rate(t, "network")?,
+            host_staged: None,
             transport: machine.transports.net.unwrap_or(transport),
         });
         Ok(machine)

@@ -146,4 +146,76 @@ pub struct NetworkInfo {
     /// Line rate of one NIC, bytes/ns (= GB/s).
     pub line_rate: f64,
     pub transport: NetTransport,
+    /// NCCL's rate per channel where it stages network data in host memory, when the topology
+    /// gives one.
+    pub host_staged: Option<HostStaged>,
+}
+
+/// `graph.network.host_staged` in a topology file: without GPUDirect RDMA, NCCL's proxy thread
+/// moves each channel's network data through a bounce buffer in host memory, and what limits a
+/// transfer is then that channel's rate, not the port (Jean Zay's Omni-Path: 2 channels moved
+/// 5.07 GB/s through one port, 4 channels 10.57 GB/s; validation/topologies/jean-zay-a100.json).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostStagedSpec {
+    /// What one NCCL channel moves between nodes, GB/s of data per direction (measured).
+    pub channel_gb_s: f64,
+    /// The NCCL release the rate was measured with: its rules give the channels a transfer uses.
+    pub nccl: String,
+}
+
+/// NCCL releases whose channel rules [`HostStaged`] knows, with the network channels of one
+/// point-to-point peer: up to 2.11, `ncclTopoGetNchannels` gives a peer across the network one
+/// channel (NVIDIA/nccl v2.10.3-1 src/graph/paths.cc l.491, `*nChannels = 1`); later releases
+/// read `NCCL_NCHANNELS_PER_NET_PEER` (default 2, then chosen by bandwidth), not modelled here.
+const P2P_NET_CHANNELS: &[(&str, u32)] = &[("2.7", 1), ("2.8", 1), ("2.9", 1), ("2.10", 1), ("2.11", 1)];
+
+/// Channels of each ring (and tree) a collective runs: NCCL duplicates every channel its graph
+/// search found (`ncclTopoPostset`, NVIDIA/nccl v2.10.3-1 src/graph/connect.cc l.293), so each
+/// ring between two nodes is two channels.
+pub const COLLECTIVE_CHANNELS_PER_RING: u32 = 2;
+
+/// [`HostStagedSpec`] resolved: the rate per channel and the channels a point-to-point peer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct HostStaged {
+    /// Bytes/ns (= GB/s) per channel.
+    pub channel_rate: f64,
+    /// Channels NCCL gives a send/recv peer on another node.
+    pub p2p_channels: u32,
+}
+
+impl HostStagedSpec {
+    /// Checks the rate is positive and the release one whose rules are known; errors name the field.
+    pub fn check(&self, at: &dyn Fn(&str) -> Location) -> Result<()> {
+        let r = self.channel_gb_s;
+        if !(r.is_finite() && r > 0.0) {
+            return Err(Error::parse(at("channel_gb_s"), format!("must be a positive rate in GB/s, found {r}")));
+        }
+        crate::units::check_rate_gb_s(r).map_err(|m| Error::parse(at("channel_gb_s"), m))?;
+        if self.p2p_channels().is_none() {
+            let known: Vec<String> = P2P_NET_CHANNELS.iter().map(|(v, _)| format!("{v}.x")).collect();
+            return Err(Error::parse(
+                at("nccl"),
+                format!("NCCL `{}`: its channel rules are not modelled (known: {})", self.nccl, known.join(", ")),
+            ));
+        }
+        Ok(())
+    }
+
+    fn p2p_channels(&self) -> Option<u32> {
+        let mut parts = self.nccl.trim().split('.');
+        let minor = format!("{}.{}", parts.next()?, parts.next()?);
+        if parts.next().is_some_and(|p| p.parse::<u32>().is_err()) {
+            return None;
+        }
+        P2P_NET_CHANNELS.iter().find(|(v, _)| *v == minor).map(|e| e.1)
+    }
+
+    /// The checked spec as the engine uses it.
+    pub fn resolve(&self) -> HostStaged {
+        HostStaged {
+            channel_rate: crate::units::gb_per_s_to_bytes_per_ns(self.channel_gb_s),
+            p2p_channels: self.p2p_channels().unwrap_or(1),
+        }
+    }
 }

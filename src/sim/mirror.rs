@@ -150,7 +150,7 @@ impl Engine<'_> {
         }
         let mut checked: HashSet<(u32, u32, u32, u64)> = HashSet::default();
         for ((o, imgs), &ro) in dag.image_groups().zip(&routes) {
-            let Some((_, _, bytes)) = ends(o) else { return Ok(()) };
+            let Some((so, do_, bytes)) = ends(o) else { return Ok(()) };
             for &(i, c) in imgs {
                 let Some((src, dst, b)) = ends(i) else { return Ok(()) };
                 if b != bytes {
@@ -182,6 +182,9 @@ impl Engine<'_> {
                 if cap_o != cap_i {
                     return Ok(());
                 }
+                if self.machine.p2p_net_cap(so, do_) != self.machine.p2p_net_cap(src, dst) {
+                    return Ok(());
+                }
             }
         }
         let m = &mut self.mirror;
@@ -206,7 +209,9 @@ impl Engine<'_> {
     /// Starts transfer task `t`: an image whose original moves from this instant on with nothing
     /// else on their links becomes its shadow; everything else becomes a flow.
     pub(super) fn begin_transfer(&mut self, t: TaskId, src: u32, dst: u32, bytes: u64) -> Result<()> {
-        let x = super::Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap: f64::INFINITY };
+        // A transfer task between nodes is a send/recv (a pipeline stage's activations).
+        let cap = self.machine.p2p_net_cap(src, dst);
+        let x = super::Xfer { src, dst, bytes, rail: NO_RAIL, latency: Latency::Route, cap };
         let role = self.mirror.role.get(t as usize).copied().unwrap_or(NONE);
         if role == NONE {
             return self.start_flow(Owner::Task(t), x, 0);

@@ -242,6 +242,9 @@ enum Reserve {
 struct CollectiveRun {
     task: TaskId,
     plan: Plan,
+    /// NCCL channels of each of its transfers between nodes on a host-staged network
+    /// (`collective::model::net_channels`), which caps their rate.
+    net_channels: Option<u32>,
     group: u32,
     step: u32,
     outstanding: u32,
@@ -631,12 +634,14 @@ impl<'a> Engine<'a> {
                     self.push(self.now, EventKind::TaskDone(t));
                     return Ok(());
                 }
+                let net_channels = crate::collective::model::net_channels(self.machine, op, algorithm, &plan);
                 let slot = match self.free_collectives.pop() {
                     Some(s) => s,
                     None => {
                         self.collectives.push(CollectiveRun {
                             task: t,
                             plan: plan.clone(),
+                            net_channels,
                             group,
                             step: 0,
                             outstanding: 0,
@@ -652,6 +657,7 @@ impl<'a> Engine<'a> {
                 let run = &mut self.collectives[slot as usize];
                 run.task = t;
                 run.plan = plan;
+                run.net_channels = net_channels;
                 run.group = group;
                 run.step = 0;
                 run.outstanding = 0;
@@ -668,19 +674,18 @@ impl<'a> Engine<'a> {
     fn load_step(&mut self, slot: u32, step: u32) {
         let run = &self.collectives[slot as usize];
         let (plan, ranks) = (&run.plan, self.dag.group(run.group));
-        let gpus = &self.machine.gpus;
+        let (machine, channels) = (self.machine, run.net_channels);
+        let gpus = &machine.gpus;
         let scratch = &mut self.step_scratch;
         scratch.clear();
         plan.for_each_transfer(step, |x| {
             let dev = |r: u32| gpus[ranks[r as usize] as usize].device;
-            scratch.push(Xfer {
-                src: dev(x.src),
-                dst: dev(x.dst),
-                bytes: x.bytes,
-                rail: x.rail,
-                latency: x.latency,
-                cap: x.cap,
-            });
+            let (src, dst) = (dev(x.src), dev(x.dst));
+            let cap = match channels {
+                Some(c) => x.cap.min(machine.net_channel_cap(src, dst, c)),
+                None => x.cap,
+            };
+            scratch.push(Xfer { src, dst, bytes: x.bytes, rail: x.rail, latency: x.latency, cap });
         });
     }
 

@@ -112,6 +112,9 @@ pub struct Comm {
     near_nic: Vec<u32>,
     pub net: Option<NetTransport>,
     transports: crate::hw::Transports,
+    /// NCCL's rate per channel where network data is staged in host memory (the topology's
+    /// `host_staged`): a hop over IB without GPUDirect moves at most its channels times it.
+    host_staged: Option<crate::hw::HostStaged>,
 }
 
 fn func_of(op: CollectiveOp) -> Option<Func> {
@@ -171,6 +174,7 @@ impl Comm {
             channels: comm_channels as u32,
         });
         let net = machine.network.map(|n| n.transport);
+        let host_staged = machine.network.and_then(|n| n.host_staged);
         let hop = |a: DeviceId, b: DeviceId, path: PathType, transport: Transport, route: Option<crate::hw::Route>| {
             let (latency_ns, route_cap) = match route {
                 Some(r) => {
@@ -217,7 +221,11 @@ impl Comm {
                 let per: Vec<Vec<HopInfo>> = (0..g)
                     .map(|i| {
                         let path_nic = if topo.nics.is_empty() { PathType::Phb } else { topo.nic_path_type(i, n) };
-                        let tr = transport::inter(&machine.transports, net.unwrap_or(NetTransport::Ib), path_nic);
+                        let mut tr = transport::inter(&machine.transports, net.unwrap_or(NetTransport::Ib), path_nic);
+                        // A host-staged network is one NCCL ran without GPUDirect RDMA.
+                        if tr == Transport::NetIbGdr && host_staged.is_some() {
+                            tr = Transport::NetIb;
+                        }
                         next.iter()
                             .map(|&dst| {
                                 let route = if topo.nics.is_empty() {
@@ -250,6 +258,7 @@ impl Comm {
             near_nic,
             net,
             transports: machine.transports.clone(),
+            host_staged,
         }
     }
 
@@ -461,6 +470,9 @@ impl Comm {
         if info.transport == Transport::NetSocket {
             let sock = transport::socket_channel_cap_gb_s(&self.transports);
             data_cap = data_cap.min(mult as f64 * sock);
+        }
+        if let (Transport::NetIb, Some(hs)) = (info.transport, self.host_staged) {
+            data_cap = data_cap.min(mult as f64 * hs.channel_rate);
         }
         let mut cap = data_cap * w;
         if ceil.route_fraction * w < 1.0 {
