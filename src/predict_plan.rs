@@ -675,9 +675,21 @@ impl PlanSetup {
             // not the full one, and the exact mode simulates every replica.
             if replicas.drift_ns > 0 && self.replica_classes == ReplicaClasses::Exact {
                 let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
+                // A refusal here (a size limit, most often) must say why every replica ran.
+                let drift = replicas.drift_ns;
+                let why = |e: Error| match e {
+                    Error::Invalid { what, msg } => Error::Invalid {
+                        what,
+                        msg: format!(
+                            "{msg} (simulating every DP replica, because the timeline classes failed their \
+                             check: images ended up to {drift} ns off their originals)"
+                        ),
+                    },
+                    other => other,
+                };
                 layout = layout_by(&every_replica, symmetric);
-                dag = build(&layout)?;
-                run = simulate(&dag, &machine, options)?;
+                dag = build(&layout).map_err(why)?;
+                run = simulate(&dag, &machine, options).map_err(why)?;
                 replicas.fell_back = true;
                 replicas.simulated = replicas_simulated(&layout);
             }
