@@ -3,40 +3,12 @@
 //! bit for bit, the run that simulates every replica; a class that does not hold must be caught
 //! after the run and the full run taken instead; the approximate mode says that it is.
 
-use dagsim::hw::topology::parse_topology;
-use dagsim::predict_plan::{PlanRequest, PlanSetup, ReplicaClasses};
+mod common;
+
+use common::fat_tree::{setup, tree};
+use dagsim::predict_plan::{PlanSetup, ReplicaClasses};
 use dagsim::report::steady_state;
-use dagsim::scenario::Scenario;
 use dagsim::sim::Options;
-use std::path::Path;
-
-/// DGX H100 nodes on a small rail-optimised fat-tree: `leaf` nodes per leaf group, `groups` leaf
-/// groups per pod, pods joined by a core tier, the spines 2:1 oversubscribed.
-fn tree(leaf: u32, groups: u32, ecmp: &str) -> dagsim::hw::Topology {
-    let text = format!(
-        r#"{{"name":"small-tree","base":"dgx-h100","fabric":{{"leaf":{{"nodes":{leaf}}},
-            "spine":{{"switches":2,"leaf_groups":{groups},"oversubscription":2}},
-            "core":{{"switches":2}},"ecmp":"{ecmp}"}}}}"#
-    );
-    parse_topology(&text, Path::new("small-tree.json"), false).unwrap()
-}
-
-fn setup(model: &str, layers: u32, spec: &str, global_batch: u32, topology: dagsim::hw::Topology) -> PlanSetup {
-    let mut scenario = Scenario::default();
-    scenario.workload.model = Some(model.into());
-    PlanSetup::from_request(PlanRequest {
-        scenario: &scenario,
-        topology,
-        spec,
-        micro_batch: Some(1),
-        global_batch: Some(global_batch),
-        seq_len: Some(2048),
-        layers: Some(layers),
-        matmul_tflops: None,
-        gpus: None,
-    })
-    .unwrap()
-}
 
 /// Step time, per-GPU breakdown of the first simulated GPU, and how the replicas were simulated.
 fn run(s: &PlanSetup, classes: ReplicaClasses) -> (f64, String, dagsim::predict_plan::ReplicaReduction) {

@@ -2,39 +2,18 @@
 //! refused (here by the task limit, in a process of its own because limits are global), the
 //! error says that the refusal came from the fallback, not from the plan as the user sized it.
 
-use dagsim::hw::topology::parse_topology;
-use dagsim::limits::{self, Limits};
-use dagsim::predict_plan::{PlanRequest, PlanSetup, ReplicaClasses};
-use dagsim::scenario::Scenario;
-use dagsim::sim::Options;
-use std::path::Path;
+mod common;
 
-/// The fat-tree of `classes_that_do_not_hold_fall_back_to_every_replica` (tests/replica_classes.rs):
-/// leaf groups of 4 DGX H100 nodes, 2 groups a pod, 2:1 spines; its classes drift by 11 us.
-fn drifting_setup() -> PlanSetup {
-    let text = r#"{"name":"small-tree","base":"dgx-h100","fabric":{"leaf":{"nodes":4},
-        "spine":{"switches":2,"leaf_groups":2,"oversubscription":2},
-        "core":{"switches":2},"ecmp":"spread"}}"#;
-    let topology = parse_topology(text, Path::new("small-tree.json"), false).unwrap();
-    let mut scenario = Scenario::default();
-    scenario.workload.model = Some("llama2-7b".into());
-    PlanSetup::from_request(PlanRequest {
-        scenario: &scenario,
-        topology,
-        spec: "tp=8,pp=2,dp=12,sp=on,zero=1",
-        micro_batch: Some(1),
-        global_batch: Some(24),
-        seq_len: Some(2048),
-        layers: Some(8),
-        matmul_tflops: None,
-        gpus: None,
-    })
-    .unwrap()
-}
+use common::fat_tree::{setup, tree};
+use dagsim::limits::{self, Limits};
+use dagsim::predict_plan::{PlanSetup, ReplicaClasses};
+use dagsim::sim::Options;
 
 #[test]
 fn a_fallback_refused_by_a_limit_says_it_was_the_fallback() {
-    let s = drifting_setup();
+    // The fat-tree of `classes_that_do_not_hold_fall_back_to_every_replica`
+    // (tests/replica_classes.rs): its classes drift by 11 us.
+    let s = setup("llama2-7b", 8, "tp=8,pp=2,dp=12,sp=on,zero=1", 24, tree(4, 2, "spread"));
     let exact = PlanSetup { replica_classes: ReplicaClasses::Exact, ..s.clone() };
     let full = PlanSetup { replica_classes: ReplicaClasses::Off, ..s };
     // Task counts before any limit is set. The limit is checked per TP group while the DAG is

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod fat_tree;
 pub mod plan;
 
 use assert_cmd::Command;
