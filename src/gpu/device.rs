@@ -151,10 +151,19 @@ pub fn time_repeated(
     Ok(times)
 }
 
+// Spins on the GPU's global nanosecond timer, not on SM cycles converted at a clock measured once
+// at start: the SM clock moves with load and power (an H200 ran GEMMs at 1425-1545 MHz and idled
+// near 345 MHz; docs/gpu_runs/h200-2026-11-28), so a cycle count stands for a different time from
+// one task to the next.
 const SPIN_SOURCE: &str = r#"
-extern "C" __global__ void dagsim_spin(long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) { }
+__device__ __forceinline__ unsigned long long dagsim_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+extern "C" __global__ void dagsim_spin(long long ns) {
+    unsigned long long start = dagsim_now();
+    while ((long long)(dagsim_now() - start) < ns) { }
 }
 "#;
 
@@ -165,15 +174,14 @@ pub fn compile_spin() -> Result<cudarc::nvrtc::Ptx> {
     cudarc::nvrtc::compile_ptx(SPIN_SOURCE).map_err(cuda("nvrtcCompileProgram"))
 }
 
-/// A kernel that keeps a GPU busy for a requested time: every thread spins on the SM clock. It is
-/// launched with one block per multiprocessor, so like a real layer's kernel it occupies the
-/// whole GPU (a light variant with one block stands in for work that is not the GPU's own).
+/// A kernel that keeps a GPU busy for a requested time: every thread spins on the GPU's global
+/// timer. It is launched with one block per multiprocessor, so like a real layer's kernel it
+/// occupies the whole GPU (a light variant with one block stands in for work that is not the
+/// GPU's own).
 pub struct Spinner {
     _module: Arc<CudaModule>,
     func: CudaFunction,
     multiprocessors: u32,
-    /// SM clock cycles per nanosecond, measured by [`Spinner::calibrate`].
-    cycles_per_ns: f64,
 }
 
 impl Spinner {
@@ -183,29 +191,7 @@ impl Spinner {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda("cuDeviceGetAttribute"))?;
-        // Only the starting guess for `calibrate`; newer CUDA versions may not report it.
-        let khz = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(1_500_000);
-        Ok(Spinner {
-            _module: module,
-            func,
-            multiprocessors: sms.max(1) as u32,
-            // The nominal clock until calibrated: kHz / 1e6 = cycles per ns.
-            cycles_per_ns: (khz.max(1) as f64) / 1e6,
-        })
-    }
-
-    /// Measures the clock the kernel actually sees (boost clocks differ from the nominal one):
-    /// times spins of a fixed cycle count and keeps the median rate.
-    pub fn calibrate(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
-        let cycles = (self.cycles_per_ns * 5e6).round() as i64; // about 5 ms
-        let times = time_repeated(std::slice::from_ref(stream), 3, 9, || self.launch_cycles(stream, cycles, true))?;
-        let median = super::stats::Summary::of(&times)
-            .ok_or_else(|| Error::Gpu("spin-kernel calibration gave no usable time".into()))?
-            .median;
-        if median > 0.0 {
-            self.cycles_per_ns = cycles as f64 / (median * 1e9);
-        }
-        Ok(())
+        Ok(Spinner { _module: module, func, multiprocessors: sms.max(1) as u32 })
     }
 
     /// Enqueues a spin of `ns` nanoseconds on `stream`; `full` occupies every multiprocessor.
@@ -213,14 +199,11 @@ impl Spinner {
         if ns == 0 {
             return Ok(());
         }
-        self.launch_cycles(stream, (ns as f64 * self.cycles_per_ns).round() as i64, full)
-    }
-
-    fn launch_cycles(&self, stream: &Arc<CudaStream>, cycles: i64, full: bool) -> Result<()> {
         let blocks = if full { self.multiprocessors } else { 1 };
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+        let ns = ns.min(i64::MAX as u64) as i64;
         let mut launch = stream.launch_builder(&self.func);
-        launch.arg(&cycles);
+        launch.arg(&ns);
         // SAFETY: the kernel takes one `long long` and touches no memory.
         unsafe { launch.launch(cfg) }.map_err(cuda("cuLaunchKernel"))?;
         Ok(())

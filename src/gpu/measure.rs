@@ -102,6 +102,16 @@ fn new_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
     ctx.new_stream().map_err(cuda("cuStreamCreate"))
 }
 
+/// `len` values spread uniformly over [-1, 1) by a fixed linear congruential sequence (Knuth's
+/// MMIX constants): reproducible operands with the bit patterns of real data.
+fn uniform_values(len: usize) -> impl Iterator<Item = f32> {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..len).map(move |_| {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    })
+}
+
 fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<T>> {
     stream.alloc_zeros::<T>(len).map_err(cuda("cuMemAlloc"))
 }
@@ -122,9 +132,11 @@ fn measure_gemm(ctx: &Arc<CudaContext>, dev: u32, opts: &MeasureOptions, m: &mut
                 continue;
             }
             let times = match dtype {
-                Dtype::F32 => time_gemm::<f32>(&blas, &stream, n, 1.0, 0.0, opts)?,
-                Dtype::F16 => time_gemm(&blas, &stream, n, half::f16::ONE, half::f16::ZERO, opts)?,
-                Dtype::Bf16 => time_gemm(&blas, &stream, n, half::bf16::ONE, half::bf16::ZERO, opts)?,
+                Dtype::F32 => time_gemm::<f32>(&blas, &stream, n, 1.0, 0.0, |x| x, opts)?,
+                Dtype::F16 => time_gemm(&blas, &stream, n, half::f16::ONE, half::f16::ZERO, half::f16::from_f32, opts)?,
+                Dtype::Bf16 => {
+                    time_gemm(&blas, &stream, n, half::bf16::ONE, half::bf16::ZERO, half::bf16::from_f32, opts)?
+                }
             };
             let time_s = summarise(&times, "GEMM")?;
             m.gemm.push(GemmPoint { device: dev, dtype, n, time_s });
@@ -139,6 +151,7 @@ fn time_gemm<T>(
     n: u32,
     one: T,
     zero: T,
+    from_f32: fn(f32) -> T,
     opts: &MeasureOptions,
 ) -> Result<Vec<f64>>
 where
@@ -146,8 +159,13 @@ where
     CudaBlas: Gemm<T>,
 {
     let len = (n as usize).pow(2);
-    let a = alloc_zeros::<T>(stream, len)?;
-    let b = alloc_zeros::<T>(stream, len)?;
+    // Random operands, not zeros: a tensor core multiplying zeros draws less power and runs
+    // faster than on real data (on an H200, cuBLAS BF16 n = 8192 ran at 861-885 TFLOP/s on zeros
+    // and 658-785 on randn; docs/gpu.md), and training multiplies real data.
+    let host: Vec<T> = uniform_values(len).map(from_f32).collect();
+    let a = stream.clone_htod(&host).map_err(cuda("cuMemcpyHtoD"))?;
+    let b = stream.clone_htod(&host[..]).map_err(cuda("cuMemcpyHtoD"))?;
+    drop(host);
     let mut c = alloc_zeros::<T>(stream, len)?;
     let n = n as i32;
     let cfg = GemmConfig {
