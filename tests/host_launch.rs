@@ -69,8 +69,10 @@ fn step(host: Option<HostModel>) -> u64 {
 }
 
 fn host(kernels: u32, sync_at: Option<usize>) -> Option<HostModel> {
-    let layers = (0..L).map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) }).collect();
-    Some(HostModel { launch_ns: C, layers, blocking: false, blocking_wait_ns: 0 })
+    let layers = (0..L)
+        .map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i), modules: 0 })
+        .collect();
+    Some(HostModel { launch_ns: C, module_ns: 0, layers, blocking: false, blocking_wait_ns: 0 })
 }
 
 #[test]
