@@ -1548,6 +1548,35 @@ mod tests {
     }
 
     #[test]
+    fn fp8_layers_count_the_transformer_engine_modules_megatron_core_calls() {
+        // Qwen3-30B-A3B, ep 8: per layer forward TE's LayerNormLinear (qkv), two RMSNorms (q and
+        // k), DotProductAttention and the output Linear; the pre-MLP norm; two GroupedLinears.
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let run = |precision| {
+            let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
+            let x = MoeOptions { ep: 8, ..Default::default() };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap();
+            let names: Vec<String> = c.workload_blocks().into_iter().map(|(n, _)| n).collect();
+            names.into_iter().zip(c.launches(Recompute::None)).collect::<Vec<_>>()
+        };
+        let fp8 = run(Precision::Fp8);
+        let modules =
+            |suffix: &str| fp8.iter().find(|(n, _)| n.starts_with("L0.") && n.ends_with(suffix)).unwrap().1.modules;
+        assert_eq!(modules(".attn"), 5);
+        assert_eq!(modules(".moe-router"), 1);
+        assert_eq!(modules(".experts"), 2);
+        assert_eq!(fp8.iter().map(|(_, l)| l.modules).sum::<u32>(), 48 * 8, "embedding and head have none");
+        // BF16 rows are not assumed to run TE's modules.
+        assert!(run(Precision::Bf16).iter().all(|(_, l)| l.modules == 0));
+        // Llama's dense MLP: LayerNormLinear and Linear.
+        let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
+        let llama = cost(&TransformerConfig::named("llama3-8b").unwrap(), h100, &o).unwrap();
+        let l = llama.launches(Recompute::None);
+        assert_eq!(l.iter().map(|x| x.modules).sum::<u32>(), 32 * (3 + 2));
+    }
+
+    #[test]
     fn moe_layers_pay_the_copies_megatron_makes_beyond_the_gemms() {
         // Qwen3-30B-A3B at ep 8 (16 local experts), 4096 tokens of 2048: 32768 routed copies.
         use super::super::moe::MoeRouting;
