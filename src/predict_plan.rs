@@ -587,8 +587,15 @@ impl PlanSetup {
                 }
             }
         }
+        if self.plan.host == HostLaunch::Graphs {
+            for x in &mut layers {
+                x.modules = 0;
+            }
+        }
+        let launch_ns = self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu));
         Some(HostModel {
-            launch_ns: self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu)),
+            launch_ns,
+            module_ns: crate::parallel::te_module_host_ns(launch_ns),
             layers,
             blocking: self.plan.host == HostLaunch::Blocking,
             blocking_wait_ns: BLOCKING_WAIT_NS,

@@ -69,8 +69,10 @@ fn step(host: Option<HostModel>) -> u64 {
 }
 
 fn host(kernels: u32, sync_at: Option<usize>) -> Option<HostModel> {
-    let layers = (0..L).map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i) }).collect();
-    Some(HostModel { launch_ns: C, layers, blocking: false, blocking_wait_ns: 0 })
+    let layers = (0..L)
+        .map(|i| Launches { forward: kernels, backward: kernels, sync: sync_at == Some(i), modules: 0 })
+        .collect();
+    Some(HostModel { launch_ns: C, module_ns: 0, layers, blocking: false, blocking_wait_ns: 0 })
 }
 
 #[test]
@@ -89,6 +91,26 @@ fn a_host_bound_step_is_the_host_chain_plus_the_update() {
 #[test]
 fn a_forward_sync_makes_the_gpu_wait_for_two_launches() {
     assert_eq!(step(host(10, Some(1))), 2 * L as u64 * G + U + 3 * C);
+}
+
+/// `host(k, sync)` whose layers each call `m` Transformer Engine modules forward at `mns` ns each.
+fn with_modules(k: u32, m: u32, mns: u64) -> Option<HostModel> {
+    host(k, None).map(|mut h| {
+        h.module_ns = mns;
+        h.layers.iter_mut().for_each(|x| x.modules = m);
+        h
+    })
+}
+
+#[test]
+fn transformer_engine_modules_add_their_python_to_the_host_chain() {
+    const M: u64 = 11_800; // 1.69 launches of C
+                           // GPU-bound: after the optimizer's sync the first block waits for its first module's
+                           // Python and its first launch.
+    assert_eq!(step(with_modules(10, 2, M)), 2 * L as u64 * G + U + C + M);
+    // Host-bound: every forward pays its modules' time on top of the launches.
+    let k = 30;
+    assert_eq!(step(with_modules(k, 2, M)), C + 2 * L as u64 * k as u64 * C + L as u64 * 2 * M + U);
 }
 
 #[test]

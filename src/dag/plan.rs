@@ -87,6 +87,9 @@ pub struct PlanLayout {
 pub struct HostModel {
     /// Host time per kernel launch.
     pub launch_ns: Nanos,
+    /// Host time per Transformer Engine module call in a forward pass beyond its launches
+    /// ([`crate::workload::llm::Launches::modules`]), charged before the module's kernels.
+    pub module_ns: Nanos,
     /// Per workload layer: its kernels per pass and whether the host syncs after its forward.
     pub layers: Vec<Launches>,
     /// `CUDA_LAUNCH_BLOCKING=1`: every launch returns only when its kernel is done, so the host
@@ -845,8 +848,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Pass::Forward => x.forward,
                                 Pass::Backward => x.backward,
                             });
+                            let modules = match step.pass {
+                                Pass::Forward => h.layers.get(l).map_or(0, |x| x.modules),
+                                Pass::Backward => 0,
+                            };
+                            let module_ns = modules as Nanos * h.module_ns;
                             if h.blocking {
-                                let ns = kernels as Nanos * (h.launch_ns + h.blocking_wait_ns);
+                                let ns = kernels as Nanos * (h.launch_ns + h.blocking_wait_ns) + module_ns;
                                 let launch = host_chain(&mut b, &mut host_prev[gi], ns, g, it, l);
                                 b.add_edge(launch, t);
                                 // A blocking collective or receive before the block holds the host too.
@@ -857,8 +865,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 b.add_edge(t, wait);
                                 host_sync[k] = Some(wait);
                             } else {
+                                // The block's first module runs its Python before its first launch;
+                                // the others' is owed with the rest of the launches.
+                                let first = if modules > 0 { h.module_ns } else { 0 };
+                                host_owed[gi] += first;
                                 let launch =
                                     host_task(&mut b, h, &mut host_prev[gi], &mut host_owed[gi], kernels, g, it, l);
+                                host_owed[gi] += module_ns - first;
                                 b.add_edge(launch, t);
                             }
                             // Reading the layer's result: the host launches the rest of the layer,

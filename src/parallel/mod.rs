@@ -332,6 +332,24 @@ pub const BLOCKING_WAIT_NS: u64 = 9_650 - 2_700;
 /// issue #2053's table; 33.17 on GH200), 2.75 times the Xeon's.
 pub const GRACE_LAUNCH_NS: u64 = 37_080;
 
+/// Host time a Transformer Engine module call costs beyond the launches of its kernels, as a
+/// multiple of the host's per-launch time: NVIDIA/TransformerEngine issue #2053 (2025-08) timed
+/// the CPU time of one `Linear` forward (BF16, hidden 2048, 8192 tokens; one cuBLAS GEMM either
+/// way) at 99.66 us for TE's module against 37.08 us for `torch.nn.Linear` on GB200, and 90.53
+/// against 33.17 us on GH200: TE's module costs 2.69 (2.73) times PyTorch's, so 1.69 launches
+/// more, whatever the host. Charged once per module call in the forward pass (what was measured;
+/// TE's backward functions are not measured and not charged) under eager launching; CUDA graphs
+/// replay the modules without their Python. The same issue's maintainers reduced this overhead
+/// in later TE releases (TE issue #2126, 2026-01: "TELinear is nearly the same with vanilla torch
+/// linear" in BF16), which dagsim, knowing no TE version, does not follow.
+/// (numerator, denominator) of the extra time over one launch.
+pub const TE_MODULE_HOST_EXTRA: (u64, u64) = (99_660 - 37_080, 37_080);
+
+/// [`TE_MODULE_HOST_EXTRA`] in ns on a host whose launch costs `launch_ns`.
+pub fn te_module_host_ns(launch_ns: u64) -> u64 {
+    launch_ns * TE_MODULE_HOST_EXTRA.0 / TE_MODULE_HOST_EXTRA.1
+}
+
 /// The per-launch host time of `gpu`'s host CPU: Grace for the Grace-Blackwell superchip, an x86
 /// server CPU for every other GPU.
 pub fn eager_launch_ns(gpu: &crate::workload::gpu::GpuSpec) -> u64 {

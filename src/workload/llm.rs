@@ -560,6 +560,29 @@ pub struct Launches {
     pub backward: u32,
     /// The host waits for the layer's forward pass to end on the GPU before launching on.
     pub sync: bool,
+    /// Transformer Engine module calls in the forward pass, each costing the host
+    /// [`crate::parallel::TE_MODULE_HOST_EXTRA`] beyond its kernels' launches (see
+    /// [`te_module_calls`]).
+    pub modules: u32,
+}
+
+/// Transformer Engine modules an op of the cost model runs as in Megatron-Core's TE layer spec
+/// (`get_gpt_layer_with_transformer_engine_spec`, megatron/core/models/gpt/gpt_layer_specs.py @
+/// core_v0.15.0): `linear_qkv` a `TELayerNormColumnParallelLinear` (the norm before it included),
+/// `q_layernorm` and `k_layernorm` a `TENorm` each, `core_attention` a `TEDotProductAttention`,
+/// `linear_proj` a `TERowParallelLinear`, the dense MLP's `linear_fc1` and `linear_fc2` one each;
+/// in an MoE layer the `pre_mlp_layernorm` a `TENorm` (`router_block`: the router's own logits
+/// GEMM is a plain `torch` linear, `TopKRouter`), the routed experts' fc1 and fc2 a
+/// `TEGroupedLinear` each (`TEGroupedMLP`) and the shared experts' two linears one each. Every
+/// other op is PyTorch or a fused kernel called outside a TE module.
+pub fn te_module_calls(op: &str, router_block: bool) -> u32 {
+    match op {
+        "qkv" | "attention" | "flash-attention" | "proj" | "fc1" | "fc2" => 1,
+        "expert-fc1" | "expert-fc2" | "shared-fc1" | "shared-fc2" => 1,
+        "qk-norm" => 2,
+        "norm" if router_block => 1,
+        _ => 0,
+    }
 }
 
 /// One operation's cost for one micro-batch on one GPU.
@@ -1271,8 +1294,12 @@ impl TransformerCost {
     /// waits for the layer's forward pass to finish on the GPU before it goes on (an MoE
     /// router's token counts, see [`MoeCost::host_sync`]).
     pub fn launches(&self, recompute: Recompute) -> Vec<Launches> {
+        // Transformer Engine modules: dagsim's FP8 is TE's (the only FP8 path of these stacks).
+        let te = self.precision == Precision::Fp8;
+        let router = |b: &BlockCost| self.moe.as_ref().is_some_and(|m| std::ptr::eq(b, &m.router));
         let of = |b: &BlockCost, sync: bool| {
             let forward: u32 = b.ops.iter().map(|o| o.kernels.0).sum();
+            let modules = if te { b.ops.iter().map(|o| te_module_calls(o.name, router(b))).sum() } else { 0 };
             let again: u32 = match recompute {
                 Recompute::None => 0,
                 Recompute::Full => forward,
@@ -1282,7 +1309,7 @@ impl TransformerCost {
                 }
                 Recompute::Selective => 0,
             };
-            Launches { forward, backward: b.ops.iter().map(|o| o.kernels.1).sum::<u32>() + again, sync }
+            Launches { forward, backward: b.ops.iter().map(|o| o.kernels.1).sum::<u32>() + again, sync, modules }
         };
         // The host waits after an MoE router whose token counts it reads.
         let syncs = |b: &BlockCost| self.moe.as_ref().is_some_and(|m| m.host_sync && std::ptr::eq(b, &m.router));
@@ -1518,6 +1545,35 @@ mod tests {
         // Llama has no such norms.
         let llama = cost(&TransformerConfig::named("llama3-8b").unwrap(), h100, &o).unwrap();
         assert!(!llama.attention.ops.iter().any(|op| op.name == "qk-norm"));
+    }
+
+    #[test]
+    fn fp8_layers_count_the_transformer_engine_modules_megatron_core_calls() {
+        // Qwen3-30B-A3B, ep 8: per layer forward TE's LayerNormLinear (qkv), two RMSNorms (q and
+        // k), DotProductAttention and the output Linear; the pre-MLP norm; two GroupedLinears.
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let cfg = TransformerConfig::named("qwen3-30b-a3b").unwrap();
+        let run = |precision| {
+            let o = CostOptions { seq_len: 4096, precision, ..opts(1) };
+            let x = MoeOptions { ep: 8, ..Default::default() };
+            let c = cost_moe(&cfg, h100, &o, &x).unwrap();
+            let names: Vec<String> = c.workload_blocks().into_iter().map(|(n, _)| n).collect();
+            names.into_iter().zip(c.launches(Recompute::None)).collect::<Vec<_>>()
+        };
+        let fp8 = run(Precision::Fp8);
+        let modules =
+            |suffix: &str| fp8.iter().find(|(n, _)| n.starts_with("L0.") && n.ends_with(suffix)).unwrap().1.modules;
+        assert_eq!(modules(".attn"), 5);
+        assert_eq!(modules(".moe-router"), 1);
+        assert_eq!(modules(".experts"), 2);
+        assert_eq!(fp8.iter().map(|(_, l)| l.modules).sum::<u32>(), 48 * 8, "embedding and head have none");
+        // BF16 rows are not assumed to run TE's modules.
+        assert!(run(Precision::Bf16).iter().all(|(_, l)| l.modules == 0));
+        // Llama's dense MLP: LayerNormLinear and Linear.
+        let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
+        let llama = cost(&TransformerConfig::named("llama3-8b").unwrap(), h100, &o).unwrap();
+        let l = llama.launches(Recompute::None);
+        assert_eq!(l.iter().map(|x| x.modules).sum::<u32>(), 32 * (3 + 2));
     }
 
     #[test]
