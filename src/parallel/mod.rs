@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute};
+pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute, SoftmaxKernel};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -143,6 +143,9 @@ pub struct ParallelPlan {
     /// The cross-entropy kernels over the logits (`loss=fused|unfused`).
     #[serde(skip_serializing_if = "LossKernel::is_default")]
     pub loss: LossKernel,
+    /// The softmax over unfused attention scores (`softmax=fused|unfused|swapped-check`).
+    #[serde(skip_serializing_if = "SoftmaxKernel::is_default")]
+    pub softmax: SoftmaxKernel,
 }
 
 /// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
@@ -374,6 +377,7 @@ impl Default for ParallelPlan {
             deepspeed_pipe: false,
             mp_optimizer: MpOptimizer::Megatron,
             loss: LossKernel::Fused,
+            softmax: SoftmaxKernel::Fused,
         }
     }
 }
@@ -546,6 +550,11 @@ impl ParallelPlan {
                     p.loss = LossKernel::parse(&value)
                         .ok_or_else(|| err(format!("loss={value}: expected fused or unfused")))?
                 }
+                "softmax" => {
+                    p.softmax = SoftmaxKernel::parse(&value).ok_or_else(|| {
+                        err(format!("softmax={value}: expected fused, unfused or swapped-check"))
+                    })?
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -555,7 +564,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss"
+                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss, softmax"
                     )))
                 }
             }
@@ -683,6 +692,9 @@ impl ParallelPlan {
         }
         if !self.loss.is_default() {
             s += &format!(",loss={}", self.loss.name());
+        }
+        if !self.softmax.is_default() {
+            s += &format!(",softmax={}", self.softmax.name());
         }
         if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
             s += &format!(",cp-comm={}", self.cp_comm.name());
