@@ -1006,6 +1006,10 @@ mod tests {
         (unfused.micro_batch, unfused.global_batch) = (1, 8);
         assert_eq!(unfused.name(), "tp=2,pp=1,dp=1,mb=1,gbs=8,loss=unfused");
         assert_eq!(ParallelPlan::parse("loss=fused").unwrap().loss, LossKernel::Fused);
+        let sm = ParallelPlan::parse("tp=2,flash=off,softmax=swapped-check").unwrap();
+        assert_eq!(sm.softmax, SoftmaxKernel::SwappedCheck);
+        assert!(sm.name().ends_with(",softmax=swapped-check"), "{}", sm.name());
+        assert_eq!(ParallelPlan::parse("tp=2").unwrap().softmax, SoftmaxKernel::Fused);
         assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
         for flex in ["flex", "deepep"] {
             let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
@@ -1032,6 +1036,7 @@ mod tests {
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
             ("loss=fast", "loss=fast: expected fused or unfused"),
+            ("softmax=torch", "softmax=torch: expected fused, unfused or swapped-check"),
         ] {
             let e = ParallelPlan::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--parallel") && e.contains(says), "{bad}: {e}");

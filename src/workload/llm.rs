@@ -1887,6 +1887,56 @@ mod tests {
     }
 
     #[test]
+    fn megatrons_softmax_fallback_and_the_swapped_batches_per_block_check() {
+        // get_batch_per_block (scaled_masked_softmax.h @ 58d9204 l.316-329) fed the heads per GPU
+        // as the key length: 128 threads a block, min(32, next power of two) threads a row, two
+        // rows a warp up to 128.
+        for (heads, bpb) in
+            [(1, 256), (2, 128), (4, 64), (8, 32), (12, 16), (16, 16), (26, 8), (32, 8), (64, 8), (256, 4)]
+        {
+            assert_eq!(swapped_batches_per_block(heads), bpb, "{heads} heads a GPU");
+        }
+        let k = SoftmaxKernel::SwappedCheck;
+        // BLOOM's 14336 x 72 at tp 8 (8 heads a GPU): fused from micro-batch 4, not at 1 or 2;
+        // 112 heads at tp 8 (14 a GPU, 56 attention batches, 16 a block) never.
+        assert!(k.fused_for(4, 8, 2048, 2.0) && k.fused_for(8, 8, 2048, 2.0));
+        assert!(!k.fused_for(1, 8, 2048, 2.0) && !k.fused_for(2, 8, 2048, 2.0) && !k.fused_for(6, 8, 2048, 2.0));
+        assert!(!k.fused_for(4, 14, 2048, 2.0) && k.fused_for(2, 28, 2048, 2.0));
+        // FP32 scores, keys beyond 2048 or a batch not a multiple of 4: the fallback.
+        assert!(!k.fused_for(4, 8, 2048, 4.0) && !k.fused_for(4, 8, 4096, 2.0) && !k.fused_for(1, 2, 2048, 2.0));
+        assert!(SoftmaxKernel::Fused.fused_for(1, 3, 8192, 4.0) && !SoftmaxKernel::Unfused.fused_for(4, 8, 2048, 2.0));
+        for s in [SoftmaxKernel::Fused, SoftmaxKernel::Unfused, SoftmaxKernel::SwappedCheck] {
+            assert_eq!(SoftmaxKernel::parse(s.name()), Some(s));
+        }
+        assert_eq!(SoftmaxKernel::parse("torch"), None);
+
+        // The fallback's bytes over the b x heads/tp x s x s scores: 36 forward and 40 backward in
+        // BF16 against the fused kernel's 4 and 6, and four more kernels each way.
+        let a100 = GpuSpec::by_name("a100").unwrap();
+        let mem = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let attn = |softmax: SoftmaxKernel, micro_batch: u32| {
+            let o = CostOptions { flash_attention: false, softmax, micro_batch, ..opts(4) };
+            let c = cost(&cfg, a100, &o).unwrap();
+            c.attention.ops.iter().find(|o| o.name == "attention").unwrap().clone()
+        };
+        for mb in [1, 2] {
+            let n = (mb as u64 * 8 * 2048 * 2048) as f64; // 32 heads over tp 4
+            let (f, u) = (attn(SoftmaxKernel::Fused, mb), attn(SoftmaxKernel::Unfused, mb));
+            assert!((u.forward_ns - f.forward_ns - (32.0 * n / mem + 4.0 * LAUNCH_NS)).abs() < 1e-6 * u.forward_ns);
+            assert!((u.backward_ns - f.backward_ns - (34.0 * n / mem + 4.0 * LAUNCH_NS)).abs() < 1e-6 * u.backward_ns);
+            assert_eq!((u.kernels.0 - f.kernels.0, u.kernels.1 - f.kernels.1), (4, 4));
+        }
+        // 8 heads a GPU: the swapped check takes the fallback at micro-batch 2, the kernel at 4.
+        assert_eq!(attn(SoftmaxKernel::SwappedCheck, 2).forward_ns, attn(SoftmaxKernel::Unfused, 2).forward_ns);
+        assert_eq!(attn(SoftmaxKernel::SwappedCheck, 4).forward_ns, attn(SoftmaxKernel::Fused, 4).forward_ns);
+        // Flash attention has no separate softmax to choose.
+        let o = CostOptions { softmax: SoftmaxKernel::Unfused, ..opts(4) };
+        let e = cost(&cfg, a100, &o).unwrap_err().to_string();
+        assert!(e.contains("softmax") && e.contains("flash=off"), "{e}");
+    }
+
+    #[test]
     fn megatrons_unfused_cross_entropy_moves_52_bytes_a_logit() {
         // Megatron-Core r0.8.0 cross_entropy.py without --cross-entropy-loss-fusion: forward
         // .float() (2 + 4), max (4), -= (4 + 4), exp (4 + 4), sum (4), div_ (4 + 4); backward
