@@ -150,6 +150,7 @@ pub enum SoftmaxKernel {
     /// sk), l.189-192), so from the heads per GPU in place of the key length (see
     /// [`swapped_batches_per_block`]); otherwise [`SoftmaxKernel::Unfused`]. The start-up check
     /// (`initialize.py` l.191-207) tests only the multiple of 4, so the fallback is silent.
+    /// NVIDIA/Megatron-LM had the swap only between 40becfc and 0d350c8, both of 2021-08-13.
     SwappedCheck,
 }
 
