@@ -237,6 +237,7 @@ impl PlanSetup {
             attention: self.plan.attn,
             matmul_tflops: self.matmul_tflops,
             loss: self.plan.loss,
+            softmax: self.plan.softmax,
         };
         let moe = MoeOptions {
             ep: self.plan.ep,

@@ -176,8 +176,12 @@ pub fn layer_activation_bytes(
         plan.micro_batch as f64 * heads * s * 4.0 / t
     } else if plan.recompute == Recompute::Selective {
         0.0
-    } else {
+    } else if plan.softmax.fused_for(plan.micro_batch as u64, m.heads as u64 / plan.tp as u64, seq as u64, e) {
         scores * (e + if m.dropout { e + 1.0 } else { 0.0 })
+    } else {
+        // Megatron's PyTorch softmax (`softmax=unfused`) saves its FP32 output for the backward;
+        // the 16-bit copy it casts back to is what dropout (mask) and the context GEMM keep.
+        scores * (4.0 + e + if m.dropout { 1.0 } else { 0.0 })
     };
     replicated + split + quadratic
 }
@@ -398,6 +402,30 @@ mod tests {
         assert!(close(act(true, Recompute::None), sbh * (34.0 / t + 5.0 * a * s / (h * t))));
         assert!(close(act(true, Recompute::Selective), sbh * 34.0 / t));
         assert!(close(act(false, Recompute::Full), 2.0 * sbh));
+    }
+
+    #[test]
+    fn megatrons_torch_softmax_keeps_its_fp32_output() {
+        // GPT-3 175B at tp 8 (12 heads a GPU), no recomputation: the fused kernel keeps 2 + 2 + 1
+        // bytes a score (probabilities, dropout output and mask), the PyTorch fallback 4 + 2 + 1.
+        let m = TransformerConfig::named("gpt3-175b").unwrap();
+        let act = |mb: u32, softmax: super::super::SoftmaxKernel| {
+            let p = ParallelPlan { softmax, ..plan(8, 1, 1, mb, mb, false, Recompute::None) };
+            layer_activation_bytes(&m, &p, Precision::Fp16, 2048, false)
+        };
+        let scores = |mb: u32| mb as f64 * 12.0 * 2048.0 * 2048.0;
+        use super::super::SoftmaxKernel::{Fused, SwappedCheck, Unfused};
+        assert!((act(1, Unfused) - act(1, Fused) - 2.0 * scores(1)).abs() < 1.0);
+        // The swapped check at 12 heads a GPU wants 16 attention batches a block: micro-batch 4
+        // (48) takes the kernel, 2 (24) the fallback.
+        assert_eq!(act(4, SwappedCheck), act(4, Fused));
+        assert_eq!(act(2, SwappedCheck), act(2, Unfused));
+        // Full recomputation keeps only the layer's input either way.
+        let full = |softmax| {
+            let p = ParallelPlan { softmax, ..plan(8, 1, 1, 2, 2, false, Recompute::Full) };
+            layer_activation_bytes(&m, &p, Precision::Fp16, 2048, false)
+        };
+        assert_eq!(full(Unfused), full(Fused));
     }
 
     #[test]

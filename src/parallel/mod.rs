@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute};
+pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute, SoftmaxKernel};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -143,6 +143,9 @@ pub struct ParallelPlan {
     /// The cross-entropy kernels over the logits (`loss=fused|unfused`).
     #[serde(skip_serializing_if = "LossKernel::is_default")]
     pub loss: LossKernel,
+    /// The softmax over unfused attention scores (`softmax=fused|unfused|swapped-check`).
+    #[serde(skip_serializing_if = "SoftmaxKernel::is_default")]
+    pub softmax: SoftmaxKernel,
 }
 
 /// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
@@ -392,6 +395,7 @@ impl Default for ParallelPlan {
             deepspeed_pipe: false,
             mp_optimizer: MpOptimizer::Megatron,
             loss: LossKernel::Fused,
+            softmax: SoftmaxKernel::Fused,
         }
     }
 }
@@ -564,6 +568,11 @@ impl ParallelPlan {
                     p.loss = LossKernel::parse(&value)
                         .ok_or_else(|| err(format!("loss={value}: expected fused or unfused")))?
                 }
+                "softmax" => {
+                    p.softmax = SoftmaxKernel::parse(&value).ok_or_else(|| {
+                        err(format!("softmax={value}: expected fused, unfused or swapped-check"))
+                    })?
+                }
                 "schedule" => {
                     p.schedule = Schedule::parse(&value)
                         .ok_or_else(|| err(format!("schedule={value}: expected gpipe, 1f1b or interleaved")))?;
@@ -573,7 +582,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss"
+                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss, softmax"
                     )))
                 }
             }
@@ -701,6 +710,9 @@ impl ParallelPlan {
         }
         if !self.loss.is_default() {
             s += &format!(",loss={}", self.loss.name());
+        }
+        if !self.softmax.is_default() {
+            s += &format!(",softmax={}", self.softmax.name());
         }
         if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
             s += &format!(",cp-comm={}", self.cp_comm.name());
@@ -1012,6 +1024,10 @@ mod tests {
         (unfused.micro_batch, unfused.global_batch) = (1, 8);
         assert_eq!(unfused.name(), "tp=2,pp=1,dp=1,mb=1,gbs=8,loss=unfused");
         assert_eq!(ParallelPlan::parse("loss=fused").unwrap().loss, LossKernel::Fused);
+        let sm = ParallelPlan::parse("tp=2,flash=off,softmax=swapped-check").unwrap();
+        assert_eq!(sm.softmax, SoftmaxKernel::SwappedCheck);
+        assert!(sm.name().ends_with(",softmax=swapped-check"), "{}", sm.name());
+        assert_eq!(ParallelPlan::parse("tp=2").unwrap().softmax, SoftmaxKernel::Fused);
         assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
         for flex in ["flex", "deepep"] {
             let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
@@ -1038,6 +1054,7 @@ mod tests {
             ("recompute=some", "none, selective or full"),
             ("sp=maybe", "on or off"),
             ("loss=fast", "loss=fast: expected fused or unfused"),
+            ("softmax=torch", "softmax=torch: expected fused, unfused or swapped-check"),
         ] {
             let e = ParallelPlan::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--parallel") && e.contains(says), "{bad}: {e}");

@@ -123,6 +123,89 @@ impl LossKernel {
     }
 }
 
+/// The scale-mask-softmax over the attention scores when the attention is not fused
+/// (`--parallel softmax=`, with `flash=off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SoftmaxKernel {
+    /// Megatron's fused `FusedScaleMaskSoftmax` kernel: one pass each way.
+    #[default]
+    Fused,
+    /// Megatron's PyTorch fallback (`forward_torch_softmax`) under its defaults (query-key layer
+    /// scaling on, which forces the softmax into FP32): forward the FP32 copy of the scores (read
+    /// 2, write 4 bytes an element), the scale (4 + 4), `masked_fill_` in place (4 + 4; the
+    /// [1, 1, s, s] bool mask broadcast over every head stays in L2), `Softmax` (4 + 4) and the
+    /// cast back (4 + 2): 36 bytes in 5 kernels; backward autograd's reverse of each: the cast (2 +
+    /// 4), the softmax gradient (read the gradient and the saved output, write: 12), the mask (4 +
+    /// 4), the scale (4 + 4), the cast (4 + 2): 40 bytes in 5 kernels (bigscience-workshop/
+    /// Megatron-DeepSpeed @ 58d9204 `megatron/model/fused_softmax.py` l.171-185,
+    /// `megatron/model/utils.py` l.53, `transformer.py` l.136/176).
+    Unfused,
+    /// Megatron's own choice between the two as Megatron-DeepSpeed made it from 9f5f5d4
+    /// (2021-10-21, "fused softmax layer bug fix sync") to 1cb76a6 (2022-03-06, "sync the whole
+    /// Meg-LM fused_kernels sub-tree"), BLOOM's February 2022 benchmarks: fused for 16-bit scores
+    /// when 16 < s <= 2048, s % 4 = 0 and b x heads/tp is a multiple of 4 and of the kernel's
+    /// batches per block, which `get_batch_per_block` computed with its arguments swapped
+    /// (`fused_softmax.py` @ 58d9204 l.146 passes (sq, sk, b, np) to a method declared (b, np, sq,
+    /// sk), l.189-192), so from the heads per GPU in place of the key length (see
+    /// [`swapped_batches_per_block`]); otherwise [`SoftmaxKernel::Unfused`]. The start-up check
+    /// (`initialize.py` l.191-207) tests only the multiple of 4, so the fallback is silent.
+    /// NVIDIA/Megatron-LM had the swap only between 40becfc and 0d350c8, both of 2021-08-13.
+    SwappedCheck,
+}
+
+impl SoftmaxKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            SoftmaxKernel::Fused => "fused",
+            SoftmaxKernel::Unfused => "unfused",
+            SoftmaxKernel::SwappedCheck => "swapped-check",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "fused" => Some(SoftmaxKernel::Fused),
+            "unfused" => Some(SoftmaxKernel::Unfused),
+            "swapped-check" => Some(SoftmaxKernel::SwappedCheck),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == SoftmaxKernel::Fused
+    }
+
+    /// Whether the fused kernel runs for `micro_batch` sequences of `seq_len` tokens with
+    /// `heads_per_gpu` heads in `elem`-byte scores (causal mask, as GPT's).
+    pub fn fused_for(self, micro_batch: u64, heads_per_gpu: u64, seq_len: u64, elem: f64) -> bool {
+        match self {
+            SoftmaxKernel::Fused => true,
+            SoftmaxKernel::Unfused => false,
+            SoftmaxKernel::SwappedCheck => {
+                let attn_batches = micro_batch * heads_per_gpu;
+                elem == 2.0
+                    && 16 < seq_len
+                    && seq_len <= 2048
+                    && seq_len % 4 == 0
+                    && attn_batches % 4 == 0
+                    && attn_batches % swapped_batches_per_block(heads_per_gpu) == 0
+            }
+        }
+    }
+}
+
+/// The fused softmax's batches per block (`get_batch_per_block`, `scaled_masked_softmax.h` @
+/// 58d9204 l.316-329: 128 threads a block, a warp of min(32, next power of two) threads per row,
+/// two rows a warp up to 128 elements) computed, as the swapped call did, from the heads per GPU
+/// where the key length belongs.
+pub fn swapped_batches_per_block(heads_per_gpu: u64) -> u64 {
+    let pow2 = heads_per_gpu.max(1).next_power_of_two();
+    let warp = pow2.min(32);
+    let rows_per_warp = if pow2 <= 128 { 2 } else { 1 };
+    (128 / warp) * rows_per_warp
+}
+
 /// How context parallelism exchanges keys and values (`--parallel cp-comm=`), named as
 /// Transformer Engine's `cp_comm_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
@@ -180,6 +263,8 @@ pub struct CostOptions {
     pub matmul_tflops: Option<f64>,
     /// The cross-entropy kernels over the logits.
     pub loss: LossKernel,
+    /// The softmax over the attention scores when the attention is not fused.
+    pub softmax: SoftmaxKernel,
 }
 
 /// Fraction of the dense tensor-core peak the best-shaped large matmul reaches (Maximum Achievable
@@ -714,6 +799,12 @@ pub fn cost_moe(
             "context parallelism needs flash attention (Transformer Engine's fused kernels); drop flash=off",
         ));
     }
+    if !o.softmax.is_default() && !matches!(d.flash, Flash::None) {
+        return Err(Error::invalid(
+            "--parallel softmax",
+            format!("softmax={} applies to unfused attention only; add flash=off", o.softmax.name()),
+        ));
+    }
     let (b, s, h) = (o.micro_batch as u64, o.seq_len as u64, cfg.hidden);
     let s_kv = s * cp;
     let ring = cp > 1 && moe_opts.cp_comm == CpComm::P2p;
@@ -819,13 +910,22 @@ pub fn cost_moe(
             let (av, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
             let (av_b1, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
             // Fused scale-mask-softmax: read scores, write probabilities | read both, write grads.
-            let (sm_f, sm_b) = (d.stream(2.0 * n * e), d.stream(3.0 * n * e));
+            // The PyTorch fallback: see `SoftmaxKernel::Unfused` for its bytes and kernels.
+            let fused_softmax = o.softmax.fused_for(b, heads_l, s, e);
+            let (sm_f, sm_b, sm_kernels) = if fused_softmax {
+                (d.stream(2.0 * n * e), d.stream(3.0 * n * e), 1)
+            } else {
+                let per_elem_f = (e + 4.0) + 8.0 + 8.0 + 8.0 + (4.0 + e);
+                let per_elem_b = (e + 4.0) + 12.0 + 8.0 + 8.0 + (4.0 + e);
+                (d.stream(per_elem_f * n) + 4.0 * LAUNCH_NS, d.stream(per_elem_b * n) + 4.0 * LAUNCH_NS, 5)
+            };
             let (dr_f, dr_b) =
                 if dropout { (d.stream(2.0 * n * e + n), d.stream(2.0 * n * e + n)) } else { (0.0, 0.0) };
             let fwd = qk + sm_f + dr_f + av;
             let bwd = 2.0 * qk_b1 + sm_b + dr_b + 2.0 * av_b1;
             let drop = u32::from(dropout);
-            (op("attention", (fwd, bwd), attn_flops).with_kernels(3 + drop, 5 + drop), fwd)
+            let sm = sm_kernels - 1;
+            (op("attention", (fwd, bwd), attn_flops).with_kernels(3 + drop + sm, 5 + drop + sm), fwd)
         }
         flash => {
             let causal = if cfg.causal { 0.5 } else { 1.0 };
@@ -1338,6 +1438,7 @@ mod tests {
             attention: None,
             matmul_tflops: None,
             loss: LossKernel::Fused,
+            softmax: SoftmaxKernel::Fused,
         }
     }
 
@@ -1840,6 +1941,56 @@ mod tests {
         };
         assert_eq!(on(None), on(Some(AttnKernel::Cudnn)));
         assert!(on(Some(AttnKernel::Fa3)).0 < on(None).0);
+    }
+
+    #[test]
+    fn megatrons_softmax_fallback_and_the_swapped_batches_per_block_check() {
+        // get_batch_per_block (scaled_masked_softmax.h @ 58d9204 l.316-329) fed the heads per GPU
+        // as the key length: 128 threads a block, min(32, next power of two) threads a row, two
+        // rows a warp up to 128.
+        for (heads, bpb) in
+            [(1, 256), (2, 128), (4, 64), (8, 32), (12, 16), (16, 16), (26, 8), (32, 8), (64, 8), (256, 4)]
+        {
+            assert_eq!(swapped_batches_per_block(heads), bpb, "{heads} heads a GPU");
+        }
+        let k = SoftmaxKernel::SwappedCheck;
+        // BLOOM's 14336 x 72 at tp 8 (8 heads a GPU): fused from micro-batch 4, not at 1 or 2;
+        // 112 heads at tp 8 (14 a GPU, 56 attention batches, 16 a block) never.
+        assert!(k.fused_for(4, 8, 2048, 2.0) && k.fused_for(8, 8, 2048, 2.0));
+        assert!(!k.fused_for(1, 8, 2048, 2.0) && !k.fused_for(2, 8, 2048, 2.0) && !k.fused_for(6, 8, 2048, 2.0));
+        assert!(!k.fused_for(4, 14, 2048, 2.0) && k.fused_for(2, 28, 2048, 2.0));
+        // FP32 scores, keys beyond 2048 or a batch not a multiple of 4: the fallback.
+        assert!(!k.fused_for(4, 8, 2048, 4.0) && !k.fused_for(4, 8, 4096, 2.0) && !k.fused_for(1, 2, 2048, 2.0));
+        assert!(SoftmaxKernel::Fused.fused_for(1, 3, 8192, 4.0) && !SoftmaxKernel::Unfused.fused_for(4, 8, 2048, 2.0));
+        for s in [SoftmaxKernel::Fused, SoftmaxKernel::Unfused, SoftmaxKernel::SwappedCheck] {
+            assert_eq!(SoftmaxKernel::parse(s.name()), Some(s));
+        }
+        assert_eq!(SoftmaxKernel::parse("torch"), None);
+
+        // The fallback's bytes over the b x heads/tp x s x s scores: 36 forward and 40 backward in
+        // BF16 against the fused kernel's 4 and 6, and four more kernels each way.
+        let a100 = GpuSpec::by_name("a100").unwrap();
+        let mem = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let attn = |softmax: SoftmaxKernel, micro_batch: u32| {
+            let o = CostOptions { flash_attention: false, softmax, micro_batch, ..opts(4) };
+            let c = cost(&cfg, a100, &o).unwrap();
+            c.attention.ops.iter().find(|o| o.name == "attention").unwrap().clone()
+        };
+        for mb in [1, 2] {
+            let n = (mb as u64 * 8 * 2048 * 2048) as f64; // 32 heads over tp 4
+            let (f, u) = (attn(SoftmaxKernel::Fused, mb), attn(SoftmaxKernel::Unfused, mb));
+            assert!((u.forward_ns - f.forward_ns - (32.0 * n / mem + 4.0 * LAUNCH_NS)).abs() < 1e-6 * u.forward_ns);
+            assert!((u.backward_ns - f.backward_ns - (34.0 * n / mem + 4.0 * LAUNCH_NS)).abs() < 1e-6 * u.backward_ns);
+            assert_eq!((u.kernels.0 - f.kernels.0, u.kernels.1 - f.kernels.1), (4, 4));
+        }
+        // 8 heads a GPU: the swapped check takes the fallback at micro-batch 2, the kernel at 4.
+        assert_eq!(attn(SoftmaxKernel::SwappedCheck, 2).forward_ns, attn(SoftmaxKernel::Unfused, 2).forward_ns);
+        assert_eq!(attn(SoftmaxKernel::SwappedCheck, 4).forward_ns, attn(SoftmaxKernel::Fused, 4).forward_ns);
+        // Flash attention has no separate softmax to choose.
+        let o = CostOptions { softmax: SoftmaxKernel::Unfused, ..opts(4) };
+        let e = cost(&cfg, a100, &o).unwrap_err().to_string();
+        assert!(e.contains("softmax") && e.contains("flash=off"), "{e}");
     }
 
     #[test]

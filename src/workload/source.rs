@@ -107,6 +107,7 @@ impl WorkloadSource {
             attention: None,
             matmul_tflops: None,
             loss: super::llm::LossKernel::Fused,
+            softmax: super::llm::SoftmaxKernel::Fused,
         };
         let mut c = cost(&cfg, gpu, &opts)?;
         if let Some(x) = self.calibrate_throughput {

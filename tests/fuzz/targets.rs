@@ -362,7 +362,7 @@ fn hf_config_seeds() -> Vec<Vec<u8>> {
 }
 
 fn llm_cost(cfg: &dagsim::workload::transformer::TransformerConfig, tp: u32, ep: u32) -> Result<(), String> {
-    use dagsim::workload::llm::{cost_moe, CostOptions, LossKernel, Recompute};
+    use dagsim::workload::llm::{cost_moe, CostOptions, LossKernel, Recompute, SoftmaxKernel};
     use dagsim::workload::moe::MoeOptions;
     let gpu = dagsim::workload::GpuSpec::by_name("H100").map_err(err)?;
     let opts = CostOptions {
@@ -376,6 +376,7 @@ fn llm_cost(cfg: &dagsim::workload::transformer::TransformerConfig, tp: u32, ep:
         matmul_tflops: None,
         attention: None,
         loss: LossKernel::Fused,
+        softmax: SoftmaxKernel::Fused,
     };
     let c = cost_moe(cfg, gpu, &opts, &MoeOptions { ep, ..Default::default() }).map_err(err)?;
     let _ = (c.single_gpu_step_ns(), c.model_flops_per_token());
