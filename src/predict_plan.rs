@@ -12,7 +12,7 @@ use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
 use crate::parallel::{eager_launch_ns, Coords, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
-use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
+use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, ReplicaReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
 use crate::scenario::Scenario;
 use crate::sim::{simulate, Options, Run};
@@ -94,6 +94,23 @@ impl ReplicaReduction {
             (None, _) => "no timeline classes".to_string(),
         };
         format!("{} of {} DP replicas simulated ({how})", self.simulated, self.dp)
+    }
+
+    /// The report's view of it.
+    pub fn report(&self) -> ReplicaReport {
+        let (classes, check) = match (self.classes, self.fell_back) {
+            (Some(ReplicaClasses::Exact), false) => ("exact", "passed"),
+            (Some(ReplicaClasses::Exact), true) => ("exact", "failed"),
+            (Some(_), _) => ("approximate", "none"),
+            (None, _) => ("none", "none"),
+        };
+        ReplicaReport {
+            dp_replicas_simulated: self.simulated,
+            replica_classes: classes.into(),
+            class_check: check.into(),
+            image_gap_ns: self.drift_ns,
+            describe: self.describe(),
+        }
     }
 }
 
@@ -328,18 +345,13 @@ impl PlanSetup {
         if self.replica_classes == ReplicaClasses::Off || !machine.has_fabric() || p.dp < 2 {
             return None;
         }
-        let g = gpus_per_node(machine);
-        let k = g / gcd(g, p.tp);
-        let cp = p.cp_folded.max(1);
-        let k = k / gcd(k, cp) * cp;
-        let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
-        if (p.tp * p.dp) % g != 0
-            || p.dp % k != 0
-            || p.dp / k < 2
-            || p.sharding == Sharding::FsdpHybrid
-            || !ep_ok
-            || !tp_apart_from_network(machine, p.tp, g)
-        {
+        // Nodes identical inside, hanging at different places of the fabric; none with a slow GPU
+        // (`identical_nodes` refuses `compute_factor` faults: a faulted node's replicas would
+        // need classes of their own and every TP rank simulated, so every rank runs instead).
+        // FSDP hybrid shard groups are not driven through representatives.
+        let g = machine.identical_nodes(p.gpus(), false)?;
+        let k = self.replica_block(machine, g)?;
+        if p.dp / k < 2 || p.sharding == Sharding::FsdpHybrid {
             return None;
         }
         let exact = self.replica_classes == ReplicaClasses::Exact;
@@ -374,18 +386,21 @@ impl PlanSetup {
                         }
                     }
                     if exact {
-                        // DP ring neighbours, and expert-DP ring neighbours (span ranks apart).
-                        let ring = [(d + p.dp - 1) % p.dp, (d + 1) % p.dp];
-                        let mut peers: Vec<u32> =
-                            ring.iter().map(|&e| p.rank(Coords { tp: 0, dp: e, stage })).collect();
+                        // DP ring neighbours, and expert-DP ring neighbours (span ranks apart): a
+                        // ring sends to the next rank only (`Plan::Ring`: r to r + 1), so what a
+                        // replica's ring steps meet is the route from it to the next and the one
+                        // from the previous to it. Other algorithms are left to the check.
+                        let (prev, next) = (
+                            p.rank(Coords { tp: 0, dp: (d + p.dp - 1) % p.dp, stage }),
+                            p.rank(Coords { tp: 0, dp: (d + 1) % p.dp, stage }),
+                        );
+                        shape(r, next, &mut sig);
+                        shape(prev, r, &mut sig);
                         if span > 1 {
                             let base = stage * width;
                             let o = r - base;
-                            peers.extend([base + (o + width - span) % width, base + (o + span) % width]);
-                        }
-                        for q in peers {
-                            shape(r, q, &mut sig);
-                            shape(q, r, &mut sig);
+                            shape(r, base + (o + span) % width, &mut sig);
+                            shape(base + (o + width - span) % width, r, &mut sig);
                         }
                     }
                 }
@@ -455,8 +470,15 @@ impl PlanSetup {
     /// cannot change what the simulated ones see); the DP degree otherwise.
     pub fn dp_block(&self, machine: &Machine) -> u32 {
         let p = &self.plan;
-        let gpus = p.gpus();
-        let Some(g) = machine.uniform_nodes(gpus) else { return p.dp };
+        machine.uniform_nodes(p.gpus()).and_then(|g| self.replica_block(machine, g)).unwrap_or(p.dp)
+    }
+
+    /// The block of replicas that stand together on nodes of `g` GPUs (for [`Self::dp_block`] and
+    /// [`Self::replica_classes`]): k = lcm(g / gcd(g, tp), cp), when blocks of k fill whole stages
+    /// of whole nodes, FSDP shard groups are made of whole blocks, expert-parallel groups lie
+    /// inside a block and TP traffic never shares a link with the network's; None otherwise.
+    fn replica_block(&self, machine: &Machine, g: u32) -> Option<u32> {
+        let p = &self.plan;
         // Replicas filling whole nodes, and whole context-parallel groups (a CP group is cp
         // consecutive replicas of the folded plan): lcm(g / gcd(g, tp), cp) replicas.
         let k = g / gcd(g, p.tp);
@@ -466,10 +488,8 @@ impl PlanSetup {
         // Expert-parallel groups must lie inside a block, so that the left-out blocks' groups are
         // images of simulated ones.
         let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
-        if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !ep_ok || !tp_apart_from_network(machine, p.tp, g) {
-            return p.dp;
-        }
-        k
+        let fits = (p.tp * p.dp) % g == 0 && p.dp % k == 0 && shard_ok && ep_ok;
+        (fits && tp_apart_from_network(machine, p.tp, g)).then_some(k)
     }
 
     fn shard_group(&self, gpus_per_node: u32) -> u32 {
@@ -781,6 +801,7 @@ impl PlanSetup {
             breakdown,
             stages,
             gpus_simulated: sim.dag.meta.gpus,
+            replicas: sim.replicas.report(),
         };
         let ranks: Vec<u32> = (0..sim.dag.meta.gpus).map(|g| sim.dag.rank_of(g)).collect();
         let own = Own {
