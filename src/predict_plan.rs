@@ -48,6 +48,9 @@ pub struct PlanSetup {
     /// How DP replicas stand for each other on a machine that is not made of identical nodes
     /// meeting at one switch (a fat-tree): see [`ReplicaClasses`].
     pub replica_classes: ReplicaClasses,
+    /// Times exact classes that failed their check are split and run again before every
+    /// replica is simulated ([`CLASS_SPLITS`] by default).
+    pub class_splits: u32,
 }
 
 /// On a fabric (a fat-tree), DP replicas whose stages sit at different places of the tree do not
@@ -82,12 +85,23 @@ pub struct ReplicaReduction {
     pub fell_back: bool,
     /// Largest gap between an image's end and its original's, ns (0 when exact).
     pub drift_ns: u64,
+    /// Times the exact classes were split after a failed check (blocks whose images ended off
+    /// made classes of their own) and run again.
+    pub refinements: u32,
 }
+
+/// How many times the exact timeline classes are split and run again after a failed check before
+/// every replica is simulated (each run costs about as much as the first; a split that still
+/// fails is most often one whose cause is spread over many blocks).
+pub const CLASS_SPLITS: u32 = 2;
 
 impl ReplicaReduction {
     /// One line for reports: `12 of 893 DP replicas (timeline classes, exact)`.
     pub fn describe(&self) -> String {
         let how = match (self.classes, self.fell_back) {
+            (Some(ReplicaClasses::Exact), false) if self.refinements > 0 => {
+                format!("timeline classes, checked exact after {} split(s) of classes that failed", self.refinements)
+            }
             (Some(ReplicaClasses::Exact), false) => "timeline classes, checked exact".to_string(),
             (Some(ReplicaClasses::Exact), true) => "timeline classes failed their check; all simulated".to_string(),
             (Some(_), _) => format!("timeline classes, APPROXIMATE: images ended up to {} ns off", self.drift_ns),
@@ -109,6 +123,7 @@ impl ReplicaReduction {
             replica_classes: classes.into(),
             class_check: check.into(),
             image_gap_ns: self.drift_ns,
+            class_splits: self.refinements,
             describe: self.describe(),
         }
     }
@@ -233,6 +248,7 @@ impl PlanSetup {
             calibrate_throughput: scenario.workload.calibrate_throughput,
             matmul_tflops: r.matmul_tflops,
             replica_classes: ReplicaClasses::default(),
+            class_splits: CLASS_SPLITS,
         })
     }
 
@@ -688,26 +704,64 @@ impl PlanSetup {
             classes: (!layout.replica_of.is_empty()).then_some(self.replica_classes),
             fell_back: false,
             drift_ns: 0,
+            refinements: 0,
         };
         if replicas.classes.is_some() {
             replicas.drift_ns = image_drift(&dag, &run);
-            // The classes held only if every image ended with its original: else the run is
-            // not the full one, and the exact mode simulates every replica.
-            if replicas.drift_ns > 0 && self.replica_classes == ReplicaClasses::Exact {
-                let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
-                // A refusal here (a size limit, most often) must say why every replica ran.
-                let drift = replicas.drift_ns;
-                let why = |e: Error| match e {
+            let exact = self.replica_classes == ReplicaClasses::Exact;
+            let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
+            // A refusal of a run after a failed check (a size limit, most often) says why it ran.
+            let why = |doing: &'static str, drift: u64| {
+                move |e: Error| match e {
                     Error::Invalid { what, msg } => Error::Invalid {
                         what,
                         msg: format!(
-                            "{msg} (simulating every DP replica, because the timeline classes failed their \
-                             check: images ended up to {drift} ns off their originals)"
+                            "{msg} ({doing}, because the timeline classes failed their check: images ended up \
+                             to {drift} ns off their originals)"
                         ),
                     },
                     other => other,
-                };
+                }
+            };
+            // The classes held only if every image ended with its original: else the run is not
+            // the full one. The exact mode gives the blocks of replicas whose images ended off a
+            // class of their own each and runs again, checked again, a few times (a split only
+            // adds representatives: a split run that passes is exact as any run that passes).
+            let nodes = machine.identical_nodes(gpus, false);
+            let block = nodes.and_then(|g| self.replica_block(&machine, g)).unwrap_or(1);
+            while exact && replicas.drift_ns > 0 && replicas.refinements < self.class_splits {
+                let mut map = layout.replica_of.clone();
+                for d in drifted_replicas(&dag, &run, &machine, &self.plan) {
+                    let first = d / block * block;
+                    for i in first..first + block {
+                        map[i as usize] = i;
+                    }
+                }
+                if map.iter().enumerate().all(|(d, &r)| r == d as u32) {
+                    break; // nothing left to split off: every replica runs below
+                }
+                let mut split = layout_by(&every_replica, symmetric);
+                split.represented.retain(|&r| {
+                    let d = self.plan.coords(r).dp;
+                    map[d as usize] == d
+                });
+                split.replica_of = map;
+                // The previous run goes before the next is built (memory at scale).
+                drop(run);
+                drop(dag);
+                layout = split;
+                let why = why("splitting the classes", replicas.drift_ns);
+                dag = build(&layout).map_err(why)?;
+                run = simulate(&dag, &machine, options).map_err(why)?;
+                replicas.refinements += 1;
+                replicas.simulated = replicas_simulated(&layout);
+                replicas.drift_ns = image_drift(&dag, &run);
+            }
+            if exact && replicas.drift_ns > 0 {
+                drop(run);
+                drop(dag);
                 layout = layout_by(&every_replica, symmetric);
+                let why = why("simulating every DP replica", replicas.drift_ns);
                 dag = build(&layout).map_err(why)?;
                 run = simulate(&dag, &machine, options).map_err(why)?;
                 replicas.fell_back = true;
@@ -746,17 +800,33 @@ impl PlanSetup {
         let step_s = ns_to_s(step_ns);
         let periods = (self.iterations - 1) as f64;
         let per_gpu = plan_breakdown_per_gpu(&sim.dag, &sim.run, steady.window, p.pp > 1);
-        let rows: Vec<&[u64; 7]> = per_gpu.iter().collect();
-        let breakdown = average(&rows, periods);
+        // Under timeline classes each simulated GPU counts once for every DP replica its class
+        // stands for (classes differ in size), so the averages are the full run's: sums of
+        // integer nanoseconds, exact in f64, repeated instead of scaled.
+        let mut weight = vec![1usize; p.dp as usize];
+        if !sim.layout.replica_of.is_empty() {
+            weight.iter_mut().for_each(|w| *w = 0);
+            for &r in &sim.layout.replica_of {
+                weight[r as usize] += 1;
+            }
+        }
+        let weighted = |keep: &dyn Fn(u32) -> bool| -> (Vec<&[u64; 7]>, u32) {
+            let mut rows = Vec::new();
+            let mut gpus = 0;
+            for (g, row) in per_gpu.iter().enumerate() {
+                let c = p.coords(sim.dag.rank_of(g as u32));
+                if keep(c.stage) {
+                    gpus += 1;
+                    rows.extend(std::iter::repeat_n(row, weight[c.dp as usize]));
+                }
+            }
+            (rows, gpus)
+        };
+        let breakdown = average(&weighted(&|_| true).0, periods);
         let stages = (0..p.pp)
             .map(|stage| {
-                let rows: Vec<&[u64; 7]> = per_gpu
-                    .iter()
-                    .enumerate()
-                    .filter(|(g, _)| p.coords(sim.dag.rank_of(*g as u32)).stage == stage)
-                    .map(|(_, r)| r)
-                    .collect();
-                StageBreakdown { stage, gpus_simulated: rows.len() as u32, breakdown: average(&rows, periods) }
+                let (rows, gpus) = weighted(&|s| s == stage);
+                StageBreakdown { stage, gpus_simulated: gpus, breakdown: average(&rows, periods) }
             })
             .collect();
         let tokens = p.global_batch as f64 * self.seq_len as f64;
@@ -824,6 +894,29 @@ fn replicas_simulated(layout: &PlanLayout) -> u32 {
     d.sort_unstable();
     d.dedup();
     d.len() as u32
+}
+
+/// DP replicas whose images (transfers into them, collectives over them) ended off their
+/// originals, ascending.
+fn drifted_replicas(dag: &Dag, run: &Run, machine: &Machine, plan: &ParallelPlan) -> Vec<u32> {
+    let rank_of: HashMap<u32, u32> = machine.gpus.iter().enumerate().map(|(r, g)| (g.device, r as u32)).collect();
+    let off = |o: u32, i: u32| run.end[o as usize] != run.end[i as usize];
+    let mut out = Vec::new();
+    for (o, imgs) in dag.image_groups() {
+        for &(i, _) in imgs.iter().filter(|&&(i, _)| off(o, i)) {
+            if let crate::dag::Work::Transfer { dst, .. } = dag.task(i).work {
+                out.extend(rank_of.get(&dst).map(|&r| plan.coords(r).dp));
+            }
+        }
+    }
+    for &(_, i) in dag.collective_images().iter().filter(|&&(o, i)| off(o, i)) {
+        if let crate::dag::Work::Collective { group, .. } = dag.task(i).work {
+            out.extend(dag.group(group).iter().map(|&r| plan.coords(r).dp));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The largest gap between the end of an image (a transfer or collective repeated for a DP

@@ -57,12 +57,25 @@ fn expert_parallel_classes_give_the_full_step_bit_for_bit() {
 }
 
 #[test]
-fn classes_that_do_not_hold_fall_back_to_every_replica() {
+fn classes_that_do_not_hold_are_split_and_checked_again() {
     // Leaf groups of 4 nodes: replicas whose routes have one shape still meet different traffic
-    // on the oversubscribed spines, images end off their originals (by 11 us), and the check
-    // sends the run back to every replica.
+    // on the oversubscribed spines, images end off their originals (by 11 us); the blocks whose
+    // images ended off get classes of their own and the run is checked again. Classes of unequal
+    // size then: the breakdown (averaged over the replicas each class stands for) is the full
+    // run's too.
     let s = setup("llama2-7b", 8, "tp=8,pp=2,dp=12,sp=on,zero=1", 24, tree(4, 2, "spread"));
     let r = exact_equals_full(&s);
+    assert!(!r.fell_back, "{}", r.describe());
+    assert!(r.refinements >= 1 && r.simulated < 12, "{}", r.describe());
+    assert_eq!(r.drift_ns, 0);
+    assert!(r.describe().contains("split"), "{}", r.describe());
+}
+
+#[test]
+fn classes_that_do_not_hold_fall_back_to_every_replica() {
+    // The same with no split allowed: every replica is simulated again.
+    let s = setup("llama2-7b", 8, "tp=8,pp=2,dp=12,sp=on,zero=1", 24, tree(4, 2, "spread"));
+    let r = exact_equals_full(&PlanSetup { class_splits: 0, ..s });
     assert!(r.fell_back, "{}", r.describe());
     assert_eq!(r.simulated, 12);
     assert!(r.drift_ns > 0);

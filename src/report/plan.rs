@@ -111,6 +111,8 @@ pub struct ReplicaReport {
     /// Largest gap between the end of a replica's image of a transfer or collective and its
     /// original's, ns (0 when exact).
     pub image_gap_ns: u64,
+    /// Times the exact classes were split after a failed check and run again.
+    pub class_splits: u32,
     /// One line for reports.
     #[serde(skip)]
     pub describe: String,
@@ -182,6 +184,7 @@ pub fn plan_csv_fields(r: &PlanReport) -> Vec<(&'static str, String)> {
         ("replica_classes", r.replicas.replica_classes.clone()),
         ("class_check", r.replicas.class_check.clone()),
         ("image_gap_ns", r.replicas.image_gap_ns.to_string()),
+        ("class_splits", r.replicas.class_splits.to_string()),
     ]
 }
 
