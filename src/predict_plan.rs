@@ -12,7 +12,7 @@ use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
 use crate::parallel::{eager_launch_ns, Coords, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
-use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, StageBreakdown};
+use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, ReplicaReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
 use crate::scenario::Scenario;
 use crate::sim::{simulate, Options, Run};
@@ -48,6 +48,9 @@ pub struct PlanSetup {
     /// How DP replicas stand for each other on a machine that is not made of identical nodes
     /// meeting at one switch (a fat-tree): see [`ReplicaClasses`].
     pub replica_classes: ReplicaClasses,
+    /// Times exact classes that failed their check are split and run again before every
+    /// replica is simulated ([`CLASS_SPLITS`] by default).
+    pub class_splits: u32,
 }
 
 /// On a fabric (a fat-tree), DP replicas whose stages sit at different places of the tree do not
@@ -82,18 +85,47 @@ pub struct ReplicaReduction {
     pub fell_back: bool,
     /// Largest gap between an image's end and its original's, ns (0 when exact).
     pub drift_ns: u64,
+    /// Times the exact classes were split after a failed check (blocks whose images ended off
+    /// made classes of their own) and run again.
+    pub refinements: u32,
 }
+
+/// How many times the exact timeline classes are split and run again after a failed check before
+/// every replica is simulated (each run costs about as much as the first; a split that still
+/// fails is most often one whose cause is spread over many blocks).
+pub const CLASS_SPLITS: u32 = 2;
 
 impl ReplicaReduction {
     /// One line for reports: `12 of 893 DP replicas (timeline classes, exact)`.
     pub fn describe(&self) -> String {
         let how = match (self.classes, self.fell_back) {
+            (Some(ReplicaClasses::Exact), false) if self.refinements > 0 => {
+                format!("timeline classes, checked exact after {} split(s) of classes that failed", self.refinements)
+            }
             (Some(ReplicaClasses::Exact), false) => "timeline classes, checked exact".to_string(),
             (Some(ReplicaClasses::Exact), true) => "timeline classes failed their check; all simulated".to_string(),
             (Some(_), _) => format!("timeline classes, APPROXIMATE: images ended up to {} ns off", self.drift_ns),
             (None, _) => "no timeline classes".to_string(),
         };
         format!("{} of {} DP replicas simulated ({how})", self.simulated, self.dp)
+    }
+
+    /// The report's view of it.
+    pub fn report(&self) -> ReplicaReport {
+        let (classes, check) = match (self.classes, self.fell_back) {
+            (Some(ReplicaClasses::Exact), false) => ("exact", "passed"),
+            (Some(ReplicaClasses::Exact), true) => ("exact", "failed"),
+            (Some(_), _) => ("approximate", "none"),
+            (None, _) => ("none", "none"),
+        };
+        ReplicaReport {
+            dp_replicas_simulated: self.simulated,
+            replica_classes: classes.into(),
+            class_check: check.into(),
+            image_gap_ns: self.drift_ns,
+            class_splits: self.refinements,
+            describe: self.describe(),
+        }
     }
 }
 
@@ -216,6 +248,7 @@ impl PlanSetup {
             calibrate_throughput: scenario.workload.calibrate_throughput,
             matmul_tflops: r.matmul_tflops,
             replica_classes: ReplicaClasses::default(),
+            class_splits: CLASS_SPLITS,
         })
     }
 
@@ -329,18 +362,13 @@ impl PlanSetup {
         if self.replica_classes == ReplicaClasses::Off || !machine.has_fabric() || p.dp < 2 {
             return None;
         }
-        let g = gpus_per_node(machine);
-        let k = g / gcd(g, p.tp);
-        let cp = p.cp_folded.max(1);
-        let k = k / gcd(k, cp) * cp;
-        let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
-        if (p.tp * p.dp) % g != 0
-            || p.dp % k != 0
-            || p.dp / k < 2
-            || p.sharding == Sharding::FsdpHybrid
-            || !ep_ok
-            || !tp_apart_from_network(machine, p.tp, g)
-        {
+        // Nodes identical inside, hanging at different places of the fabric; none with a slow GPU
+        // (`identical_nodes` refuses `compute_factor` faults: a faulted node's replicas would
+        // need classes of their own and every TP rank simulated, so every rank runs instead).
+        // FSDP hybrid shard groups are not driven through representatives.
+        let g = machine.identical_nodes(p.gpus(), false)?;
+        let k = self.replica_block(machine, g)?;
+        if p.dp / k < 2 || p.sharding == Sharding::FsdpHybrid {
             return None;
         }
         let exact = self.replica_classes == ReplicaClasses::Exact;
@@ -375,18 +403,21 @@ impl PlanSetup {
                         }
                     }
                     if exact {
-                        // DP ring neighbours, and expert-DP ring neighbours (span ranks apart).
-                        let ring = [(d + p.dp - 1) % p.dp, (d + 1) % p.dp];
-                        let mut peers: Vec<u32> =
-                            ring.iter().map(|&e| p.rank(Coords { tp: 0, dp: e, stage })).collect();
+                        // DP ring neighbours, and expert-DP ring neighbours (span ranks apart): a
+                        // ring sends to the next rank only (`Plan::Ring`: r to r + 1), so what a
+                        // replica's ring steps meet is the route from it to the next and the one
+                        // from the previous to it. Other algorithms are left to the check.
+                        let (prev, next) = (
+                            p.rank(Coords { tp: 0, dp: (d + p.dp - 1) % p.dp, stage }),
+                            p.rank(Coords { tp: 0, dp: (d + 1) % p.dp, stage }),
+                        );
+                        shape(r, next, &mut sig);
+                        shape(prev, r, &mut sig);
                         if span > 1 {
                             let base = stage * width;
                             let o = r - base;
-                            peers.extend([base + (o + width - span) % width, base + (o + span) % width]);
-                        }
-                        for q in peers {
-                            shape(r, q, &mut sig);
-                            shape(q, r, &mut sig);
+                            shape(r, base + (o + span) % width, &mut sig);
+                            shape(base + (o + width - span) % width, r, &mut sig);
                         }
                     }
                 }
@@ -456,8 +487,15 @@ impl PlanSetup {
     /// cannot change what the simulated ones see); the DP degree otherwise.
     pub fn dp_block(&self, machine: &Machine) -> u32 {
         let p = &self.plan;
-        let gpus = p.gpus();
-        let Some(g) = machine.uniform_nodes(gpus) else { return p.dp };
+        machine.uniform_nodes(p.gpus()).and_then(|g| self.replica_block(machine, g)).unwrap_or(p.dp)
+    }
+
+    /// The block of replicas that stand together on nodes of `g` GPUs (for [`Self::dp_block`] and
+    /// [`Self::replica_classes`]): k = lcm(g / gcd(g, tp), cp), when blocks of k fill whole stages
+    /// of whole nodes, FSDP shard groups are made of whole blocks, expert-parallel groups lie
+    /// inside a block and TP traffic never shares a link with the network's; None otherwise.
+    fn replica_block(&self, machine: &Machine, g: u32) -> Option<u32> {
+        let p = &self.plan;
         // Replicas filling whole nodes, and whole context-parallel groups (a CP group is cp
         // consecutive replicas of the folded plan): lcm(g / gcd(g, tp), cp) replicas.
         let k = g / gcd(g, p.tp);
@@ -467,10 +505,8 @@ impl PlanSetup {
         // Expert-parallel groups must lie inside a block, so that the left-out blocks' groups are
         // images of simulated ones.
         let ep_ok = p.ep <= 1 || (k * p.tp) % (p.ep * p.etp.max(1)) == 0;
-        if (p.tp * p.dp) % g != 0 || p.dp % k != 0 || !shard_ok || !ep_ok || !tp_apart_from_network(machine, p.tp, g) {
-            return p.dp;
-        }
-        k
+        let fits = (p.tp * p.dp) % g == 0 && p.dp % k == 0 && shard_ok && ep_ok;
+        (fits && tp_apart_from_network(machine, p.tp, g)).then_some(k)
     }
 
     fn shard_group(&self, gpus_per_node: u32) -> u32 {
@@ -676,26 +712,64 @@ impl PlanSetup {
             classes: (!layout.replica_of.is_empty()).then_some(self.replica_classes),
             fell_back: false,
             drift_ns: 0,
+            refinements: 0,
         };
         if replicas.classes.is_some() {
             replicas.drift_ns = image_drift(&dag, &run);
-            // The classes held only if every image ended with its original: else the run is
-            // not the full one, and the exact mode simulates every replica.
-            if replicas.drift_ns > 0 && self.replica_classes == ReplicaClasses::Exact {
-                let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
-                // A refusal here (a size limit, most often) must say why every replica ran.
-                let drift = replicas.drift_ns;
-                let why = |e: Error| match e {
+            let exact = self.replica_classes == ReplicaClasses::Exact;
+            let every_replica = PlanSetup { replica_classes: ReplicaClasses::Off, ..self.clone() };
+            // A refusal of a run after a failed check (a size limit, most often) says why it ran.
+            let why = |doing: &'static str, drift: u64| {
+                move |e: Error| match e {
                     Error::Invalid { what, msg } => Error::Invalid {
                         what,
                         msg: format!(
-                            "{msg} (simulating every DP replica, because the timeline classes failed their \
-                             check: images ended up to {drift} ns off their originals)"
+                            "{msg} ({doing}, because the timeline classes failed their check: images ended up \
+                             to {drift} ns off their originals)"
                         ),
                     },
                     other => other,
-                };
+                }
+            };
+            // The classes held only if every image ended with its original: else the run is not
+            // the full one. The exact mode gives the blocks of replicas whose images ended off a
+            // class of their own each and runs again, checked again, a few times (a split only
+            // adds representatives: a split run that passes is exact as any run that passes).
+            let nodes = machine.identical_nodes(gpus, false);
+            let block = nodes.and_then(|g| self.replica_block(&machine, g)).unwrap_or(1);
+            while exact && replicas.drift_ns > 0 && replicas.refinements < self.class_splits {
+                let mut map = layout.replica_of.clone();
+                for d in drifted_replicas(&dag, &run, &machine, &self.plan) {
+                    let first = d / block * block;
+                    for i in first..first + block {
+                        map[i as usize] = i;
+                    }
+                }
+                if map.iter().enumerate().all(|(d, &r)| r == d as u32) {
+                    break; // nothing left to split off: every replica runs below
+                }
+                let mut split = layout_by(&every_replica, symmetric);
+                split.represented.retain(|&r| {
+                    let d = self.plan.coords(r).dp;
+                    map[d as usize] == d
+                });
+                split.replica_of = map;
+                // The previous run goes before the next is built (memory at scale).
+                drop(run);
+                drop(dag);
+                layout = split;
+                let why = why("splitting the classes", replicas.drift_ns);
+                dag = build(&layout).map_err(why)?;
+                run = simulate(&dag, &machine, options).map_err(why)?;
+                replicas.refinements += 1;
+                replicas.simulated = replicas_simulated(&layout);
+                replicas.drift_ns = image_drift(&dag, &run);
+            }
+            if exact && replicas.drift_ns > 0 {
+                drop(run);
+                drop(dag);
                 layout = layout_by(&every_replica, symmetric);
+                let why = why("simulating every DP replica", replicas.drift_ns);
                 dag = build(&layout).map_err(why)?;
                 run = simulate(&dag, &machine, options).map_err(why)?;
                 replicas.fell_back = true;
@@ -734,17 +808,33 @@ impl PlanSetup {
         let step_s = ns_to_s(step_ns);
         let periods = (self.iterations - 1) as f64;
         let per_gpu = plan_breakdown_per_gpu(&sim.dag, &sim.run, steady.window, p.pp > 1);
-        let rows: Vec<&[u64; 7]> = per_gpu.iter().collect();
-        let breakdown = average(&rows, periods);
+        // Under timeline classes each simulated GPU counts once for every DP replica its class
+        // stands for (classes differ in size), so the averages are the full run's: sums of
+        // integer nanoseconds, exact in f64, repeated instead of scaled.
+        let mut weight = vec![1usize; p.dp as usize];
+        if !sim.layout.replica_of.is_empty() {
+            weight.iter_mut().for_each(|w| *w = 0);
+            for &r in &sim.layout.replica_of {
+                weight[r as usize] += 1;
+            }
+        }
+        let weighted = |keep: &dyn Fn(u32) -> bool| -> (Vec<&[u64; 7]>, u32) {
+            let mut rows = Vec::new();
+            let mut gpus = 0;
+            for (g, row) in per_gpu.iter().enumerate() {
+                let c = p.coords(sim.dag.rank_of(g as u32));
+                if keep(c.stage) {
+                    gpus += 1;
+                    rows.extend(std::iter::repeat_n(row, weight[c.dp as usize]));
+                }
+            }
+            (rows, gpus)
+        };
+        let breakdown = average(&weighted(&|_| true).0, periods);
         let stages = (0..p.pp)
             .map(|stage| {
-                let rows: Vec<&[u64; 7]> = per_gpu
-                    .iter()
-                    .enumerate()
-                    .filter(|(g, _)| p.coords(sim.dag.rank_of(*g as u32)).stage == stage)
-                    .map(|(_, r)| r)
-                    .collect();
-                StageBreakdown { stage, gpus_simulated: rows.len() as u32, breakdown: average(&rows, periods) }
+                let (rows, gpus) = weighted(&|s| s == stage);
+                StageBreakdown { stage, gpus_simulated: gpus, breakdown: average(&rows, periods) }
             })
             .collect();
         let tokens = p.global_batch as f64 * self.seq_len as f64;
@@ -789,6 +879,7 @@ impl PlanSetup {
             breakdown,
             stages,
             gpus_simulated: sim.dag.meta.gpus,
+            replicas: sim.replicas.report(),
         };
         let ranks: Vec<u32> = (0..sim.dag.meta.gpus).map(|g| sim.dag.rank_of(g)).collect();
         let own = Own {
@@ -811,6 +902,29 @@ fn replicas_simulated(layout: &PlanLayout) -> u32 {
     d.sort_unstable();
     d.dedup();
     d.len() as u32
+}
+
+/// DP replicas whose images (transfers into them, collectives over them) ended off their
+/// originals, ascending.
+fn drifted_replicas(dag: &Dag, run: &Run, machine: &Machine, plan: &ParallelPlan) -> Vec<u32> {
+    let rank_of: HashMap<u32, u32> = machine.gpus.iter().enumerate().map(|(r, g)| (g.device, r as u32)).collect();
+    let off = |o: u32, i: u32| run.end[o as usize] != run.end[i as usize];
+    let mut out = Vec::new();
+    for (o, imgs) in dag.image_groups() {
+        for &(i, _) in imgs.iter().filter(|&&(i, _)| off(o, i)) {
+            if let crate::dag::Work::Transfer { dst, .. } = dag.task(i).work {
+                out.extend(rank_of.get(&dst).map(|&r| plan.coords(r).dp));
+            }
+        }
+    }
+    for &(_, i) in dag.collective_images().iter().filter(|&&(o, i)| off(o, i)) {
+        if let crate::dag::Work::Collective { group, .. } = dag.task(i).work {
+            out.extend(dag.group(group).iter().map(|&r| plan.coords(r).dp));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The largest gap between the end of an image (a transfer or collective repeated for a DP

@@ -14,7 +14,8 @@ fn a_fallback_refused_by_a_limit_says_it_was_the_fallback() {
     // The fat-tree of `classes_that_do_not_hold_fall_back_to_every_replica`
     // (tests/replica_classes.rs): its classes drift by 11 us.
     let s = setup("llama2-7b", 8, "tp=8,pp=2,dp=12,sp=on,zero=1", 24, tree(4, 2, "spread"));
-    let exact = PlanSetup { replica_classes: ReplicaClasses::Exact, ..s.clone() };
+    // No split of the classes allowed: straight to every replica.
+    let exact = PlanSetup { replica_classes: ReplicaClasses::Exact, class_splits: 0, ..s.clone() };
     let full = PlanSetup { replica_classes: ReplicaClasses::Off, ..s };
     // Task counts before any limit is set. The limit is checked per TP group while the DAG is
     // built, so it sits well between the class run's count and the full run's.

@@ -2,7 +2,7 @@
 
 use super::output::{emit, Format};
 use super::setup_args::SetupArgs;
-use super::{exit, plan_args::PlanArgs};
+use super::{exit, plan_args::ClassesArg, plan_args::PlanArgs};
 use dagsim::error::{Error, Result};
 use dagsim::plan_search::{search_best, Candidate, Progress, Search};
 use dagsim::report::{rate_cell, ratio_cell, seconds_cell};
@@ -40,6 +40,9 @@ pub struct Args {
     /// Simulate every plan that fits, not only until the best --top are known.
     #[arg(long)]
     exhaustive: bool,
+    /// How DP replicas stand for each other on a fat-tree fabric (as `predict --replica-classes`).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ClassesArg::Exact)]
+    replica_classes: ClassesArg,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write to FILE instead of stdout (written atomically).
@@ -58,6 +61,7 @@ pub fn run(args: Args) -> Result<u8> {
         global_batch: Some(args.gpus),
         matmul_tflops: None,
         layers: None,
+        replica_classes: args.replica_classes,
     };
     let Some(mut base) = flags.setup(&args.setup, None, Some(&[args.gpus]))? else { return Ok(exit::BAD_INPUT) };
     base.plan.global_batch = args.global_batch;

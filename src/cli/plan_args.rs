@@ -1,11 +1,11 @@
 //! The flags of a parallel plan for a transformer (`--parallel`, `--micro-batch`,
-//! `--global-batch`, `--matmul-tflops`, `--layers`; `--seq-len` is a setup flag, as in `trace gen`), shared by the subcommands that simulate one
+//! `--global-batch`, `--matmul-tflops`, `--layers`, `--replica-classes`; `--seq-len` is a setup flag, as in `trace gen`), shared by the subcommands that simulate one
 //! (`predict`, `timeline`). With the setup flags (model, GPU, precision, machine) they build a
 //! validated [`PlanSetup`].
 
 use super::setup_args::SetupArgs;
 use dagsim::error::{Error, Result};
-use dagsim::predict_plan::{PlanRequest, PlanSetup};
+use dagsim::predict_plan::{PlanRequest, PlanSetup, ReplicaClasses};
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
@@ -29,6 +29,30 @@ pub struct PlanArgs {
     /// the model (with --parallel; pp x vp must divide it).
     #[arg(long, value_name = "N", requires = "parallel")]
     pub layers: Option<u32>,
+    /// How DP replicas stand for each other on a fat-tree fabric: `exact` simulates one replica
+    /// per timeline class and checks after the run that every image ended with its original
+    /// (else simulates every replica), `approximate` skips the check and reports the largest
+    /// gap, `off` simulates every replica (docs/parallel.md).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = ClassesArg::Exact)]
+    pub replica_classes: ClassesArg,
+}
+
+/// `--replica-classes` (see [`ReplicaClasses`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClassesArg {
+    Exact,
+    Approximate,
+    Off,
+}
+
+impl From<ClassesArg> for ReplicaClasses {
+    fn from(a: ClassesArg) -> Self {
+        match a {
+            ClassesArg::Exact => ReplicaClasses::Exact,
+            ClassesArg::Approximate => ReplicaClasses::Approximate,
+            ClassesArg::Off => ReplicaClasses::Off,
+        }
+    }
 }
 
 impl PlanArgs {
@@ -59,6 +83,6 @@ impl PlanArgs {
             matmul_tflops: self.matmul_tflops,
             gpus,
         })
-        .map(Some)
+        .map(|setup| Some(PlanSetup { replica_classes: self.replica_classes.into(), ..setup }))
     }
 }

@@ -531,6 +531,14 @@ impl Machine {
     /// itself, and one node's GPUs behave like every node's. `None` otherwise.
     pub fn uniform_nodes(&self, gpus: u32) -> Option<u32> {
         self.gateway?;
+        self.identical_nodes(gpus, true)
+    }
+
+    /// GPUs per node if the first `gpus` GPUs fill whole nodes that are identical inside (same
+    /// devices and links, up to renaming, host and storage their own) with no slow GPU; with
+    /// `same_outside`, their links outside must also reach the very same devices (one switch),
+    /// else only the same kinds and rates (nodes hanging at different places of a fabric).
+    pub fn identical_nodes(&self, gpus: u32, same_outside: bool) -> Option<u32> {
         if !self.compute_factor.is_empty() {
             return None;
         }
@@ -569,21 +577,29 @@ impl Machine {
                 }
             }
         }
-        let first = self.node_signature(0, &devices[0], &links[0], &position);
-        (1..nodes)
-            .all(|n| self.node_signature(n, &devices[n as usize], &links[n as usize], &position) == first)
-            .then_some(per_node)
+        let sig = |n: u32| self.node_signature(n, &devices[n as usize], &links[n as usize], &position, same_outside);
+        let first = sig(0);
+        (1..nodes).all(|n| sig(n) == first).then_some(per_node)
     }
 
     /// A node's devices (kinds, in order) and the links touching it, with devices renamed to their
-    /// position in the node (shared devices keep their id): equal signatures mean identical nodes.
-    fn node_signature(&self, node: u32, devices: &[DeviceId], links: &[LinkId], position: &[u64]) -> Vec<u64> {
+    /// position in the node (shared devices keep their id, or with `same_outside` false only their kind): equal signatures mean identical nodes.
+    fn node_signature(
+        &self,
+        node: u32,
+        devices: &[DeviceId],
+        links: &[LinkId],
+        position: &[u64],
+        same_outside: bool,
+    ) -> Vec<u64> {
         let mut sig: Vec<u64> = devices.iter().map(|&d| self.devices[d as usize].kind as u64).collect();
         let name = |d: DeviceId| {
             if self.devices[d as usize].node == Some(node) {
                 position[d as usize]
-            } else {
+            } else if same_outside {
                 u64::MAX / 2 + d as u64
+            } else {
+                u64::MAX / 2 + self.devices[d as usize].kind as u64
             }
         };
         for &li in links {

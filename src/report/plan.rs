@@ -93,6 +93,29 @@ pub struct PlanReport {
     pub stages: Vec<StageBreakdown>,
     /// GPUs with tasks of their own (the others are their symmetric images).
     pub gpus_simulated: u32,
+    /// How the DP replicas were simulated.
+    pub replicas: ReplicaReport,
+}
+
+/// How a plan's DP replicas were simulated: all, a block standing for the rest, or one replica
+/// per timeline class (on a fat-tree fabric) with or without the check that makes it exact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplicaReport {
+    /// DP replicas with tasks of their own (of `dp`).
+    pub dp_replicas_simulated: u32,
+    /// `exact`, `approximate`, or `none` (no timeline classes).
+    pub replica_classes: String,
+    /// The exact classes' check: `passed`, `failed` (every replica was simulated again), or
+    /// `none` (approximate classes, or none).
+    pub class_check: String,
+    /// Largest gap between the end of a replica's image of a transfer or collective and its
+    /// original's, ns (0 when exact).
+    pub image_gap_ns: u64,
+    /// Times the exact classes were split after a failed check and run again.
+    pub class_splits: u32,
+    /// One line for reports.
+    #[serde(skip)]
+    pub describe: String,
 }
 
 fn category(p: Phase) -> u8 {
@@ -157,6 +180,11 @@ pub fn plan_csv_fields(r: &PlanReport) -> Vec<(&'static str, String)> {
         ("plan_io_s", super::seconds_cell(b.io)),
         ("bubble_s", super::seconds_cell(b.bubble)),
         ("plan_idle_s", super::seconds_cell(b.idle)),
+        ("dp_replicas_simulated", r.replicas.dp_replicas_simulated.to_string()),
+        ("replica_classes", r.replicas.replica_classes.clone()),
+        ("class_check", r.replicas.class_check.clone()),
+        ("image_gap_ns", r.replicas.image_gap_ns.to_string()),
+        ("class_splits", r.replicas.class_splits.to_string()),
     ]
 }
 
@@ -210,6 +238,7 @@ pub fn write_plan_text(out: &mut dyn std::io::Write, p: &super::Prediction, r: &
         r.gpus_simulated,
         p.gpus
     )?;
+    writeln!(out, "{}", r.replicas.describe)?;
     writeln!(
         out,
         "{:>6} {:>5} | {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",

@@ -27,6 +27,7 @@ pub fn plan_setup(model: TransformerConfig, spec: &str, mb: u32, gbs: u32, seq_l
         calibrate_throughput: None,
         matmul_tflops: None,
         replica_classes: Default::default(),
+        class_splits: dagsim::predict_plan::CLASS_SPLITS,
     }
 }
 

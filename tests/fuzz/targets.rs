@@ -432,6 +432,7 @@ fn parallel(input: &[u8]) -> Result<(), String> {
         calibrate_throughput: None,
         matmul_tflops: None,
         replica_classes: Default::default(),
+        class_splits: dagsim::predict_plan::CLASS_SPLITS,
     };
     let _ = setup.plan.name();
     let _ = setup.memory(8);
