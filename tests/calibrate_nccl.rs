@@ -135,6 +135,50 @@ fn a_hop_latency_adds_to_every_protocols_hop() {
     assert_eq!(time(&known(40.0, 1.0), 4) - time(&known(40.0, 0.0), 4), 6_000);
 }
 
+/// The channels NCCL's tuner gives a 4-rank V-node all-reduce of `bytes` under `cal`.
+fn abci_v_4_rank_channels(cal: &Calibration, bytes: u64) -> u32 {
+    let mut machine = nccl("abci-v").instantiate(4).unwrap();
+    machine.apply_calibration(cal).unwrap();
+    let config = NcclConfig { version: NcclVersion::V2_8_4, ..Default::default() };
+    let comm = dagsim::collective::nccl::Comm::new(&machine, &[0, 1, 2, 3], config);
+    comm.choose(CollectiveOp::AllReduce, bytes).unwrap().channels
+}
+
+/// `known` with `us` per call for each channel beyond the first.
+fn known_channel(gb_s: f64, hop_us: f64, us: f64) -> Calibration {
+    let mut c = known(gb_s, hop_us);
+    c.nccl_channel_us = Some(us);
+    c
+}
+
+#[test]
+fn a_channel_cost_adds_once_per_channel_beyond_the_first() {
+    // 4 B runs on one channel: nothing added. 64 KiB runs LL on several channels (the tuner
+    // gives a channel each 4 KiB LL piece per rank): (channels - 1) x 2 us more.
+    let time = abci_v_4_rank_all_reduce_ns;
+    let (plain, costly) = (known(40.0, 0.0), known_channel(40.0, 0.0, 2.0));
+    assert_eq!(abci_v_4_rank_channels(&plain, 4), 1);
+    assert_eq!(time(&costly, 4), time(&plain, 4));
+    let nc = abci_v_4_rank_channels(&plain, 64 << 10) as u64;
+    assert!(nc >= 2, "64 KiB on {nc} channel(s)");
+    assert_eq!(time(&costly, 64 << 10) - time(&plain, 64 << 10), (nc - 1) * 2_000);
+}
+
+#[test]
+fn the_nccl_fit_recovers_a_cost_per_channel() {
+    // Made with 1.5 us per added channel (the size the ABCI single-node all-reduces show): the
+    // fit finds it again next to the rate and the hop latency, and it survives a write.
+    let t = nccl("abci-v");
+    let m = synthetic(&t, &known_channel(30.0, 0.8, 1.5));
+    let fit = fit_allreduce_nccl(&t, &m, &FitOptions { hold_out: true, ..Default::default() }).unwrap();
+    let c = fit.calibration.nccl_channel_us.unwrap();
+    assert!((c - 1.5).abs() < 0.2, "{c} us per channel, made with 1.5");
+    let worst = fit.points.iter().filter(|p| p.held_out).map(|p| p.error.abs()).fold(0.0, f64::max);
+    assert!(worst < 0.05, "held-out worst |error| {worst}");
+    let back = Calibration::parse(&fit.calibration.to_json(), Path::new("x.json")).unwrap();
+    assert_eq!(back.nccl_channel_us, Some(c));
+}
+
 #[test]
 fn calibrate_under_nccl_reports_the_fit_and_writes_the_hop_latency() {
     let dir = tempfile::tempdir().unwrap();
@@ -181,6 +225,7 @@ fn a_bad_nccl_section_names_its_field_and_exits_2() {
             r#"{"transport": "p2p-nvlink", "hop_latency_us": 1}], "nccl_protocols": [{"protocol": "ll", "start_us": -2}"#,
             "nccl_protocols[0].start_us",
         ),
+        (r#"{"transport": "p2p-nvlink", "hop_latency_us": 1}], "nccl_channel_us": -1, "fit": ["#, "nccl_channel_us"),
     ] {
         let cal = dir.path().join("bad.json");
         let text = format!(

@@ -38,3 +38,22 @@ fit allreduce_intra_anode_8gpu abci-a LL 131072 1048576
 fit allreduce_intra_anode_8gpu abci-a LL128 2097152 8388608
 fit allreduce_intra_anode_8gpu abci-a Simple 16777216 33554432
 fit bcast_intra_vnode_4gpu abci-v LL128 1048576 33554432
+
+# Where the tuner adds an LL channel for every 4 KiB a rank (one LL grain of 512 threads x 8 bytes
+# per channel and rank), each channel's work stays the same while the channels double: the model
+# (presets) stays flat, the measured time grows by about 1 us per added channel, on 6-step (4 GPUs)
+# and 14-step (8 GPUs) rings alike: a cost per call and channel, not per step.
+ladder() { # file topology
+  "$BIN" collective --check "$D/$1.nccl" --topology "$2" --collective-model nccl --nccl-version 2.8.4 \
+    --format csv -q |
+    awk -F, -v name="$1" '
+      NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i; next }
+      { split($h["ran"], r, " x"); nc = r[2] }
+      $h["ran"] ~ /^ring\/LL x/ && $h["bytes"] == nc * $h["gpus"] * 4096 {
+        line = line sprintf("  x%d %.1f/%.1f", nc, $h["measured_us"], $h["predicted_us"])
+      }
+      END { printf "%-38s channels: measured/model us%s\n", name " LL ladder", line }'
+}
+ladder allreduce_intra_vnode_4gpu abci-v
+ladder allreduce_intra_anode_4gpu abci-a
+ladder allreduce_intra_anode_8gpu abci-a

@@ -4,7 +4,9 @@
 //! steps) turn them into a time at every size:
 //! - the rate of the fitted link kind (one flat GB/s; the routes' capacity the engine shares);
 //! - one latency per hop for each NCCL transport the communicator uses, added to NCCL's
-//!   per-protocol hardware latency (tuning.cc `hwLat`) on every hop and protocol.
+//!   per-protocol hardware latency (tuning.cc `hwLat`) on every hop and protocol;
+//! - (with the protocols' start costs and rate factors) a time each channel beyond the first adds
+//!   to a call, which the tuner's per-size channel count turns into a cost that grows with size.
 //!
 //! So a held-out size is predicted by the same protocol and channel switches that place the
 //! fitted ones. The search (grid then golden section, alternating the two figures) and the cost
@@ -28,6 +30,8 @@ const RATE_FACTOR_RANGE: (f64, f64) = (0.05, 4.0);
 const START_RANGE_US: (f64, f64) = (0.0, 200.0);
 /// Factors tried on a protocol's rate (LL, LL128).
 const PROTOCOL_RATE_RANGE: (f64, f64) = (0.1, 2.0);
+/// Times tried per channel beyond the first (us per call).
+const CHANNEL_RANGE_US: (f64, f64) = (0.0, 10.0);
 
 /// The figures the fit searches.
 #[derive(Debug, Clone)]
@@ -36,6 +40,8 @@ struct FitParams {
     gb_s: f64,
     /// (protocol, start us, rate factor) for each protocol the tuner runs at the fitted sizes.
     protocols: Vec<(Proto, f64, f64)>,
+    /// Time each channel beyond the first adds to a call (us), every protocol alike.
+    channel_us: f64,
 }
 
 /// Fits the links of one kind and the NCCL transports' hop latency to a measured single-node
@@ -73,6 +79,7 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
         hop_us: 0.0,
         gb_s: base_gb_s,
         protocols: protocols.iter().map(|&proto| (proto, 0.0, 1.0)).collect(),
+        channel_us: 0.0,
     };
     let calibration_of = |p: &FitParams| {
         let mut c = Calibration::new(Provenance::default());
@@ -88,6 +95,7 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
                 rate_factor,
             })
             .collect();
+        c.nccl_channel_us = Some(p.channel_us);
         c
     };
     let trial = |machine: &mut Machine, p: &FitParams| -> Result<f64> {
@@ -103,6 +111,9 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
         })?;
         p.hop_us = minimize(HOP_LATENCY_RANGE_US.0, HOP_LATENCY_RANGE_US.1, false, 41, |a| {
             trial(&mut machine, &FitParams { hop_us: a, ..p.clone() })
+        })?;
+        p.channel_us = minimize(CHANNEL_RANGE_US.0, CHANNEL_RANGE_US.1, false, 41, |c| {
+            trial(&mut machine, &FitParams { channel_us: c, ..p.clone() })
         })?;
         for k in 0..p.protocols.len() {
             p.protocols[k].1 = minimize(START_RANGE_US.0, START_RANGE_US.1, false, 41, |v| {
@@ -120,6 +131,7 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
     let round = |x: f64, d: f64| (x * d).round() / d;
     p.hop_us = round(p.hop_us, 1e3);
     p.gb_s = round(p.gb_s, 1e3);
+    p.channel_us = round(p.channel_us, 1e3);
     for q in &mut p.protocols {
         (q.1, q.2) = (round(q.1, 1e3), round(q.2, 1e4));
     }
@@ -137,13 +149,14 @@ pub fn fit_allreduce_nccl(topology: &Topology, m: &Measurement, opts: &FitOption
         notes: format!(
             "{} links (flat {gb_s:.3} GB/s) and {} hop latency (+{hop_us:.3} us over NCCL's per-protocol figure) \
              fitted through the NCCL {} model to an all-reduce of {ranks} ranks on {hosts} host(s) over topology \
-             `{}`{}; per protocol (start, rate factor): {}",
+             `{}`{}; per protocol (start, rate factor): {}; per channel beyond the first +{:.3} us a call",
             kind.name(),
             names.join(", "),
             config.version.name(),
             topology.name,
             if opts.hold_out { "; every other size held out" } else { "" },
-            per_protocol.join(", ")
+            per_protocol.join(", "),
+            p.channel_us
         ),
     };
     calibration.fit = points.clone();

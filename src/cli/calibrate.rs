@@ -356,6 +356,7 @@ fn write_text(w: &mut dyn Write, fit: &Fit) -> std::io::Result<()> {
                     .iter()
                     .map(|p| format!("{} +{:.3} us/call, rate x{:.4}", p.protocol, p.start_us, p.rate_factor)),
             )
+            .chain(fit.calibration.nccl_channel_us.map(|c| format!("+{c:.3} us/call per channel beyond the first")))
             .collect();
         writeln!(
             w,

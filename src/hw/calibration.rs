@@ -29,7 +29,8 @@
 //! channels). Fitted from measurements (`dagsim calibrate`), not assumed. An `nccl` entry (under
 //! the NCCL collective model only) adds its latency to every hop its transport carries, on top of
 //! NCCL's per-protocol hardware latency; `calibrate --collective-model nccl` fits it. An
-//! `nccl_protocols` entry gives one protocol a fixed start cost per call and a factor on its rate.
+//! `nccl_protocols` entry gives one protocol a fixed start cost per call and a factor on its rate;
+//! `nccl_channel_us` a time every channel beyond the first adds to each call.
 
 use super::{BandwidthCurve, LinkKind, Machine};
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp};
@@ -58,6 +59,16 @@ pub struct Calibration {
     /// the protocol (NCCL model only; absent in older files, which then load unchanged).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nccl_protocols: Vec<NcclProtocolCalibration>,
+    /// Time (us) each channel beyond the first adds to every NCCL call (NCCL model only; absent
+    /// in older files). NCCL 2.8.4 hands block 0 its work as the launch argument and has every
+    /// other block read its work element and then the abort flag from host-mapped memory before it
+    /// starts (`load_coll`, common.h v2.8.4-1 l.44-50, 93; `workFifo` and `abortFlag` from
+    /// `cudaHostAlloc`, channel.cc l.28, init.cc l.239); the ABCI single-node all-reduces take
+    /// about 1.0-1.3 us more per added channel where each channel's piece stays one LL grain, on
+    /// 6- and 14-step rings alike (topologies/measured/abci). No public figure gives it, so only
+    /// `calibrate --collective-model nccl` sets it, from the user's own measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_channel_us: Option<f64>,
     /// The fitter's report, kept with the numbers it justifies. Not used when applying.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fit: Vec<FitPoint>,
@@ -192,6 +203,7 @@ impl Calibration {
             collectives: Vec::new(),
             nccl: Vec::new(),
             nccl_protocols: Vec::new(),
+            nccl_channel_us: None,
             fit: Vec::new(),
         }
     }
@@ -241,6 +253,9 @@ impl Calibration {
         }
         for (i, p) in self.nccl_protocols.iter().enumerate() {
             p.checked().map_err(|(f, m)| Error::parse(at(format!("nccl_protocols[{i}].{f}")), m))?;
+        }
+        if let Some(c) = self.nccl_channel_us {
+            crate::units::check_duration_us(c).map_err(|m| Error::parse(at("nccl_channel_us".to_string()), m))?;
         }
         Ok(())
     }
@@ -338,6 +353,10 @@ impl Machine {
             let costs = &mut self.transports.nccl_protocol_costs;
             costs.retain(|c| c.0 != proto);
             costs.push((proto, us_to_ns(p.start_us), p.rate_factor));
+        }
+        if let Some(c) = cal.nccl_channel_us {
+            crate::units::check_duration_us(c).map_err(|m| Error::invalid("calibration, nccl_channel_us", m))?;
+            self.transports.nccl_channel_ns = us_to_ns(c);
         }
         Ok(())
     }

@@ -79,6 +79,10 @@ pub struct Transports {
     /// rate; only a calibration sets it (`Calibration::nccl_protocols`).
     #[serde(skip)]
     pub nccl_protocol_costs: Vec<(crate::collective::nccl::version::Proto, u64, f64)>,
+    /// Time (ns) each channel beyond the first adds to a call; only a calibration sets it
+    /// (`Calibration::nccl_channel_us`).
+    #[serde(skip)]
+    pub nccl_channel_ns: u64,
 }
 
 impl Transports {

@@ -314,8 +314,14 @@ impl Comm {
         let choice = self.choose(op, bytes)?;
         let func = func_of(op);
         let t = self.tables();
+        // A calibration's per-channel cost: NCCL 2.8.4's blocks beyond the first fetch their work
+        // from host-mapped memory as they start (`Calibration::nccl_channel_us`); 0 otherwise.
         let base_ns = match func {
-            Some(_) => us(t.base_lat(choice.algo, choice.proto)) + self.protocol_costs(choice.proto, func).0,
+            Some(_) => {
+                us(t.base_lat(choice.algo, choice.proto))
+                    + self.protocol_costs(choice.proto, func).0
+                    + self.transports.nccl_channel_ns * (choice.channels.max(1) as u64 - 1)
+            }
             None => 0,
         };
         let shape = match (op, choice.algo) {
