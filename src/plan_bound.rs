@@ -128,6 +128,9 @@ impl StageGroups {
     }
 }
 
+/// A route's latency and least peak rate, bytes per ns.
+type RouteFloor = (Nanos, f64);
+
 /// A machine's floors on collectives: its GPUs' ports ([`GpuPorts`]) and, under the ideal
 /// collective model, what the engine's own lowering ([`Lowerer`]) and routes give a collective
 /// over given GPUs. The engine runs a collective's steps one after another; a step ends when
@@ -142,7 +145,7 @@ impl StageGroups {
 pub struct MachineFloors<'m> {
     machine: &'m Machine,
     pub ports: GpuPorts,
-    routes: Mutex<HashMap<(DeviceId, DeviceId, u32), Option<(Nanos, f64)>>>,
+    routes: Mutex<HashMap<(DeviceId, DeviceId, u32), Option<RouteFloor>>>,
     least: Mutex<HashMap<(StageGroups, CollectiveOp, Algorithm, u64), Nanos>>,
 }
 
@@ -158,7 +161,7 @@ impl<'m> MachineFloors<'m> {
 
     /// The latency and least peak rate (with the transfer's own cap) of the route the engine
     /// gives a transfer (`Engine::route`: the railless route, or the one through `rail`).
-    fn route(&self, src: DeviceId, dst: DeviceId, rail: u32) -> Option<(Nanos, f64)> {
+    fn route(&self, src: DeviceId, dst: DeviceId, rail: u32) -> Option<RouteFloor> {
         if let Some(&r) = self.routes.lock().expect("no thread panics holding it").get(&(src, dst, rail)) {
             return r;
         }
