@@ -32,6 +32,13 @@
 //! with the same costs (TP ranks hold equal shares; the symmetric reduction keeps whole stages),
 //! so one GPU per stage stands for all.
 //!
+//! A collective over a CP group is floored, besides, by what the engine's own lowering and
+//! routes give it on the machine ([`MachineFloors`], under the ideal collective model): steps
+//! one after another, each at least its slowest transfer alone (latency, then bytes at the least
+//! peak rate of its route, a route between nodes crossing one NIC). CP groups of a stage sit at
+//! different places (inside a node, across two), so a stage takes the least such floor over its
+//! groups, and one GPU still stands for all.
+//!
 //! Without pipeline parallelism this is one GPU's compute per step. With it, `LB(s)` is the part
 //! of the pipeline's fill and drain that lies downstream of stage `s`'s first step: for the first
 //! stage, the whole pipeline (fill, steady phase, drain). Left out (so the bound is lower than
@@ -39,15 +46,16 @@
 //! parameter gathers (not provably inside the period of `g*`), the optimizer's update, host
 //! launches, codec tasks, and all contention.
 
-use crate::collective::CollectiveOp;
+use crate::collective::{Algorithm, CollectiveModel, CollectiveOp, Latency, Lowerer, NO_RAIL};
 use crate::dag::plan::collective_op;
 use crate::dag::schedule::{stage_order, upstream, Pass, Step};
 use crate::error::Result;
-use crate::hw::Machine;
+use crate::hw::{DeviceId, Machine};
 use crate::predict_plan::PlanSetup;
 use crate::units::Nanos;
 use crate::workload::CommGroup;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// The most bytes per ns any one GPU of a machine can send (the sum of the peak rates of the links
 /// leaving its device) and receive (of the links entering it).
@@ -102,13 +110,155 @@ impl GpuPorts {
     }
 }
 
+/// The groups of one kind on one stage, as the plan builder lays them out
+/// ([`crate::dag::plan`]'s `LayerGroups`): `width` ranks from `first`, each group `size` ranks
+/// `stride` apart (a CP group: the ranks of one TP rank in `size` consecutive DP ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct StageGroups {
+    first: u32,
+    width: u32,
+    stride: u32,
+    size: u32,
+}
+
+impl StageGroups {
+    fn ranks(&self, index: u32) -> Vec<u32> {
+        let (t, q) = (index % self.stride, index / self.stride);
+        (0..self.size).map(|c| self.first + t + self.stride * (q * self.size + c)).collect()
+    }
+}
+
+/// A route's latency and least peak rate, bytes per ns.
+type RouteFloor = (Nanos, f64);
+
+/// A machine's floors on collectives: its GPUs' ports ([`GpuPorts`]) and, under the ideal
+/// collective model, what the engine's own lowering ([`Lowerer`]) and routes give a collective
+/// over given GPUs. The engine runs a collective's steps one after another; a step ends when
+/// the last of its transfers does; a transfer waits out its latency (its route's, or the
+/// lowering's exact figure) before its bytes move, and then moves no faster than its own cap or
+/// any link of its route at that link's peak ([`crate::units::transfer_ns`] rounds up). So a
+/// collective lasts at least the sum over its steps of the most any one of its transfers needs
+/// alone: latency plus bytes at the least of those rates (less 1 ns per step against float
+/// rounding). A transfer between nodes takes one route, so one NIC: where a group spans nodes
+/// that is the rate that counts, not the sum of the GPU's ports. Memoised per search (routes and
+/// per-stage results), so the thousands of plans of a search share them.
+pub struct MachineFloors<'m> {
+    machine: &'m Machine,
+    pub ports: GpuPorts,
+    routes: Mutex<HashMap<(DeviceId, DeviceId, u32), Option<RouteFloor>>>,
+    least: Mutex<HashMap<(StageGroups, CollectiveOp, Algorithm, u64), Nanos>>,
+}
+
+impl<'m> MachineFloors<'m> {
+    pub fn new(machine: &'m Machine) -> Self {
+        MachineFloors {
+            machine,
+            ports: GpuPorts::of(machine),
+            routes: Mutex::new(HashMap::new()),
+            least: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The latency and least peak rate (with the transfer's own cap) of the route the engine
+    /// gives a transfer (`Engine::route`: the railless route, or the one through `rail`).
+    fn route(&self, src: DeviceId, dst: DeviceId, rail: u32) -> Option<RouteFloor> {
+        if let Some(&r) = self.routes.lock().expect("no thread panics holding it").get(&(src, dst, rail)) {
+            return r;
+        }
+        let m = self.machine;
+        let route = if rail == NO_RAIL { m.railless_route(src, dst) } else { m.route_via_rail(src, dst, rail) };
+        let r = route.map(|r| {
+            let rate = r.links.iter().map(|&l| m.links[l as usize].capacity()).fold(f64::INFINITY, f64::min);
+            (r.latency_ns, rate)
+        });
+        self.routes.lock().expect("no thread panics holding it").insert((src, dst, rail), r);
+        r
+    }
+
+    /// The floor on `op` of `bytes` over the GPUs `ranks` (0 where it cannot be worked out: the
+    /// NCCL collective model, a lowering or route the engine would refuse).
+    fn floor(&self, ranks: &[u32], op: CollectiveOp, algorithm: Algorithm, bytes: u64) -> Nanos {
+        let m = self.machine;
+        if m.collectives != CollectiveModel::Ideal || ranks.len() < 2 || bytes == 0 {
+            return 0;
+        }
+        let Ok(plan) = Lowerer::new().lower(m, 0, ranks, op, algorithm, bytes) else { return 0 };
+        // Steps of a class move the same transfers: each class is timed once.
+        let mut by_class: HashMap<u32, Nanos> = HashMap::new();
+        let mut total: Nanos = 0;
+        for step in 0..plan.step_count() {
+            let class = plan.step_class(step);
+            let t = match by_class.get(&class) {
+                Some(&t) => t,
+                None => {
+                    let mut most: Option<Nanos> = Some(0);
+                    plan.for_each_transfer(step, |x| {
+                        let dev = |r: u32| m.gpus[ranks[r as usize] as usize].device;
+                        let Some((route_latency, rate)) = self.route(dev(x.src), dev(x.dst), x.rail) else {
+                            most = None;
+                            return;
+                        };
+                        let latency = match x.latency {
+                            Latency::Route => route_latency,
+                            Latency::Exact(ns) => ns,
+                        };
+                        let rate = rate.min(x.cap);
+                        let moving = if x.bytes > 0 && rate > 0.0 && rate.is_finite() {
+                            (x.bytes as f64 / rate).floor() as Nanos
+                        } else {
+                            0
+                        };
+                        most = most.map(|t| t.max(latency.saturating_add(moving)));
+                    });
+                    let Some(t) = most else { return 0 };
+                    let t = t.saturating_sub(1);
+                    by_class.insert(class, t);
+                    t
+                }
+            };
+            total = total.saturating_add(t);
+        }
+        total
+    }
+
+    /// The least floor of `op` over the groups of `groups` (one GPU of the stage stands for all,
+    /// so the bound takes the group that does best).
+    fn least_floor(&self, groups: StageGroups, op: CollectiveOp, algorithm: Algorithm, bytes: u64) -> Nanos {
+        let key = (groups, op, algorithm, bytes);
+        if let Some(&t) = self.least.lock().expect("no thread panics holding it").get(&key) {
+            return t;
+        }
+        let count = groups.width / groups.size.max(1);
+        let mut least = Nanos::MAX;
+        for index in 0..count {
+            least = least.min(self.floor(&groups.ranks(index), op, algorithm, bytes));
+            if least == 0 {
+                break;
+            }
+        }
+        let least = if count == 0 { 0 } else { least };
+        self.least.lock().expect("no thread panics holding it").insert(key, least);
+        least
+    }
+}
+
 /// The lower bound on `setup`'s simulated step time, ns (see the module's documentation), on a
 /// machine whose GPUs have at most `ports`.
 pub fn step_lower_bound_ns(setup: &PlanSetup, ports: GpuPorts) -> Result<Nanos> {
+    bound(setup, ports, None)
+}
+
+/// [`step_lower_bound_ns`] on `machine`, with the context-parallel sends floored as the engine
+/// lowers and routes them there ([`MachineFloors`]): tighter where a CP group spans nodes.
+pub fn step_lower_bound_on(setup: &PlanSetup, machine: &MachineFloors) -> Result<Nanos> {
+    bound(setup, machine.ports, Some(machine))
+}
+
+fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) -> Result<Nanos> {
     if setup.plan.cp > 1 {
         // Simulated as the folded plan (CP folded into DP), as `PlanSetup::simulate` does.
         setup.plan.check(setup.plan.gpus(), setup.model.layers)?;
-        return step_lower_bound_ns(&setup.folded()?, ports);
+        return bound(&setup.folded()?, ports, machine);
     }
     let s = &setup.strategy;
     // Priority scheduling lets a layer's next forward start once its own gradients are in, before
@@ -128,9 +278,23 @@ pub fn step_lower_bound_ns(setup: &PlanSetup, ports: GpuPorts) -> Result<Nanos> 
         CommGroup::ExpertTensor => p.etp,
         CommGroup::Context => p.cp_folded,
     };
+    // A collective of a layer of `stage` over its `group` of n ranks: at least what one rank must
+    // move through its ports, and, over a CP group, what the engine's own lowering and routes
+    // give the CP group of the stage that does best (one GPU stands for the whole stage).
+    let floor = |stage: u32, group: CommGroup, op: CollectiveOp, bytes: u64, n: u32| -> Nanos {
+        let own = ports.collective_floor_ns(op, bytes, n);
+        let lowered = match (machine, group) {
+            (Some(m), CommGroup::Context) => {
+                let groups = StageGroups { first: stage * p.tp * p.dp, width: p.tp * p.dp, stride: p.tp, size: n };
+                m.least_floor(groups, op, s.allreduce, bytes)
+            }
+            _ => 0,
+        };
+        own.max(lowered)
+    };
     // One layer's time on the chain in a pass: its compute (under a CP ring, each chunk beside
     // its send: the next waits for both), then its collectives.
-    let layer_ns = |l: usize, pass: Pass| -> Nanos {
+    let layer_ns = |stage: u32, l: usize, pass: Pass| -> Nanos {
         let layer = &workload.layers[l];
         let total = s.compute_ns(match pass {
             Pass::Forward => layer.forward.mean_ns,
@@ -149,18 +313,31 @@ pub fn step_lower_bound_ns(setup: &PlanSetup, ports: GpuPorts) -> Result<Nanos> 
                     .map(|j| {
                         let chunk = total * (j + 1) / steps - total * j / steps;
                         let send = sends.get(j as usize).copied().unwrap_or(0);
-                        chunk.max(ports.collective_floor_ns(CollectiveOp::SendRecv, send, n))
+                        chunk.max(floor(stage, comm.group, CollectiveOp::SendRecv, send, n))
                     })
                     .sum()
             }
             None => total,
         };
         let ops = if pass == Pass::Forward { &comm.forward } else { &comm.backward };
-        compute + ops.iter().map(|&op| ports.collective_floor_ns(collective_op(op), comm.bytes, n)).sum::<Nanos>()
+        compute + ops.iter().map(|&op| floor(stage, comm.group, collective_op(op), comm.bytes, n)).sum::<Nanos>()
     };
-    // Each (stage, chunk, pass), as the builder chains it.
+    // Each (stage, chunk, pass), as the builder chains it: the same for every micro-batch, so
+    // summed once.
+    let sums: Vec<Vec<[Nanos; 2]>> = chunks
+        .iter()
+        .zip(0..)
+        .map(|(stage_chunks, stage)| {
+            stage_chunks
+                .iter()
+                .map(|chunk| {
+                    [Pass::Forward, Pass::Backward].map(|pass| chunk.iter().map(|&l| layer_ns(stage, l, pass)).sum())
+                })
+                .collect()
+        })
+        .collect();
     let time = |stage: u32, step: &Step| -> Nanos {
-        chunks[stage as usize][step.chunk as usize].iter().map(|&l| layer_ns(l, step.pass)).sum()
+        sums[stage as usize][step.chunk as usize][usize::from(step.pass == Pass::Backward)]
     };
     Ok(pipeline_bound(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time))
 }
@@ -209,7 +386,8 @@ fn pipeline_bound(
             succs[u].push(v);
         }
     }
-    // One topological order (Kahn), then the longest path from each stage's first step.
+    // One topological order (Kahn), then, in reverse, the longest path from each step to the end
+    // (the heaviest path from a stage's first step runs through the steps reachable from it).
     let mut indegree: Vec<usize> = preds.iter().map(Vec::len).collect();
     let mut topo: Vec<usize> = (0..n).filter(|&v| indegree[v] == 0).collect();
     let mut next = 0;
@@ -224,25 +402,11 @@ fn pipeline_bound(
         }
     }
     debug_assert_eq!(topo.len(), n, "the schedule's steps form a DAG");
-    let mut finish: Vec<Option<Nanos>> = vec![None; n];
-    (0..pp as usize)
-        .filter(|&st| !orders[st].is_empty())
-        .map(|st| {
-            finish.iter_mut().for_each(|f| *f = None);
-            let source = base[st];
-            let mut longest = 0;
-            for &v in &topo {
-                let reached = if v == source { Some(0) } else { preds[v].iter().filter_map(|&u| finish[u]).max() };
-                if let Some(start) = reached {
-                    let end = start + weight[v];
-                    finish[v] = Some(end);
-                    longest = longest.max(end);
-                }
-            }
-            longest
-        })
-        .min()
-        .unwrap_or(0)
+    let mut tail: Vec<Nanos> = vec![0; n];
+    for &v in topo.iter().rev() {
+        tail[v] = weight[v] + succs[v].iter().map(|&u| tail[u]).max().unwrap_or(0);
+    }
+    (0..pp as usize).filter(|&st| !orders[st].is_empty()).map(|st| tail[base[st]]).min().unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 use crate::error::Result;
 use crate::parallel::memory::PlanMemory;
 use crate::parallel::{ParallelPlan, Sharding};
-use crate::plan_bound::{step_lower_bound_ns, GpuPorts};
+use crate::plan_bound::{step_lower_bound_on, MachineFloors};
 use crate::predict_plan::{default_plan_strategy, gpus_per_node, PlanSetup};
 use crate::report::plan::PlanReport;
 use crate::units::{ns_to_s, Nanos};
@@ -217,7 +217,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, progress: &(dyn Fn(Prog
     use std::sync::Mutex;
     let machine = base.topology.instantiate(base.plan.gpus())?;
     let per_node = gpus_per_node(&machine);
-    let ports = GpuPorts::of(&machine);
+    let floors = MachineFloors::new(&machine);
     let plans = enumerate(base, per_node);
     // Memory and, for those that fit, the bound (0 where it cannot be computed: such a plan is
     // simulated, and its error reported).
@@ -226,7 +226,7 @@ pub fn search_best(base: &PlanSetup, top: Option<usize>, progress: &(dyn Fn(Prog
         .map(|plan| {
             let setup = PlanSetup { strategy: default_plan_strategy(plan), plan: plan.clone(), ..base.clone() };
             let memory = setup.memory(per_node);
-            let bound = memory.fits().then(|| step_lower_bound_ns(&setup, ports).unwrap_or(0));
+            let bound = memory.fits().then(|| step_lower_bound_on(&setup, &floors).unwrap_or(0));
             (setup, memory, bound)
         })
         .collect();

@@ -1,7 +1,7 @@
 //! The plan search's lower bound on a plan's step time (`plan_bound`) is never above the
 //! simulated step, and the search that prunes by it ranks the best plans as the exhaustive one.
 
-use dagsim::plan_bound::{step_lower_bound_ns, GpuPorts};
+use dagsim::plan_bound::{step_lower_bound_ns, step_lower_bound_on, GpuPorts, MachineFloors};
 use dagsim::plan_search::{search, search_best, Candidate};
 use dagsim::predict_plan::{PlanRequest, PlanSetup};
 use dagsim::scenario::Scenario;
@@ -103,6 +103,32 @@ fn the_bound_is_below_the_step_of_plans_over_several_nodes() {
         let ports = GpuPorts::of(&s.topology.instantiate(s.plan.gpus()).unwrap());
         let bound = ns_to_s(step_lower_bound_ns(&s, ports).unwrap() as f64);
         eprintln!("{spec}: bound {bound:.4} s, step {step:.4} s ({:.3})", bound / step);
+        assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
+    }
+}
+
+#[test]
+fn the_lowered_bound_is_below_the_step_of_context_parallel_plans_across_nodes() {
+    // CP groups that span nodes (tp x cp above a node's 8 GPUs), where the bound floors the CP
+    // collectives as the engine lowers and routes them: all-gather (the default) and the p2p
+    // ring, with and without pipelining, TP, sequence parallelism, ZeRO-1 and ZeRO-3.
+    for (spec, mb, gbs) in [
+        ("tp=2,pp=1,dp=2,cp=8", 1, 8),
+        ("tp=2,pp=1,dp=2,cp=8,zero=3", 1, 8),
+        ("tp=1,pp=2,dp=1,cp=16,zero=1", 1, 8),
+        ("tp=4,pp=2,dp=1,cp=4,sp=on", 1, 8),
+        ("tp=2,pp=1,dp=2,cp=8,cp-comm=p2p", 1, 8),
+        ("tp=1,pp=1,dp=2,cp=16,zero=3,cp-comm=p2p", 1, 8),
+        ("tp=2,pp=2,dp=1,cp=8,vp=2,zero=1", 1, 8),
+    ] {
+        let s = plan("llama2-7b", "dgx-h100", spec, mb, gbs);
+        let step = s.predict().unwrap().llm.unwrap().step_time_s;
+        let machine = s.topology.instantiate(s.plan.gpus()).unwrap();
+        let ports = GpuPorts::of(&machine);
+        let own = ns_to_s(step_lower_bound_ns(&s, ports).unwrap() as f64);
+        let bound = ns_to_s(step_lower_bound_on(&s, &MachineFloors::new(&machine)).unwrap() as f64);
+        eprintln!("{spec}: bound {bound:.4} s (ports only {own:.4} s), step {step:.4} s ({:.3})", bound / step);
+        assert!(bound >= own, "{spec}: the lowered floors only add");
         assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
     }
 }
