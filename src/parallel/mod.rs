@@ -323,7 +323,8 @@ impl HostLaunch {
 #[serde(rename_all = "lowercase")]
 pub enum ModuleImpl {
     /// Transformer Engine's (`te`): Megatron-Core's `--transformer-impl transformer_engine`, the
-    /// default of Megatron-LM's `megatron/training/arguments.py` @ core_r0.8.0 l.668 and on, which
+    /// default of Megatron-LM's `megatron/training/arguments.py` from core_r0.6.0 on (l.668 @
+    /// core_r0.8.0; `TransformerConfig.transformer_impl` @ d98e8a6, 2026-08), which
     /// `pretrain_gpt.py` turns into `get_gpt_layer_with_transformer_engine_spec` (l.52, l.74);
     /// NeMo's `transformer_engine: true` (with `mcore_gpt: true`), as every recipe of
     /// NVIDIA/dgxc-benchmarking v25.03 sets it in BF16 and FP8 alike.
