@@ -10,7 +10,7 @@ use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::hw::{Machine, Topology};
 use crate::parallel::memory::{plan_memory, MemoryInput, PlanMemory};
-use crate::parallel::{eager_launch_ns, Coords, HostLaunch, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
+use crate::parallel::{eager_launch_ns, Coords, HostLaunch, ModuleImpl, ParallelPlan, Sharding, BLOCKING_WAIT_NS};
 use crate::predict::{prediction, Own, RunOf};
 use crate::report::plan::{average, plan_breakdown_per_gpu, MemoryReport, PlanReport, ReplicaReport, StageBreakdown};
 use crate::report::{steady_state, utilisation_of, Prediction};
@@ -236,6 +236,13 @@ impl PlanSetup {
             ));
         }
         let precision = scenario.workload.precision.unwrap_or(if gpu.bf16 { Precision::Bf16 } else { Precision::Fp16 });
+        if precision == Precision::Fp8 && plan.modules == Some(ModuleImpl::Torch) {
+            return Err(Error::invalid(
+                "--parallel",
+                "modules=torch with FP8: Megatron-Core, NeMo and llm-foundry run FP8 only in Transformer \
+                 Engine's modules; give modules=te or leave it out",
+            ));
+        }
         Ok(PlanSetup {
             seq_len: r.seq_len.or(scenario.workload.seq_len).unwrap_or(model.seq_len),
             model,
@@ -613,7 +620,8 @@ impl PlanSetup {
     /// PyTorch launches every kernel the cost model times; CUDA graphs one graph per block and
     /// pass; none with `host=off`.
     pub fn host_model(&self, cost: &TransformerCost) -> Option<HostModel> {
-        let mut layers = cost.launches(self.plan.recompute);
+        let te = ModuleImpl::resolve(self.plan.modules, self.precision) == ModuleImpl::Te;
+        let mut layers = cost.launches(self.plan.recompute, te);
         match self.plan.host {
             HostLaunch::Off => return None,
             HostLaunch::Eager | HostLaunch::Blocking => {}

@@ -57,6 +57,22 @@ fn bad_plans_are_refused_with_what_would_be_valid() {
     );
     fails(&["--parallel", "tp=1,pp=1,dp=8", "--global-batch", "8"], &["needs", "GiB per GPU", "40.0 GiB"]);
     fails(&["--parallel", "tp=8,pq=1"], &["unknown key `pq`", "tp, pp, dp"]);
+    // Whose modules: Transformer Engine's or PyTorch's; FP8 runs only in TE's.
+    fails(&["--parallel", "tp=8,modules=apex"], &["--parallel", "modules=apex", "te or torch"]);
+    fails_with(
+        &[
+            "predict",
+            "--model",
+            "llama2-7b",
+            "--topology",
+            "dgx-h100",
+            "--precision",
+            "fp8",
+            "--parallel",
+            "tp=8,modules=torch",
+        ],
+        &["--parallel", "modules=torch", "FP8", "modules=te"],
+    );
     // The attention kernels: an unknown implementation, and one without published rates on A100.
     fails(&["--parallel", "tp=8,attn=fa4"], &["--parallel", "attn=fa4", "fa2, fa3 or cudnn"]);
     fails(&["--parallel", "tp=8,attn=fa3"], &["--parallel attn", "attn=fa3", "use attn=fa2"]);

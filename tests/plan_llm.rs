@@ -366,3 +366,31 @@ fn deepspeed_optimizers_reduce_after_the_backward_pass() {
     // Twice the bytes, all-reduced rather than reduce-scattered (the parameter gather alike).
     assert!(rb.breakdown.dp_comm > 1.8 * rz.breakdown.dp_comm, "{:?} vs {:?}", rb.breakdown, rz.breakdown);
 }
+
+/// `modules=te`: a 16-bit plan of a Transformer Engine stack (Megatron-Core, NeMo) pays TE's
+/// module calls on the host as an FP8 plan does; without the key a BF16 plan runs PyTorch's.
+#[test]
+fn modules_te_charges_transformer_engine_module_calls_in_bf16() {
+    let host = |spec: &str| {
+        let s = setup(small_gpt(), spec, 1, 8, "dgx-a100");
+        (s.host_model(&s.cost().unwrap()).unwrap(), report(&s, true).step_time_s)
+    };
+    let (torch, torch_step) = host("tp=1,pp=1,dp=8");
+    let (explicit, explicit_step) = host("tp=1,pp=1,dp=8,modules=torch");
+    let (te, te_step) = host("tp=1,pp=1,dp=8,modules=te");
+    assert_eq!(torch.layers.iter().map(|l| l.modules).sum::<u32>(), 0);
+    assert_eq!((explicit.layers, explicit_step), (torch.layers.clone(), torch_step));
+    // Per layer: qkv (TELayerNormColumnParallelLinear), core attention, proj, fc1 (the MLP's
+    // LayerNormLinear), fc2; none in the embedding and the output layer. Same kernels launched.
+    assert_eq!(te.layers.iter().map(|l| l.modules).sum::<u32>(), 16 * 5);
+    let kernels =
+        |h: &dagsim::dag::plan::HostModel| h.layers.iter().map(|l| (l.forward, l.backward)).collect::<Vec<_>>();
+    assert_eq!(kernels(&te), kernels(&torch));
+    // The A100's x86 host: 13.48 us a launch, a module 1.69 launches more: 13480 x 62580 / 37080
+    // = 22750.2 ns.
+    assert_eq!((te.launch_ns, te.module_ns), (13_480, 22_750));
+    assert!(te_step > torch_step, "{te_step} <= {torch_step}");
+    // CUDA graphs replay the modules without their Python.
+    let (graphs, _) = host("tp=1,pp=1,dp=8,modules=te,host=graphs");
+    assert!(graphs.layers.iter().all(|l| l.modules == 0));
+}

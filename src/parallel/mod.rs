@@ -124,6 +124,11 @@ pub struct ParallelPlan {
     /// Host time per launch, ns, replacing [`eager_launch_ns`]'s (`host-launch-us=`, e.g. one
     /// measured on the user's own host).
     pub host_launch_ns: Option<u64>,
+    /// Whose modules the transformer layers run as (`modules=te|torch`): Transformer Engine's,
+    /// whose Python costs the host [`TE_MODULE_HOST_EXTRA`] per module call, or PyTorch's. None:
+    /// TE's in FP8 (these stacks' only FP8 path), PyTorch's otherwise ([`ModuleImpl::resolve`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<ModuleImpl>,
     /// How the transformer layers are split over the pipeline stages (`pp-partition=`).
     #[serde(skip_serializing_if = "PpPartition::is_even")]
     pub pp_partition: PpPartition,
@@ -312,6 +317,46 @@ impl HostLaunch {
     }
 }
 
+/// Whose modules a plan's transformer layers run as (`modules=`), which decides the host time
+/// of each module call beyond its launches ([`TE_MODULE_HOST_EXTRA`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModuleImpl {
+    /// Transformer Engine's (`te`): Megatron-Core's `--transformer-impl transformer_engine`, the
+    /// default of Megatron-LM's `megatron/training/arguments.py` from core_r0.6.0 on (l.668 @
+    /// core_r0.8.0; `TransformerConfig.transformer_impl` @ d98e8a6, 2026-08), which
+    /// `pretrain_gpt.py` turns into `get_gpt_layer_with_transformer_engine_spec` (l.52, l.74);
+    /// NeMo's `transformer_engine: true` (with `mcore_gpt: true`), as every recipe of
+    /// NVIDIA/dgxc-benchmarking v25.03 sets it in BF16 and FP8 alike.
+    Te,
+    /// PyTorch's own modules (`torch`, alias `local`: Megatron's `--transformer-impl local`):
+    /// stacks without Transformer Engine (Megatron-LM of 2022, Megatron-DeepSpeed, llm-foundry's
+    /// MPT in 16 bits: `MPTConfig`'s default `fc_type='torch'`,
+    /// `llmfoundry/models/mpt/configuration_mpt.py`).
+    Torch,
+}
+
+impl ModuleImpl {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModuleImpl::Te => "te",
+            ModuleImpl::Torch => "torch",
+        }
+    }
+
+    /// The modules a plan runs: as it says, else TE's in FP8 (Megatron-Core, NeMo and
+    /// llm-foundry run FP8 only through Transformer Engine) and PyTorch's in 16 bits, the
+    /// modules [`EAGER_LAUNCH_NS`]'s measurement (`torch.nn.Linear`) timed. A 16-bit row of a
+    /// Transformer Engine stack says `modules=te`.
+    pub fn resolve(given: Option<ModuleImpl>, precision: crate::workload::gpu::Precision) -> ModuleImpl {
+        given.unwrap_or(if precision == crate::workload::gpu::Precision::Fp8 {
+            ModuleImpl::Te
+        } else {
+            ModuleImpl::Torch
+        })
+    }
+}
+
 /// Host time to issue one kernel from PyTorch eager code on an x86 host: 13.48 us, the CPU time
 /// of one `torch.nn.Linear` forward (one cuBLAS kernel; BF16, hidden 2048, 8192 tokens) on a DGX
 /// H100's Xeon Platinum 8480C (NVIDIA/TransformerEngine issue #2053, 2025-08, the reporter's
@@ -391,6 +436,7 @@ impl Default for ParallelPlan {
             grad_bytes: crate::workload::llm::GRAD_BYTES,
             host: HostLaunch::Eager,
             host_launch_ns: None,
+            modules: None,
             pp_partition: PpPartition::Even,
             deepspeed_pipe: false,
             mp_optimizer: MpOptimizer::Megatron,
@@ -532,6 +578,13 @@ impl ParallelPlan {
                     let us = crate::units::check_duration_us(number(&value)?).map_err(|m| err(format!("{key}={value}: {m}")))?;
                     p.host_launch_ns = Some((us * 1e3).round() as u64)
                 }
+                "modules" => {
+                    p.modules = Some(match value.as_str() {
+                        "te" | "transformer-engine" | "transformer_engine" => ModuleImpl::Te,
+                        "torch" | "local" => ModuleImpl::Torch,
+                        v => return Err(err(format!("modules={v}: expected te or torch"))),
+                    })
+                }
                 "pp-partition" | "pp_partition" => {
                     p.pp_partition = match value.as_str() {
                         "even" => PpPartition::Even,
@@ -582,7 +635,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, pp-partition, pipe-engine, mp-optimizer, loss, softmax"
+                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, mp-optimizer, loss, softmax"
                     )))
                 }
             }
@@ -704,6 +757,9 @@ impl ParallelPlan {
         }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
+        }
+        if let (Some(m), false) = (self.modules, self.host == HostLaunch::Off) {
+            s += &format!(",modules={}", m.name());
         }
         if let Some(k) = self.attn {
             s += &format!(",attn={}", k.name());
@@ -1028,6 +1084,17 @@ mod tests {
         assert_eq!(sm.softmax, SoftmaxKernel::SwappedCheck);
         assert!(sm.name().ends_with(",softmax=swapped-check"), "{}", sm.name());
         assert_eq!(ParallelPlan::parse("tp=2").unwrap().softmax, SoftmaxKernel::Fused);
+        assert_eq!(ParallelPlan::parse("tp=2").unwrap().modules, None);
+        assert_eq!(ParallelPlan::parse("tp=2,modules=te").unwrap().modules, Some(ModuleImpl::Te));
+        assert_eq!(ParallelPlan::parse("modules=transformer_engine").unwrap().modules, Some(ModuleImpl::Te));
+        assert_eq!(ParallelPlan::parse("tp=2,modules=torch").unwrap().modules, Some(ModuleImpl::Torch));
+        assert!(ParallelPlan::parse("tp=2,modules=te").unwrap().name().ends_with(",modules=te"));
+        {
+            use crate::workload::gpu::Precision;
+            assert_eq!(ModuleImpl::resolve(None, Precision::Fp8), ModuleImpl::Te);
+            assert_eq!(ModuleImpl::resolve(None, Precision::Bf16), ModuleImpl::Torch);
+            assert_eq!(ModuleImpl::resolve(Some(ModuleImpl::Te), Precision::Bf16), ModuleImpl::Te);
+        }
         assert_eq!(ParallelPlan::parse("ep=8").unwrap().moe.dispatcher, Dispatcher::AllToAll);
         for flex in ["flex", "deepep"] {
             let p = ParallelPlan::parse(&format!("ep=8,moe-dispatcher={flex}")).unwrap();
@@ -1049,6 +1116,7 @@ mod tests {
             ("moe-dispatcher=nccl", "alltoall, flex (deepep) or hybridep"),
             ("host=jit", "eager, graphs, blocking or off"),
             ("host-launch-us=0", "positive number"),
+            ("modules=apex", "modules=apex: expected te or torch"),
             ("host-launch-us=1e30", "beyond the limit"),
             ("expert=2", "unknown key `expert`"),
             ("recompute=some", "none, selective or full"),

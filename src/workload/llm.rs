@@ -1392,10 +1392,9 @@ impl TransformerCost {
     /// Per layer of [`Self::to_workload`] (same order): the kernels its forward and its backward
     /// pass launch, the backward's including what `recompute` runs again, and whether the host
     /// waits for the layer's forward pass to finish on the GPU before it goes on (an MoE
-    /// router's token counts, see [`MoeCost::host_sync`]).
-    pub fn launches(&self, recompute: Recompute) -> Vec<Launches> {
-        // Transformer Engine modules: dagsim's FP8 is TE's (the only FP8 path of these stacks).
-        let te = self.precision == Precision::Fp8;
+    /// router's token counts, see [`MoeCost::host_sync`]). With `te` the layers run as
+    /// Transformer Engine modules ([`te_module_calls`]; the plan's `modules=`), else as PyTorch's.
+    pub fn launches(&self, recompute: Recompute, te: bool) -> Vec<Launches> {
         let router = |b: &BlockCost| self.moe.as_ref().is_some_and(|m| std::ptr::eq(b, &m.router));
         let of = |b: &BlockCost, sync: bool| {
             let forward: u32 = b.ops.iter().map(|o| o.kernels.0).sum();
@@ -1469,7 +1468,7 @@ mod tests {
         let layer =
             c.attention.backward_ns() + c.mlp.backward_ns() - base.attention.backward_ns() - base.mlp.backward_ns();
         assert!((1.0e6..2.0e6).contains(&layer), "{layer}");
-        let (before, after) = (base.launches(Recompute::Full), c.launches(Recompute::Full));
+        let (before, after) = (base.launches(Recompute::Full, false), c.launches(Recompute::Full, false));
         assert_eq!(after[1].forward, before[1].forward);
         assert_eq!(after[1].backward, before[1].backward + 3);
         // Nothing to pass over: no change.
@@ -1659,7 +1658,7 @@ mod tests {
             let x = MoeOptions { ep: 8, ..Default::default() };
             let c = cost_moe(&cfg, h100, &o, &x).unwrap();
             let names: Vec<String> = c.workload_blocks().into_iter().map(|(n, _)| n).collect();
-            names.into_iter().zip(c.launches(Recompute::None)).collect::<Vec<_>>()
+            names.into_iter().zip(c.launches(Recompute::None, precision == Precision::Fp8)).collect::<Vec<_>>()
         };
         let fp8 = run(Precision::Fp8);
         let modules =
@@ -1668,12 +1667,21 @@ mod tests {
         assert_eq!(modules(".moe-router"), 1);
         assert_eq!(modules(".experts"), 2);
         assert_eq!(fp8.iter().map(|(_, l)| l.modules).sum::<u32>(), 48 * 8, "embedding and head have none");
-        // BF16 rows are not assumed to run TE's modules.
+        // BF16 runs PyTorch's modules unless its plan says `modules=te`; then TE's, as FP8.
         assert!(run(Precision::Bf16).iter().all(|(_, l)| l.modules == 0));
+        let bf16_te = {
+            let o = CostOptions { seq_len: 4096, precision: Precision::Bf16, ..opts(1) };
+            let c = cost_moe(&cfg, h100, &o, &MoeOptions { ep: 8, ..Default::default() }).unwrap();
+            c.launches(Recompute::None, true)
+        };
+        assert_eq!(
+            bf16_te.iter().map(|l| l.modules).collect::<Vec<_>>(),
+            fp8.iter().map(|(_, l)| l.modules).collect::<Vec<_>>()
+        );
         // Llama's dense MLP: LayerNormLinear and Linear.
         let o = CostOptions { seq_len: 4096, precision: Precision::Fp8, ..opts(1) };
         let llama = cost(&TransformerConfig::named("llama3-8b").unwrap(), h100, &o).unwrap();
-        let l = llama.launches(Recompute::None);
+        let l = llama.launches(Recompute::None, true);
         assert_eq!(l.iter().map(|x| x.modules).sum::<u32>(), 32 * (3 + 2));
     }
 
