@@ -220,7 +220,9 @@ pub const SUSTAINED_CLOCK: &[(&str, f64)] = &[
     // Not measured: the SXM figure assumed for the PCIe card, as for its MAMF above.
     ("h100-pcie", 1575.0 / 1980.0),
     // The same GH100 die at the same 700 W: an H200 cannot hold 1830 MHz under full load at 700 W
-    // (tile-ai/TileOPs issue #1587, 2026-06; 1500 MHz is what it holds locked).
+    // (tile-ai/TileOPs issue #1587, 2026-06; 1500 MHz is what it holds locked). Its GEMMs run
+    // at its measured SUSTAINED_MATMUL_TFLOPS (the sweep's BF16 GEMMs held 1425-1545 MHz), so this
+    // scales its attention only.
     ("h200-sxm", 1575.0 / 1980.0),
     // B200 (1000 W): kernels run back to back for longer than ~5 ms draw ~1000 W and the SM clock
     // falls from 1965 to ~1580 MHz (flashinfer-ai/flashinfer PR #2899, 2026-03, measured with
