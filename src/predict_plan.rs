@@ -373,8 +373,7 @@ impl PlanSetup {
         // (`identical_nodes` refuses `compute_factor` faults: a faulted node's replicas would
         // need classes of their own and every TP rank simulated, so every rank runs instead).
         // FSDP hybrid shard groups are not driven through representatives.
-        let g = machine.identical_nodes(p.gpus(), false)?;
-        let k = self.replica_block(machine, g)?;
+        let k = self.class_block(machine)?;
         if p.dp / k < 2 || p.sharding == Sharding::FsdpHybrid {
             return None;
         }
@@ -495,6 +494,12 @@ impl PlanSetup {
     pub fn dp_block(&self, machine: &Machine) -> u32 {
         let p = &self.plan;
         machine.uniform_nodes(p.gpus()).and_then(|g| self.replica_block(machine, g)).unwrap_or(p.dp)
+    }
+
+    /// The block of replicas a timeline class is made of: [`Self::replica_block`] on nodes that
+    /// are identical inside (`identical_nodes` refuses `compute_factor` faults).
+    fn class_block(&self, machine: &Machine) -> Option<u32> {
+        machine.identical_nodes(self.plan.gpus(), false).and_then(|g| self.replica_block(machine, g))
     }
 
     /// The block of replicas that stand together on nodes of `g` GPUs (for [`Self::dp_block`] and
@@ -625,16 +630,13 @@ impl PlanSetup {
         match self.plan.host {
             HostLaunch::Off => return None,
             HostLaunch::Eager | HostLaunch::Blocking => {}
+            // One graph per block and pass; the graph replays the modules without their Python.
             HostLaunch::Graphs => {
                 for x in &mut layers {
                     x.forward = x.forward.min(1);
                     x.backward = x.backward.min(1);
+                    x.modules = 0;
                 }
-            }
-        }
-        if self.plan.host == HostLaunch::Graphs {
-            for x in &mut layers {
-                x.modules = 0;
             }
         }
         let launch_ns = self.plan.host_launch_ns.unwrap_or_else(|| eager_launch_ns(self.gpu));
@@ -739,12 +741,18 @@ impl PlanSetup {
                     other => other,
                 }
             };
+            // Drops the previous DAG before building the next (memory at scale), then simulates.
+            let rerun = |old: Dag, layout: &PlanLayout, why: &dyn Fn(Error) -> Error| -> Result<(Dag, Run)> {
+                drop(old);
+                let dag = build(layout).map_err(why)?;
+                let run = simulate(&dag, &machine, options).map_err(why)?;
+                Ok((dag, run))
+            };
             // The classes held only if every image ended with its original: else the run is not
             // the full one. The exact mode gives the blocks of replicas whose images ended off a
             // class of their own each and runs again, checked again, a few times (a split only
             // adds representatives: a split run that passes is exact as any run that passes).
-            let nodes = machine.identical_nodes(gpus, false);
-            let block = nodes.and_then(|g| self.replica_block(&machine, g)).unwrap_or(1);
+            let block = self.class_block(&machine).unwrap_or(1);
             while exact && replicas.drift_ns > 0 && replicas.refinements < self.class_splits {
                 let mut map = layout.replica_of.clone();
                 for d in drifted_replicas(&dag, &run, &machine, &self.plan) {
@@ -764,22 +772,16 @@ impl PlanSetup {
                 split.replica_of = map;
                 // The previous run goes before the next is built (memory at scale).
                 drop(run);
-                drop(dag);
                 layout = split;
-                let why = why("splitting the classes", replicas.drift_ns);
-                dag = build(&layout).map_err(why)?;
-                run = simulate(&dag, &machine, options).map_err(why)?;
+                (dag, run) = rerun(dag, &layout, &why("splitting the classes", replicas.drift_ns))?;
                 replicas.refinements += 1;
                 replicas.simulated = replicas_simulated(&layout);
                 replicas.drift_ns = image_drift(&dag, &run);
             }
             if exact && replicas.drift_ns > 0 {
                 drop(run);
-                drop(dag);
                 layout = layout_by(&every_replica, symmetric);
-                let why = why("simulating every DP replica", replicas.drift_ns);
-                dag = build(&layout).map_err(why)?;
-                run = simulate(&dag, &machine, options).map_err(why)?;
+                (dag, run) = rerun(dag, &layout, &why("simulating every DP replica", replicas.drift_ns))?;
                 replicas.fell_back = true;
                 replicas.simulated = replicas_simulated(&layout);
             }
