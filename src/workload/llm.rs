@@ -413,6 +413,36 @@ const CUDNN_H100_BACKWARD_TFLOPS: &[(u32, f64)] =
     &[(512, 305.0), (1024, 408.0), (2048, 465.0), (4096, 499.0), (8192, 518.0), (16384, 516.0)];
 /// The H100 SXM's dense BF16 peak the figures above are fractions of.
 const H100_BF16_PEAK_TFLOPS: f64 = 989.4;
+/// cuDNN attention on a GB200, BF16, causal (top-left) mask, head dim 128, 64 query and 8 KV
+/// heads, batch 2, the backward not deterministic: NVIDIA/cudnn-frontend
+/// `benchmark/sdpa_benchmark_training/results/llama3.1/gb200/llama3.1_20260424_100750.csv` @
+/// 3929da2 (cuDNN 9.22, the median of 10 calls, so at the benchmark clock): (sequence length,
+/// TFLOP/s), counting causal FLOPs as half and the backward as 2.5 forwards, as above
+/// (`benchmark_single_sdpa.py`'s `flops`). Used for every Blackwell GPU as fractions of
+/// [`GB200_BF16_PEAK_TFLOPS`] (the B200 assumed to reach the same fraction of its own peak).
+/// The benchmark starts at 2048 tokens; the 512 and 1024 points are its 2048 rate scaled as cuDNN
+/// falls on the H100 ([`CUDNN_H100_FORWARD_TFLOPS`]: 315 and 410 of 484; backward 305 and 408 of
+/// 465), not measured.
+const CUDNN_GB200_FORWARD_TFLOPS: &[(u32, f64)] = &[
+    (512, 1097.0 * 315.0 / 484.0),
+    (1024, 1097.0 * 410.0 / 484.0),
+    (2048, 1097.0),
+    (4096, 1408.0),
+    (8192, 1574.0),
+    (16384, 1708.0),
+    (32768, 1622.0),
+];
+const CUDNN_GB200_BACKWARD_TFLOPS: &[(u32, f64)] = &[
+    (512, 885.0 * 305.0 / 465.0),
+    (1024, 885.0 * 408.0 / 465.0),
+    (2048, 885.0),
+    (4096, 1148.0),
+    (8192, 1332.0),
+    (16384, 1328.0),
+    (32768, 1226.0),
+];
+/// The GB200's dense BF16 peak (its datasheet's 2.5 PFLOP/s; `gpu.rs`).
+const GB200_BF16_PEAK_TFLOPS: f64 = 2500.0;
 /// FlashAttention-2 on an A100 (Dao 2023, arXiv 2307.08691, Sec. 4.1): up to 73% of the
 /// theoretical peak in the forward pass and up to 63% in the backward pass.
 const FA2_FORWARD_FRACTION: f64 = 0.73;
@@ -476,8 +506,9 @@ enum Flash {
     None,
     Ampere,
     Hopper,
-    /// Forward and backward (sequence length, TFLOP/s) tables measured on an H100.
-    Measured(&'static [(u32, f64)], &'static [(u32, f64)]),
+    /// Forward and backward (sequence length, TFLOP/s) tables measured on one GPU, and that
+    /// GPU's dense 16-bit peak (TFLOP/s) they are fractions of.
+    Measured(&'static [(u32, f64)], &'static [(u32, f64)], f64),
 }
 
 impl Device {
@@ -538,18 +569,21 @@ impl Device {
                     gpu.arch
                 ))
             }
-            // Blackwell: the H100 fractions, for want of a published measurement. By default
-            // cuDNN's: Transformer Engine turns FlashAttention 3 off on any compute capability but
-            // sm90 and prefers its cuDNN FusedAttention on sm90 and newer
+            // Blackwell: cuDNN's rates measured on a GB200; FlashAttention-2 and -3 keep the H100
+            // fractions, for want of a published Blackwell measurement. By default cuDNN's:
+            // Transformer Engine turns FlashAttention 3 off on any compute capability but sm90 and
+            // prefers its cuDNN FusedAttention on sm90 and newer
             // (transformer_engine/pytorch/attention/dot_product_attention/utils.py,
             // get_attention_backend), and FlashAttention-3 is a Hopper kernel.
-            (true, "Blackwell", None) => Flash::Measured(CUDNN_H100_FORWARD_TFLOPS, CUDNN_H100_BACKWARD_TFLOPS),
+            (true, "Blackwell", None | Some(AttnKernel::Cudnn)) => {
+                Flash::Measured(CUDNN_GB200_FORWARD_TFLOPS, CUDNN_GB200_BACKWARD_TFLOPS, GB200_BF16_PEAK_TFLOPS)
+            }
             (true, "Hopper" | "Blackwell", None | Some(AttnKernel::Fa3)) => Flash::Hopper,
             (true, "Hopper" | "Blackwell", Some(AttnKernel::Fa2)) => {
-                Flash::Measured(FA2_H100_FORWARD_TFLOPS, FA2_H100_BACKWARD_TFLOPS)
+                Flash::Measured(FA2_H100_FORWARD_TFLOPS, FA2_H100_BACKWARD_TFLOPS, H100_BF16_PEAK_TFLOPS)
             }
-            (true, "Hopper" | "Blackwell", Some(AttnKernel::Cudnn)) => {
-                Flash::Measured(CUDNN_H100_FORWARD_TFLOPS, CUDNN_H100_BACKWARD_TFLOPS)
+            (true, "Hopper", Some(AttnKernel::Cudnn)) => {
+                Flash::Measured(CUDNN_H100_FORWARD_TFLOPS, CUDNN_H100_BACKWARD_TFLOPS, H100_BF16_PEAK_TFLOPS)
             }
             (true, arch, _) => {
                 return Err(Error::invalid(
@@ -978,10 +1012,9 @@ pub fn cost_moe(
             let executed = attn_flops * causal;
             let (fwd_frac, bwd_frac) = match flash {
                 Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
-                Flash::Measured(fwd, bwd) => (
-                    interpolate(fwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
-                    interpolate(bwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
-                ),
+                Flash::Measured(fwd, bwd, peak) => {
+                    (interpolate(fwd, kernel_seq) / peak, interpolate(bwd, kernel_seq) / peak)
+                }
                 _ => {
                     let f = interpolate(FA3_FORWARD_TFLOPS, kernel_seq) / FA3_REFERENCE_PEAK;
                     // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
@@ -1995,6 +2028,18 @@ mod tests {
         };
         assert_eq!(on(None), on(Some(AttnKernel::Cudnn)));
         assert!(on(Some(AttnKernel::Fa3)).0 < on(None).0);
+        // ... measured on a GB200 (cudnn-frontend: 1408 forward, 1148 backward TFLOP/s at 4096
+        // of its 2500 peak), at the clock sustained in training; 512 tokens from the 2048 rate
+        // scaled as on the H100 (315 / 484).
+        let peak = gb200.peak_flops_per_ns(Precision::Bf16) * sustained_clock("gb200");
+        let (f, b) = on(None);
+        assert!((f - LAUNCH_NS - executed / (peak * 1408.0 / 2500.0)).abs() < 1e-6 * f);
+        assert!((b - LAUNCH_NS - 2.5 * executed / (peak * 1148.0 / 2500.0)).abs() < 1e-6 * b);
+        let c = cost(&cfg, gb200, &CostOptions { seq_len: 512, ..opts(1) }).unwrap();
+        let op = c.attention.ops.iter().find(|o| o.name == "flash-attention").unwrap();
+        let executed512 = 0.5 * 4.0 * 32.0 * 512.0 * 512.0 * 128.0;
+        let want = executed512 / (peak * 1097.0 * 315.0 / 484.0 / 2500.0);
+        assert!((op.forward_ns - LAUNCH_NS - want).abs() < 1e-6 * want);
     }
 
     #[test]
