@@ -523,9 +523,11 @@ impl Comm {
             _ => bytes.div_ceil(n as u64 * nc as u64).max(1),
         };
         let w = protocol::wire_factor(choice.proto);
-        // Below a full loop the last (channel, rank) pieces are empty (`offset = gridOffset +
-        // (chunk x nChannels + bid) x chunkSize`, all_reduce.h v2.8.4-1 l.292): a step lasts as
-        // long as a full piece on a channel, but the routes carry only the pieces holding data.
+        // Below a full loop the last (channel, rank) pieces are empty (LL and LL128 lay them out
+        // rank-chunk by rank-chunk, `offset = gridOffset + (chunk x nChannels + bid) x
+        // chunkSize`, Simple channel by channel; all_reduce.h v2.8.4-1 l.294, 492, 37-38): a step
+        // lasts as long as a full piece on a channel, but the routes carry only the pieces
+        // holding data.
         let fill = match f {
             Func::AllReduce => protocol::ring_fill(bytes, n, nc, chunk),
             _ => 1.0,

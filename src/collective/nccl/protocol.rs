@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll, 48 * (32 << 10) + 1, 4, 12, 512), (32 << 10) + 1);
     }
 
-    /// all_reduce.h v2.8.4-1 l.286-292: 1 MiB of floats on 8 ranks and 24 LL channels of 512
+    /// all_reduce.h v2.8.4-1 l.284-294: 1 MiB of floats on 8 ranks and 24 LL channels of 512
     /// threads: pieces round up to 2 grains (8 KiB), so 128 of the 192 pieces hold data; 512 KiB
     /// on 16 channels fills all 128 of its 4 KiB pieces.
     #[test]
