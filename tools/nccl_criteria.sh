@@ -20,11 +20,14 @@ M=(--collective-model nccl --nccl-version 2.8.4 "$@")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
-# median and worst of |column| from CSV rows on stdin; $1 = awk filter expression
+# median and worst of |column| from CSV rows on stdin; $1 = awk filter expression. Rows of
+# `collective --check` (a `ran` column) also name the worst one: GPUs, bytes, what ran, signed error.
 stats() {
-  awk -F, "NR>1 && ($1) { e=\$NF; if (e<0) e=-e; print e }" | sort -g |
-    awk '{ a[NR]=$1 } END { if (NR==0) { print "n/a"; exit } m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2;
-      printf "median %.1f%%, worst %.1f%% (%d sizes)", 100*m, 100*a[NR], NR }'
+  awk -F, "NR==1 { for (i=1;i<=NF;i++) h[\$i]=i; next }
+    ($1) { e=\$NF; a=(e<0)?-e:e; w=\"\"; if (h[\"ran\"]) w=sprintf(\"%s GPUs, %s B, %s, %+.1f%%\", \$h[\"gpus\"], \$h[\"bytes\"], \$h[\"ran\"], 100*e); print a \"|\" w }" |
+    sort -t"|" -k1,1g |
+    awk -F"|" '{ a[NR]=$1; w[NR]=$2 } END { if (NR==0) { print "n/a"; exit } m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2;
+      printf "median %.1f%%, worst %.1f%% (%d sizes%s)", 100*m, 100*a[NR], NR, (w[NR]=="") ? "" : "; worst: " w[NR] }'
 }
 # busbw error column from collective --check csv: measured_us / predicted_us - 1
 busbw() {

@@ -423,7 +423,10 @@ impl Comm {
 
     /// A hop's latency beyond its route's and its rate cap (wire bytes/ns), for a flow of `mult`
     /// of the `on_arc` channels crossing this hop, moved by `threads_frac` of each channel's
-    /// threads (a tree's up or down half; 1 otherwise).
+    /// threads (a tree's up or down half; 1 otherwise). `fill` is the share of the flow's
+    /// nominal bytes that hold data (a ring all-reduce below a full loop, [`protocol::ring_fill`];
+    /// 1 otherwise): the flow carries that share, so its per-channel ceilings scale with it (a
+    /// channel still paces a full piece) while the shares of a route stay whole.
     #[allow(clippy::too_many_arguments)]
     fn hop(
         &self,
@@ -436,6 +439,7 @@ impl Comm {
         lat_scale: f64,
         rail: u32,
         threads_frac: f64,
+        fill: f64,
     ) -> Hop {
         let t = self.tables();
         let p = choice.proto;
@@ -471,14 +475,14 @@ impl Comm {
             ),
             None => protocol::Ceilings { route_fraction: 1.0, per_channel_gb_s: f64::INFINITY },
         };
-        let mut data_cap = mult as f64 * ceil.per_channel_gb_s * threads_frac;
+        let mut data_cap = mult as f64 * ceil.per_channel_gb_s * threads_frac * fill;
         data_cap = data_cap.min(info.pair_cap * share);
         if info.transport == Transport::NetSocket {
             let sock = transport::socket_channel_cap_gb_s(&self.transports);
-            data_cap = data_cap.min(mult as f64 * sock);
+            data_cap = data_cap.min(mult as f64 * sock * fill);
         }
         if let (Transport::NetIb, Some(hs)) = (info.transport, self.host_staged) {
-            data_cap = data_cap.min(mult as f64 * hs.channel_rate);
+            data_cap = data_cap.min(mult as f64 * hs.channel_rate * fill);
         }
         let mut cap = data_cap * w;
         if ceil.route_fraction * w < 1.0 {
@@ -519,6 +523,15 @@ impl Comm {
             _ => bytes.div_ceil(n as u64 * nc as u64).max(1),
         };
         let w = protocol::wire_factor(choice.proto);
+        // Below a full loop the last (channel, rank) pieces are empty (LL and LL128 lay them out
+        // rank-chunk by rank-chunk, `offset = gridOffset + (chunk x nChannels + bid) x
+        // chunkSize`, Simple channel by channel; all_reduce.h v2.8.4-1 l.294, 492, 37-38): a step
+        // lasts as long as a full piece on a channel, but the routes carry only the pieces
+        // holding data.
+        let fill = match f {
+            Func::AllReduce => protocol::ring_fill(bytes, n, nc, chunk),
+            _ => 1.0,
+        };
         let pats = Self::patterns(&self.ring, nc);
         // Channels on each arc: intra (i -> j) and inter (exit i -> entry j by NIC n).
         let mut arcs: rustc_hash::FxHashMap<(u32, u32, u32, bool), u32> = Default::default();
@@ -540,7 +553,7 @@ impl Comm {
                         let key = (a, b, if inter { c.nic.unwrap_or(0) } else { 0 }, inter);
                         let info = self.hop_info(a, b, inter, c.nic);
                         let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
-                        self.hop(choice, Some(f), info, inter, *mult, arcs[&key], lat_scale, rail, 1.0)
+                        self.hop(choice, Some(f), info, inter, *mult, arcs[&key], lat_scale, rail, 1.0, fill)
                     })
                     .collect();
                 let mut pos = vec![0u32; g as usize];
@@ -551,7 +564,7 @@ impl Comm {
                 RingPattern {
                     order: c.order.clone(),
                     pos,
-                    bytes: ((chunk * *mult as u64) as f64 * w).round() as u64,
+                    bytes: ((chunk * *mult as u64) as f64 * w * fill).round().max(1.0) as u64,
                     step_latency_ns,
                     first_extra_ns,
                     hops,
@@ -804,8 +817,9 @@ impl Comm {
             let rail = if inter { nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
             let bytes = ((piece * mult as u64) as f64 * w).round() as u64;
             let (up_share, down_share) = split(inter);
-            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, up_share);
-            let down = self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, down_share);
+            let up = self.hop(choice, Some(Func::AllReduce), up_info, inter, mult, on_arc, 1.0, rail, up_share, 1.0);
+            let down =
+                self.hop(choice, Some(Func::AllReduce), down_info, inter, mult, on_arc, 1.0, rail, down_share, 1.0);
             hops.push((up, down));
             let (up_offset, down_offset) = match (cut_through, inter) {
                 // Up: the chain of a node nd hops below the root at 2(D - nd), its link to the
@@ -940,7 +954,7 @@ impl Comm {
                 let &(src, dst, inter) = h;
                 let info = self.hop_info(src % g, dst % g, inter, c.nic);
                 let rail = if inter { c.nic.unwrap_or(NO_RAIL) } else { NO_RAIL };
-                let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail, 1.0);
+                let hop = self.hop(choice, Some(f), info, inter, *mult, arcs[&arc(c, h)], 1.0, rail, 1.0, 1.0);
                 let bytes = ((piece * *mult as u64) as f64 * w).round() as u64;
                 let offset = if !cut_through {
                     k as u32
@@ -985,7 +999,7 @@ impl Comm {
             let info = self.hop_info(src % g, dst % g, inter, nic);
             // No rail: under this model the engine routes point-to-point traffic between nodes the
             // way NCCL's net transport does (`Machine::p2p_route`: the receiver's NIC, by PXN).
-            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, NO_RAIL, 1.0);
+            let h = self.hop(&choice, None, info, inter, 1, 1, 1.0, NO_RAIL, 1.0, 1.0);
             transfers.push(super::Transfer {
                 src,
                 dst,

@@ -130,6 +130,15 @@ pub fn ring_allreduce_step_bytes(v: NcclVersion, p: Proto, bytes: u64, ranks: u3
     total.max(1)
 }
 
+/// The share of a ring all-reduce's (channel, rank) pieces that hold data, given the bytes one
+/// channel moves per step summed over the loops ([`ring_allreduce_step_bytes`]): the kernel lays
+/// pieces out rank-chunk by rank-chunk across the channels and the last ones of a partial loop
+/// stay empty, so `ranks x channels x step bytes` overstates what the links carry.
+pub fn ring_fill(bytes: u64, ranks: u32, channels: u32, step_bytes: u64) -> f64 {
+    let slots = ranks.max(1) as f64 * channels.max(1) as f64 * step_bytes.max(1) as f64;
+    (bytes as f64 / slots).clamp(0.0, 1.0)
+}
+
 /// Most pieces a pipelined chain is cut into: beyond this, the fill and drain of the pipeline
 /// (span - 1 pieces) is under a thousandth of the time for any span up to a few ranks per piece, and
 /// finer pieces only cost simulation steps.
@@ -327,6 +336,19 @@ mod tests {
         assert_eq!(ring_allreduce_step_bytes(NcclVersion::V2_21_5, Proto::Ll128, 512 << 10, 4, 12, 640), 10_923);
         // Beyond one loop (LL: 48 x 32 KiB), every full loop adds a whole step's chunk.
         assert_eq!(ring_allreduce_step_bytes(v, Proto::Ll, 48 * (32 << 10) + 1, 4, 12, 512), (32 << 10) + 1);
+    }
+
+    /// all_reduce.h v2.8.4-1 l.284-294: 1 MiB of floats on 8 ranks and 24 LL channels of 512
+    /// threads: pieces round up to 2 grains (8 KiB), so 128 of the 192 pieces hold data; 512 KiB
+    /// on 16 channels fills all 128 of its 4 KiB pieces.
+    #[test]
+    fn a_partial_loop_leaves_the_last_pieces_empty() {
+        let v = NcclVersion::V2_8_4;
+        let step = ring_allreduce_step_bytes(v, Proto::Ll, 1 << 20, 8, 24, 512);
+        assert_eq!(step, 8192);
+        assert!((ring_fill(1 << 20, 8, 24, step) - 128.0 / 192.0).abs() < 1e-12);
+        let step = ring_allreduce_step_bytes(v, Proto::Ll, 512 << 10, 8, 16, 512);
+        assert_eq!(ring_fill(512 << 10, 8, 16, step), 1.0);
     }
 
     #[test]
