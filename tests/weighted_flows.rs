@@ -145,6 +145,22 @@ fn a_bundle_over_a_shared_spine_is_its_members_and_stays_whole() {
 }
 
 #[test]
+fn members_held_by_their_own_links_together_leave_the_rest_of_a_shared_link() {
+    // Host links at 0.5 hold both members (each by its own uplink, in the same round), so the
+    // bundle stays whole and the spine uplink (2.0) keeps 2.0 - 2 x 0.5 for a plain flow from a
+    // faster host: that flow must get 1.0 in both runs (one subtraction per member).
+    let tree = FatTree { hosts: 8, per_leaf: 4, spines: 2 };
+    let mut cap = tree.capacities(0.5, 2.0);
+    cap[2 * 2] = 4.0; // host 2's uplink
+    cap[2 * 6 + 1] = 4.0; // host 6's down link
+    let mut specs: Vec<Spec> = (0..2).map(|h| spec(0, 1_000.0, tree.route(h, h + 4, 0), Some(0))).collect();
+    specs.push(spec(0, 1_000.0, tree.route(2, 6, 0), None));
+    assert_eq!(same_both_ways(&cap, &specs), 0);
+    let (end, _) = run(&cap, &specs, true);
+    assert_eq!(end, vec![2_000, 2_000, 1_000]);
+}
+
+#[test]
 fn a_bundle_splits_where_one_members_own_link_is_busier() {
     // Member 0's host uplink carries three other flows, so it is held at 0.25 while the others get
     // the uplink's 2/4: the bundle must split in its first solve, and still match.
