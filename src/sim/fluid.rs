@@ -2,6 +2,15 @@
 //! filling). Only the connected component of links and flows touched since the last solve is
 //! re-solved, so a change costs the size of its component, not of the whole network.
 //! Knows nothing of tasks, events or devices: flows are ids with a link list, an amount and a cap.
+//!
+//! A *bundle* ([`FluidNet::add_bundle`]) is one flow standing for k members of the same size, start
+//! and cap, each over its own route: on a link that m members cross it counts m times (m = k on
+//! the links they share, 1 on a member's own). Progressive filling counts those multiplicities and
+//! takes a fixed bundle's share off a link m times, one subtraction a member, so while its members
+//! are fixed in the same round every value is bit for bit what k separate flows get. The round in
+//! which only some members would be fixed (a saturated link that not all cross) splits the bundle
+//! into its members first, each in the bundle's state ([`FluidNet::take_splits`]), and filling goes
+//! on as for k separate flows.
 
 use crate::units::Nanos;
 
@@ -21,6 +30,26 @@ struct Flow {
     scheduled: bool,
     due: Nanos,
     live: bool,
+    /// Members it stands for: 1 for a plain flow, k for a bundle (then listed in `bundles`).
+    members: u32,
+}
+
+/// What a bundle knows beyond its flow: each member's route, and the multiplicity of each link of
+/// the flow's list (the union of the routes, in order of first appearance).
+#[derive(Debug, Clone)]
+struct Bundle {
+    routes: Vec<Vec<u32>>,
+    mult: Vec<u32>,
+}
+
+/// A bundle split by a solve into one flow per member: `members[i]` is the flow of member `i`
+/// (`members[0]` is the bundle's own id, which keeps its version and completion event; the others
+/// are new flows in the bundle's state whose completions, if one was due, are in that solve's
+/// output).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub bundle: FlowId,
+    pub members: Vec<FlowId>,
 }
 
 /// Everything about a moving flow that decides its future: what a copy needs to behave the same.
@@ -50,6 +79,10 @@ pub struct FluidNet {
     /// Links of all flows, flows index ranges into it; slots of dead flows are reused by size.
     link_arena: Vec<u32>,
     on_link: Vec<Vec<FlowId>>,
+    /// Members crossing each link (the length of `on_link` while no bundle is there).
+    load: Vec<u32>,
+    bundles: rustc_hash::FxHashMap<FlowId, Bundle>,
+    splits: Vec<Split>,
     dirty_links: Vec<u32>,
     // Scratch for solving, kept between calls so a solve allocates nothing.
     link_mark: Vec<u32>,
@@ -75,6 +108,9 @@ impl FluidNet {
             free: Vec::new(),
             link_arena: Vec::new(),
             on_link: vec![Vec::new(); n],
+            load: vec![0; n],
+            bundles: Default::default(),
+            splits: Vec::new(),
             dirty_links: Vec::new(),
             link_mark: vec![0; n],
             flow_mark: Vec::new(),
@@ -95,6 +131,52 @@ impl FluidNet {
         self.add_inner(links, bytes, cap, now, true)
     }
 
+    /// Adds a bundle standing for one flow of `bytes` per route of `routes` (at least one, each
+    /// non-empty, no link twice in a route), all at most `cap` bytes/ns, at time `now` (see the
+    /// module comment). Its rate, one member's, is set at the next [`FluidNet::solve`]; its
+    /// completion is every member's, unless a solve splits it first.
+    pub fn add_bundle(&mut self, routes: &[&[u32]], bytes: f64, cap: f64, now: Nanos) -> FlowId {
+        debug_assert!(!routes.is_empty() && routes.iter().all(|r| !r.is_empty()));
+        if routes.len() == 1 {
+            return self.add(routes[0], bytes, cap, now);
+        }
+        let mut union: Vec<u32> = Vec::new();
+        let mut mult: Vec<u32> = Vec::new();
+        for route in routes {
+            for &l in route.iter() {
+                match union.iter().position(|&u| u == l) {
+                    Some(i) => mult[i] += 1,
+                    None => {
+                        union.push(l);
+                        mult.push(1);
+                    }
+                }
+            }
+        }
+        let id = self.add_inner(&union, bytes, cap, now, true);
+        for (&l, &m) in union.iter().zip(&mult) {
+            self.load[l as usize] += m - 1;
+        }
+        self.flows[id as usize].members = routes.len() as u32;
+        self.bundles.insert(id, Bundle { routes: routes.iter().map(|r| r.to_vec()).collect(), mult });
+        id
+    }
+
+    /// Members a flow stands for (1 unless it is a bundle).
+    pub fn members(&self, id: FlowId) -> u32 {
+        self.flows[id as usize].members
+    }
+
+    /// Bundles split by the solves since the last call, in the order they split.
+    pub fn take_splits(&mut self) -> Vec<Split> {
+        std::mem::take(&mut self.splits)
+    }
+
+    /// Members of live flows crossing link `l` (a bundle counts once per member crossing it).
+    pub fn load_on(&self, l: u32) -> u32 {
+        self.load[l as usize]
+    }
+
     fn add_inner(&mut self, links: &[u32], bytes: f64, cap: f64, now: Nanos, dirty: bool) -> FlowId {
         debug_assert!(!links.is_empty());
         let range = self.alloc_links(links);
@@ -108,6 +190,7 @@ impl FluidNet {
             scheduled: false,
             due: 0,
             live: true,
+            members: 1,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -124,6 +207,7 @@ impl FluidNet {
         };
         for &l in links {
             self.on_link[l as usize].push(id);
+            self.load[l as usize] += 1;
             if dirty {
                 self.dirty_links.push(l);
             }
@@ -177,17 +261,20 @@ impl FluidNet {
 
     /// Removes a finished flow; the links it used are re-solved at the next [`FluidNet::solve`].
     pub fn remove(&mut self, id: FlowId) {
+        let bundle = if self.flows[id as usize].members > 1 { self.bundles.remove(&id) } else { None };
         let f = &mut self.flows[id as usize];
         debug_assert!(f.live);
         f.live = false;
         f.scheduled = false;
         f.version = f.version.wrapping_add(1);
+        f.members = 1;
         let range = f.links.clone();
-        for i in range.clone() {
+        for (n, i) in range.clone().enumerate() {
             let l = self.link_arena[i as usize];
             let list = &mut self.on_link[l as usize];
             let pos = list.iter().position(|&x| x == id).expect("a live flow is listed on its links");
             list.swap_remove(pos);
+            self.load[l as usize] -= bundle.as_ref().map_or(1, |b| b.mult[n]);
             self.dirty_links.push(l);
         }
         let len = range.len();
@@ -290,11 +377,14 @@ impl FluidNet {
     }
 
     /// Progressive filling over the gathered component: raise all unfixed flows together until a
-    /// link saturates or a flow hits its cap, fix those flows, repeat.
+    /// link saturates or a flow hits its cap, fix those flows, repeat. A link's count of unfixed
+    /// flows counts a bundle's members on it, and a fixed bundle's share comes off the link once
+    /// per member, so members fixed together are bit for bit k separate flows; a bundle whose
+    /// members would be fixed in different rounds is split first (see the module comment).
     fn fill(&mut self, now: Nanos, out: &mut Vec<Completion>) {
         for &l in &self.comp_links {
             self.cap_left[l as usize] = self.capacity[l as usize];
-            self.unfixed_on[l as usize] = self.on_link[l as usize].len() as u32;
+            self.unfixed_on[l as usize] = self.load[l as usize];
         }
         for &f in &self.comp_flows {
             self.fixed[f as usize] = false;
@@ -314,36 +404,111 @@ impl FluidNet {
                     share = share.min(self.flows[f as usize].cap);
                 }
             }
-            // The flows held back at this level: capped ones, and those crossing a saturated link.
+            // The flows held back at this level: capped ones, and those crossing a saturated link
+            // (a bundle when every member crosses one; split when only some do).
             newly.clear();
-            for &f in &self.comp_flows {
+            let mut i = 0;
+            while i < self.comp_flows.len() {
+                let f = self.comp_flows[i];
                 if self.fixed[f as usize] {
+                    i += 1;
                     continue;
                 }
                 let fl = &self.flows[f as usize];
-                let saturated = |l: &u32| {
-                    let n = self.unfixed_on[*l as usize];
-                    n > 0 && self.cap_left[*l as usize] / n as f64 <= share
-                };
-                if fl.cap <= share
-                    || self.link_arena[fl.links.start as usize..fl.links.end as usize].iter().any(saturated)
+                if fl.cap <= share {
+                    newly.push(f);
+                } else if fl.members > 1 {
+                    let b = &self.bundles[&f];
+                    let held = b.routes.iter().filter(|r| r.iter().any(|&l| self.saturated(l, share))).count();
+                    if held == b.routes.len() {
+                        newly.push(f);
+                    } else if held > 0 {
+                        // Its members part here: go on with them as separate flows, this one again.
+                        left += self.split(f, out);
+                        continue;
+                    }
+                } else if self.link_arena[fl.links.start as usize..fl.links.end as usize]
+                    .iter()
+                    .any(|&l| self.saturated(l, share))
                 {
                     newly.push(f);
                 }
+                i += 1;
             }
             debug_assert!(!newly.is_empty(), "progressive filling fixes at least one flow per round");
             for &f in &newly {
                 self.fixed[f as usize] = true;
                 left -= 1;
                 self.set_rate(f, share, now, out);
-                for j in self.flows[f as usize].links.clone() {
+                let fl = &self.flows[f as usize];
+                let mult = (fl.members > 1).then(|| &self.bundles[&f].mult);
+                for (n, j) in fl.links.clone().enumerate() {
                     let l = self.link_arena[j as usize] as usize;
-                    self.cap_left[l] = (self.cap_left[l] - share).max(0.0);
-                    self.unfixed_on[l] -= 1;
+                    let times = mult.map_or(1, |m| m[n]);
+                    // One subtraction per member, in the order k separate flows would make them.
+                    for _ in 0..times {
+                        self.cap_left[l] = (self.cap_left[l] - share).max(0.0);
+                    }
+                    self.unfixed_on[l] -= times;
                 }
             }
         }
         self.newly = newly;
+    }
+
+    /// Whether link `l` is saturated at `share` in the current filling round.
+    fn saturated(&self, l: u32, share: f64) -> bool {
+        let n = self.unfixed_on[l as usize];
+        n > 0 && self.cap_left[l as usize] / n as f64 <= share
+    }
+
+    /// Splits bundle `id`, during a fill of its component, into one flow per member in the
+    /// bundle's state: member 0 keeps the id (its version and completion event), the others are
+    /// new flows of the component whose completions (if due) go to `out`. Link loads are
+    /// unchanged (a bundle counted each member). Returns how many flows were added.
+    fn split(&mut self, id: FlowId, out: &mut Vec<Completion>) -> usize {
+        let bundle = self.bundles.remove(&id).expect("a bundle has its record");
+        let old = self.flows[id as usize].links.clone();
+        for i in old.clone() {
+            let l = self.link_arena[i as usize];
+            let list = &mut self.on_link[l as usize];
+            let pos = list.iter().position(|&x| x == id).expect("a live flow is listed on its links");
+            list.swap_remove(pos);
+        }
+        let len = old.len();
+        if self.arena_free.len() <= len {
+            self.arena_free.resize_with(len + 1, Vec::new);
+        }
+        self.arena_free[len].push(old);
+        let first = &bundle.routes[0];
+        let range = self.alloc_links(first);
+        for &l in first {
+            self.on_link[l as usize].push(id);
+        }
+        let f = &mut self.flows[id as usize];
+        f.links = range;
+        f.members = 1;
+        let f = f.clone();
+        let mut members = vec![id];
+        for route in &bundle.routes[1..] {
+            let m = self.add_inner(route, f.remaining, f.cap, f.last, false);
+            for &l in route {
+                self.load[l as usize] -= 1; // add_inner counted it again
+            }
+            let g = &mut self.flows[m as usize];
+            g.rate = f.rate;
+            g.scheduled = f.scheduled;
+            g.due = f.due;
+            if g.scheduled {
+                out.push(Completion { flow: m, version: g.version, time: g.due });
+            }
+            self.flow_mark[m as usize] = self.epoch;
+            self.fixed[m as usize] = false;
+            self.comp_flows.push(m);
+            members.push(m);
+        }
+        self.splits.push(Split { bundle: id, members });
+        bundle.routes.len() - 1
     }
 
     fn set_rate(&mut self, f: FlowId, rate: f64, now: Nanos, out: &mut Vec<Completion>) {
