@@ -149,3 +149,65 @@ fn a_dp_groups_collectives_run_one_at_a_time_under_nccl() {
     let queue_of = |p: Phase| spans.iter().find(|s| s.2 == p).unwrap().3;
     assert_ne!(queue_of(Phase::ParamGather), queue_of(Phase::GradientAggregation));
 }
+
+/// Whether task `to` is reachable from task `from` along the DAG's edges.
+fn reaches(sim: &SimulatedPlan, from: usize, to: usize) -> bool {
+    let mut seen = vec![false; sim.dag.len()];
+    let mut stack = vec![from as dagsim::dag::TaskId];
+    while let Some(t) = stack.pop() {
+        if t as usize == to {
+            return true;
+        }
+        for &s in sim.dag.successors(t) {
+            if !std::mem::replace(&mut seen[s as usize], true) {
+                stack.push(s);
+            }
+        }
+    }
+    false
+}
+
+/// The next iteration's parameter all-gathers come from its forward, after the optimizer step:
+/// PyTorch FSDP's root pre-forward has the unshard stream wait for the compute stream
+/// (`_wait_for_computation_stream`), so not even the first two (which no module before them
+/// holds back) run inside the previous iteration. Every iteration-1 gather follows an
+/// iteration-0 update in the DAG (the first two every member's; a later one its issuing rank's,
+/// through the module two before it), and in the run starts after its group's updates end.
+#[test]
+fn next_iterations_gathers_wait_for_the_optimizer_step() {
+    for spec in ["tp=1,pp=1,dp=16,fsdp=full", "tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer", "tp=2,pp=1,dp=8,zero=3"] {
+        let sim = setup(spec).simulate(false, Options::default()).unwrap();
+        let tasks = sim.dag.tasks();
+        let updates: Vec<(usize, u32)> = (0..tasks.len())
+            .filter(|&i| tasks[i].phase == Phase::Update && tasks[i].iteration == 0)
+            .map(|i| (i, sim.dag.rank_of(tasks[i].gpu.unwrap())))
+            .collect();
+        let mut checked = 0;
+        for (i, t) in tasks.iter().enumerate().filter(|(_, t)| t.phase == Phase::ParamGather && t.iteration == 1) {
+            let Work::Collective { group, .. } = t.work else { continue };
+            assert!(
+                updates.iter().any(|&(u, _)| reaches(&sim, u, i)),
+                "{spec}: gather {i} ({:?}) follows no update",
+                t.layer
+            );
+            for &(u, r) in updates.iter().filter(|(_, r)| sim.dag.group(group).contains(r)) {
+                assert!(sim.run.start[i] >= sim.run.end[u], "{spec}: gather {i} starts before rank {r}'s update ends");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{spec}: no iteration-1 gathers checked");
+        // The first two gathers of rank 0's DP group, which no module before them holds back,
+        // follow every member's update.
+        let first_two = (0..tasks.len()).filter(|&i| {
+            tasks[i].phase == Phase::ParamGather
+                && tasks[i].iteration == 1
+                && matches!(tasks[i].work, Work::Collective { group, .. } if sim.dag.group(group).contains(&0))
+        });
+        for i in first_two.take(2) {
+            let Work::Collective { group, .. } = tasks[i].work else { unreachable!() };
+            for &(u, r) in updates.iter().filter(|(_, r)| sim.dag.group(group).contains(r)) {
+                assert!(reaches(&sim, u, i), "{spec}: gather {i} does not follow rank {r}'s update");
+            }
+        }
+    }
+}

@@ -812,6 +812,18 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                     ));
                                     if recent.len() >= 2 {
                                         b.add_edge(recent[recent.len() - 2], ag);
+                                    } else {
+                                        // The iteration's first two gathers come from its first
+                                        // forward, after the optimizer step on every member: FSDP's
+                                        // root pre-forward has the unshard stream wait for the
+                                        // compute stream ("to respect optimizer step computation",
+                                        // `_root_pre_forward` -> `_wait_for_computation_stream`,
+                                        // torch/distributed/fsdp/_runtime_utils.py, PyTorch 2.0-2.1).
+                                        for &g in &dpg.members {
+                                            if let Some(u) = prev_update[g as usize] {
+                                                b.add_edge(u, ag);
+                                            }
+                                        }
                                     }
                                     ag
                                 });
