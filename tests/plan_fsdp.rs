@@ -211,3 +211,46 @@ fn next_iterations_gathers_wait_for_the_optimizer_step() {
         }
     }
 }
+
+/// PyTorch FSDP syncs on every backward call (Composer skips none between micro-batches): its
+/// final callback has the compute stream wait for every reduce-scatter of the pass
+/// (`_post_backward_final_callback`), and the next forward's root pre-forward has the gathers
+/// wait for the compute stream. So under `mp-optimizer=torch-fsdp` micro-batch 1's first forward
+/// compute on GPU 0 and its first gather follow all of micro-batch 0's reduce-scatters of GPU 0's
+/// DP group; under a plain `fsdp=full` plan (no such sync named) the last reduce-scatter overlaps
+/// the next forward.
+#[test]
+fn torch_fsdp_waits_for_the_micro_batchs_reduce_scatters() {
+    for (spec, synced) in [
+        ("tp=1,pp=1,dp=16,fsdp=full,mp-optimizer=torch-fsdp", true),
+        ("tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer,mp-optimizer=torch-fsdp", true),
+        ("tp=1,pp=1,dp=16,fsdp=full", false),
+    ] {
+        let sim = setup(spec).simulate(false, Options::default()).unwrap();
+        let tasks = sim.dag.tasks();
+        let of_group0 = |i: &usize, phase: Phase| {
+            tasks[*i].phase == phase
+                && tasks[*i].iteration == 0
+                && matches!(tasks[*i].work, Work::Collective { group, .. } if sim.dag.group(group).contains(&0))
+        };
+        let reduces: Vec<usize> = (0..tasks.len()).filter(|i| of_group0(i, Phase::GradientAggregation)).collect();
+        // Two micro-batches, as many reduce-scatters each, the first's made first.
+        let mb0 = &reduces[..reduces.len() / 2];
+        let forwards: Vec<usize> = (0..tasks.len())
+            .filter(|&i| tasks[i].phase == Phase::Forward && tasks[i].iteration == 0 && tasks[i].gpu == Some(0))
+            .collect();
+        let next_forward = forwards[forwards.len() / 2];
+        // Each pass gathers every module: micro-batch 1's forward gathers come after two passes'.
+        let gathers: Vec<usize> = (0..tasks.len()).filter(|i| of_group0(i, Phase::ParamGather)).collect();
+        let next_gather = gathers[gathers.len() / 2];
+        for t in [next_forward, next_gather] {
+            let waits = mb0.iter().filter(|&&r| reaches(&sim, r, t)).count();
+            if synced {
+                assert_eq!(waits, mb0.len(), "{spec}: task {t} follows {waits} of {} reduce-scatters", mb0.len());
+                assert!(mb0.iter().all(|&r| sim.run.start[t] >= sim.run.end[r]), "{spec}: task {t} starts early");
+            } else {
+                assert!(waits < mb0.len(), "{spec}: task {t} follows every reduce-scatter unsynced");
+            }
+        }
+    }
+}
