@@ -736,12 +736,17 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             }
             // The last compute task of each module run so far, for ZeRO-3/FSDP prefetch: a module's
             // parameters are gathered once the module two before it is done, so at most two are
-            // gathered at a time. PyTorch FSDP with `limit_all_gathers` (Composer's default)
-            // issues an all-gather only after the free of the module two back
-            // (`_unshard`/`_FreeEventQueue`, torch/distributed/fsdp/_runtime_utils.py @ 00ae0bc);
-            // without forward prefetch the CPU, running ahead of the GPU, issues the next
-            // module's all-gather as soon as that allows, and backward prefetch
-            // (BACKWARD_POST, Composer's default) does the same in backward order.
+            // gathered at a time. PyTorch FSDP with `limit_all_gathers` issues an all-gather only
+            // after the free of the module two back (`_unshard` synchronizes on
+            // `_FreeEventQueue.dequeue_if_needed`, torch/distributed/fsdp/_runtime_utils.py @
+            // 00ae0bc; `_limiter_utils.py` `_max_num_inflight_all_gathers = 2`); without forward
+            // prefetch the CPU, running ahead of the GPU, issues the next module's all-gather as
+            // soon as that allows, and backward prefetch (BACKWARD_POST: in a module's
+            // post-backward hook, before its reduce-scatter) does the same in backward order.
+            // Composer v0.17.2 `composer/trainer/dist_strategy.py` l.135-142 defaults to
+            // BACKWARD_POST, no forward prefetch and `limit_all_gathers` on (PyTorch's own
+            // constructor default is BACKWARD_PRE); llm-foundry's MPT yamls @ 5e85bd6 set only
+            // FULL_SHARD, checkpointing and `limit_all_gathers: true`.
             let mut recent: Vec<TaskId> = Vec::new();
             let first_member_h2d = last[0];
             for l in last.iter_mut().skip(1) {
