@@ -149,3 +149,108 @@ fn a_dp_groups_collectives_run_one_at_a_time_under_nccl() {
     let queue_of = |p: Phase| spans.iter().find(|s| s.2 == p).unwrap().3;
     assert_ne!(queue_of(Phase::ParamGather), queue_of(Phase::GradientAggregation));
 }
+
+/// Whether task `to` is reachable from task `from` along the DAG's edges.
+fn reaches(sim: &SimulatedPlan, from: usize, to: usize) -> bool {
+    let mut seen = vec![false; sim.dag.len()];
+    let mut stack = vec![from as dagsim::dag::TaskId];
+    while let Some(t) = stack.pop() {
+        if t as usize == to {
+            return true;
+        }
+        for &s in sim.dag.successors(t) {
+            if !std::mem::replace(&mut seen[s as usize], true) {
+                stack.push(s);
+            }
+        }
+    }
+    false
+}
+
+/// The next iteration's parameter all-gathers come from its forward, after the optimizer step:
+/// PyTorch FSDP's root pre-forward has the unshard stream wait for the compute stream
+/// (`_wait_for_computation_stream`), so not even the first two (which no module before them
+/// holds back) run inside the previous iteration. Every iteration-1 gather follows an
+/// iteration-0 update in the DAG (the first two every member's; a later one its issuing rank's,
+/// through the module two before it), and in the run starts after its group's updates end.
+#[test]
+fn next_iterations_gathers_wait_for_the_optimizer_step() {
+    for spec in ["tp=1,pp=1,dp=16,fsdp=full", "tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer", "tp=2,pp=1,dp=8,zero=3"] {
+        let sim = setup(spec).simulate(false, Options::default()).unwrap();
+        let tasks = sim.dag.tasks();
+        let updates: Vec<(usize, u32)> = (0..tasks.len())
+            .filter(|&i| tasks[i].phase == Phase::Update && tasks[i].iteration == 0)
+            .map(|i| (i, sim.dag.rank_of(tasks[i].gpu.unwrap())))
+            .collect();
+        let mut checked = 0;
+        for (i, t) in tasks.iter().enumerate().filter(|(_, t)| t.phase == Phase::ParamGather && t.iteration == 1) {
+            let Work::Collective { group, .. } = t.work else { continue };
+            assert!(
+                updates.iter().any(|&(u, _)| reaches(&sim, u, i)),
+                "{spec}: gather {i} ({:?}) follows no update",
+                t.layer
+            );
+            for &(u, r) in updates.iter().filter(|(_, r)| sim.dag.group(group).contains(r)) {
+                assert!(sim.run.start[i] >= sim.run.end[u], "{spec}: gather {i} starts before rank {r}'s update ends");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{spec}: no iteration-1 gathers checked");
+        // The first two gathers of rank 0's DP group, which no module before them holds back,
+        // follow every member's update.
+        let first_two = (0..tasks.len()).filter(|&i| {
+            tasks[i].phase == Phase::ParamGather
+                && tasks[i].iteration == 1
+                && matches!(tasks[i].work, Work::Collective { group, .. } if sim.dag.group(group).contains(&0))
+        });
+        for i in first_two.take(2) {
+            let Work::Collective { group, .. } = tasks[i].work else { unreachable!() };
+            for &(u, r) in updates.iter().filter(|(_, r)| sim.dag.group(group).contains(r)) {
+                assert!(reaches(&sim, u, i), "{spec}: gather {i} does not follow rank {r}'s update");
+            }
+        }
+    }
+}
+
+/// PyTorch FSDP syncs on every backward call (Composer skips none between micro-batches): its
+/// final callback has the compute stream wait for every reduce-scatter of the pass
+/// (`_post_backward_final_callback`), and the next forward's root pre-forward has the gathers
+/// wait for the compute stream. So under `mp-optimizer=torch-fsdp` micro-batch 1's first forward
+/// compute on GPU 0 and its first gather follow all of micro-batch 0's reduce-scatters of GPU 0's
+/// DP group; under a plain `fsdp=full` plan (no such sync named) the last reduce-scatter overlaps
+/// the next forward.
+#[test]
+fn torch_fsdp_waits_for_the_micro_batchs_reduce_scatters() {
+    for (spec, synced) in [
+        ("tp=1,pp=1,dp=16,fsdp=full,mp-optimizer=torch-fsdp", true),
+        ("tp=1,pp=1,dp=16,fsdp=full,fsdp-wrap=layer,mp-optimizer=torch-fsdp", true),
+        ("tp=1,pp=1,dp=16,fsdp=full", false),
+    ] {
+        let sim = setup(spec).simulate(false, Options::default()).unwrap();
+        let tasks = sim.dag.tasks();
+        let of_group0 = |i: &usize, phase: Phase| {
+            tasks[*i].phase == phase
+                && tasks[*i].iteration == 0
+                && matches!(tasks[*i].work, Work::Collective { group, .. } if sim.dag.group(group).contains(&0))
+        };
+        let reduces: Vec<usize> = (0..tasks.len()).filter(|i| of_group0(i, Phase::GradientAggregation)).collect();
+        // Two micro-batches, as many reduce-scatters each, the first's made first.
+        let mb0 = &reduces[..reduces.len() / 2];
+        let forwards: Vec<usize> = (0..tasks.len())
+            .filter(|&i| tasks[i].phase == Phase::Forward && tasks[i].iteration == 0 && tasks[i].gpu == Some(0))
+            .collect();
+        let next_forward = forwards[forwards.len() / 2];
+        // Each pass gathers every module: micro-batch 1's forward gathers come after two passes'.
+        let gathers: Vec<usize> = (0..tasks.len()).filter(|i| of_group0(i, Phase::ParamGather)).collect();
+        let next_gather = gathers[gathers.len() / 2];
+        for t in [next_forward, next_gather] {
+            let waits = mb0.iter().filter(|&&r| reaches(&sim, r, t)).count();
+            if synced {
+                assert_eq!(waits, mb0.len(), "{spec}: task {t} follows {waits} of {} reduce-scatters", mb0.len());
+                assert!(mb0.iter().all(|&r| sim.run.start[t] >= sim.run.end[r]), "{spec}: task {t} starts early");
+            } else {
+                assert!(waits < mb0.len(), "{spec}: task {t} follows every reduce-scatter unsynced");
+            }
+        }
+    }
+}

@@ -638,6 +638,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len() + expert_groups.len()];
     let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
     let gather_params = plan.sharding.shards_params() && dp > 1;
+    // PyTorch FSDP syncs on every backward call (Composer skips no micro-batch's sync): its final
+    // callback has the compute stream wait for the post-backward stream, so for every reduce-scatter
+    // of the pass (`_post_backward_final_callback`, `current_stream().wait_stream(post_backward)`),
+    // and the next forward's root pre-forward has the unshard stream wait for the compute stream
+    // (`_root_pre_forward` -> `_wait_for_computation_stream`; torch/distributed/fsdp/_runtime_utils.py,
+    // PyTorch 2.0-2.1). So what follows a backward on a GPU, its compute and its forward's
+    // gathers, waits for that micro-batch's reduce-scatters on the GPU.
+    let fsdp_syncs = plan.mp_optimizer == MpOptimizer::TorchFsdp && gather_params;
     // The host model: per GPU, the host's last task (or the GPU task it last waited for) and the
     // launch time still owed for the kernels of the last GPU task it started.
     let host = layout.host.as_ref();
@@ -651,6 +659,9 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
         let mut updates: Vec<TaskId> = vec![0; n as usize];
         let mut step_ends: Vec<HashMap<Step, (TaskId, TaskId)>> = vec![HashMap::new(); n as usize];
         let mut gathers: HashMap<(usize, usize, u32, bool), TaskId> = HashMap::new();
+        // PyTorch FSDP: per (GPU, micro-batch), the tasks that wait for the micro-batch's
+        // reduce-scatters on the GPU (see `fsdp_syncs`).
+        let mut after_backward: HashMap<(u32, u32), Vec<TaskId>> = HashMap::new();
         // One collective per layer group, layer, micro-batch, pass and position, with its images.
         let mut group_colls: HashMap<GroupKey, Vec<TaskId>> = HashMap::new();
         for (members, tp_ranks, tp_group, tp_queue) in &tp_groups {
@@ -725,18 +736,31 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             }
             // The last compute task of each module run so far, for ZeRO-3/FSDP prefetch: a module's
             // parameters are gathered once the module two before it is done, so at most two are
-            // gathered at a time. PyTorch FSDP with `limit_all_gathers` (Composer's default)
-            // issues an all-gather only after the free of the module two back
-            // (`_unshard`/`_FreeEventQueue`, torch/distributed/fsdp/_runtime_utils.py @ 00ae0bc);
-            // without forward prefetch the CPU, running ahead of the GPU, issues the next
-            // module's all-gather as soon as that allows, and backward prefetch
-            // (BACKWARD_POST, Composer's default) does the same in backward order.
+            // gathered at a time. PyTorch FSDP with `limit_all_gathers` issues an all-gather only
+            // after the free of the module two back (`_unshard` synchronizes on
+            // `_FreeEventQueue.dequeue_if_needed`, torch/distributed/fsdp/_runtime_utils.py @
+            // 00ae0bc; `_limiter_utils.py` `_max_num_inflight_all_gathers = 2`); without forward
+            // prefetch the CPU, running ahead of the GPU, issues the next module's all-gather as
+            // soon as that allows, and backward prefetch (BACKWARD_POST: in a module's
+            // post-backward hook, before its reduce-scatter) does the same in backward order.
+            // Composer v0.17.2 `composer/trainer/dist_strategy.py` l.135-142 defaults to
+            // BACKWARD_POST, no forward prefetch and `limit_all_gathers` on (PyTorch's own
+            // constructor default is BACKWARD_PRE); llm-foundry's MPT yamls @ 5e85bd6 set only
+            // FULL_SHARD, checkpointing and `limit_all_gathers: true`.
             let mut recent: Vec<TaskId> = Vec::new();
             let first_member_h2d = last[0];
             for l in last.iter_mut().skip(1) {
                 *l = first_member_h2d;
             }
+            let mut prev_backward: Option<u32> = None;
             for step in &orders[stage as usize] {
+                // The micro-batch whose backward this step follows (PyTorch FSDP's syncs), and
+                // where each member's stream stood when the step began.
+                let synced =
+                    std::mem::replace(&mut prev_backward, (step.pass == Pass::Backward).then_some(step.micro_batch))
+                        .filter(|_| fsdp_syncs);
+                let step_start = last.clone();
+                let mut step_started = vec![false; members.len()];
                 let chunk = &layout.chunks[stage as usize][step.chunk as usize];
                 let seq: Vec<usize> = match step.pass {
                     Pass::Forward => chunk.clone(),
@@ -810,8 +834,28 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                         it,
                                         Some(l),
                                     ));
+                                    if let (Some(mb), Pass::Forward) = (synced, step.pass) {
+                                        // Issued after the root pre-forward's wait on the compute
+                                        // stream, which waits for the last backward's reduce-scatters.
+                                        if let Some(p) = step_start[0] {
+                                            b.add_edge(p, ag);
+                                        }
+                                        after_backward.entry((members[0], mb)).or_default().push(ag);
+                                    }
                                     if recent.len() >= 2 {
                                         b.add_edge(recent[recent.len() - 2], ag);
+                                    } else {
+                                        // The iteration's first two gathers come from its first
+                                        // forward, after the optimizer step on every member: FSDP's
+                                        // root pre-forward has the unshard stream wait for the
+                                        // compute stream ("to respect optimizer step computation",
+                                        // `_root_pre_forward` -> `_wait_for_computation_stream`,
+                                        // torch/distributed/fsdp/_runtime_utils.py, PyTorch 2.0-2.1).
+                                        for &g in &dpg.members {
+                                            if let Some(u) = prev_update[g as usize] {
+                                                b.add_edge(u, ag);
+                                            }
+                                        }
                                     }
                                     ag
                                 });
@@ -842,6 +886,9 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         ));
                         if let Some(p) = last[k] {
                             b.add_edge(p, t);
+                        }
+                        if let Some(mb) = synced.filter(|_| !std::mem::replace(&mut step_started[k], true)) {
+                            after_backward.entry((g, mb)).or_default().push(t);
                         }
                         if let Some(h) = host {
                             let kernels = h.layers.get(l).map_or(1, |x| match step.pass {
@@ -1268,6 +1315,13 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                     &mut codec_task,
                     &mut on_done,
                 );
+                if fsdp_syncs {
+                    for &(r, _, done) in &done_tasks {
+                        for &w in after_backward.get(&(members[r], mb)).into_iter().flatten() {
+                            b.add_edge(done, w);
+                        }
+                    }
+                }
                 // FSDP hybrid: the shard groups' reduced gradients meet across replicas below.
                 if hybrid && mb == micro_batches - 1 {
                     for (i, bucket) in bucket_plan.iter().enumerate() {
