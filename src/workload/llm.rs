@@ -577,6 +577,16 @@ impl Device {
         self.gemm_in((batch, m, n, k), rate, self.gemm_in, false)
     }
 
+    /// [`Device::gemm`] with beta != 0: the GEMM reads its output matrix before it writes it
+    /// (cuBLAS adds beta x C), which a short-K batched GEMM such as the attention scores pays in
+    /// memory time.
+    pub(super) fn gemm_accumulating(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
+        let (ns, flops) = self.gemm(batch, m, n, k, rate);
+        let roofline = ns - LAUNCH_NS;
+        let bytes = batch as f64 * ((m * k + k * n) as f64 * self.gemm_in + 2.0 * (m * n) as f64 * self.elem);
+        (roofline.max(bytes / self.memory) + LAUNCH_NS, flops)
+    }
+
     /// [`Device::gemm`] for an MoE layer's experts: `batch` equal groups of one grouped GEMM.
     /// Their 16-bit GEMMs pay the tile overhead too, which is measured for them (the BF16 probe
     /// of [`TILE_FIXED_NS`]); dense 16-bit GEMMs pay [`DENSE16_TILE_FIXED_NS`] where it is
@@ -951,7 +961,19 @@ pub fn cost_moe(
     let (core, core_recompute) = match d.flash {
         Flash::None => {
             let n = (b * heads_l * s * s) as f64; // score elements
-            let (qk, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
+                                                  // ALiBi without a fused kernel (Megatron-DeepSpeed @ 58d9204 `transformer.py`
+                                                  // l.283-326, as HF BLOOM): the scores GEMM is a `baddbmm` into the bias tensor
+                                                  // broadcast over the queries, with beta = 1 / layer number (query-key layer scaling,
+                                                  // Megatron's default) or 1. PyTorch's `baddbmm_out_cuda_impl` (aten/src/ATen/native/
+                                                  // cuda/Blas.cpp, 1.9-1.12) copies the expanded bias into the output when beta != 0
+                                                  // (one kernel writing every score) and cuBLAS then reads it back (beta x C).
+            let alibi = cfg.position == Position::Alibi;
+            let (qk, _) = if alibi {
+                d.gemm_accumulating(b * heads_l, s, s, hd, d.matmul16)
+            } else {
+                d.gemm(b * heads_l, s, s, hd, d.matmul16)
+            };
+            let alibi_copy = if alibi { d.stream(n * e) } else { 0.0 };
             let (qk_b1, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
             let (av, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
             let (av_b1, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
@@ -967,11 +989,12 @@ pub fn cost_moe(
             };
             let (dr_f, dr_b) =
                 if dropout { (d.stream(2.0 * n * e + n), d.stream(2.0 * n * e + n)) } else { (0.0, 0.0) };
-            let fwd = qk + sm_f + dr_f + av;
+            let fwd = alibi_copy + qk + sm_f + dr_f + av;
             let bwd = 2.0 * qk_b1 + sm_b + dr_b + 2.0 * av_b1;
             let drop = u32::from(dropout);
             let sm = sm_kernels - 1;
-            (op("attention", (fwd, bwd), attn_flops).with_kernels(3 + drop + sm, 5 + drop + sm), fwd)
+            let fwd_kernels = 3 + drop + sm + u32::from(alibi);
+            (op("attention", (fwd, bwd), attn_flops).with_kernels(fwd_kernels, 5 + drop + sm), fwd)
         }
         flash => {
             let causal = if cfg.causal { 0.5 } else { 1.0 };
