@@ -2071,6 +2071,41 @@ mod tests {
     }
 
     #[test]
+    fn alibi_without_flash_copies_the_bias_into_the_scores_and_reads_it_back() {
+        // BLOOM's shape at tp 8 (8 heads a GPU): Megatron-DeepSpeed's `baddbmm` into the ALiBi
+        // bias writes every score once more (the copy of the broadcast bias) and the scores GEMM
+        // reads them back (beta != 0); the backward pass is unchanged.
+        let a100 = GpuSpec::by_name("a100-sxm4-80gb").unwrap();
+        let mem = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let bloom = TransformerConfig::named("bloom-176b").unwrap();
+        let learned = TransformerConfig { position: Position::Learned { max_positions: 2048 }, ..bloom.clone() };
+        let o = CostOptions { flash_attention: false, micro_batch: 2, ..opts(8) };
+        let attn = |cfg: &TransformerConfig| {
+            let c = cost(cfg, a100, &o).unwrap();
+            c.attention.ops.iter().find(|o| o.name == "attention").unwrap().clone()
+        };
+        let (a, l) = (attn(&bloom), attn(&learned));
+        let n = (2 * 14 * 2048 * 2048) as f64; // 112 heads over tp 8, micro-batch 2
+        let (hd, e) = (128.0, 2.0);
+        // The scores GEMM: math at the sustained rate over its waves of 128 x 128 tiles (28 x 16 x
+        // 16 tiles on 108 SMs), or its bytes with the output read back.
+        let tiles: u64 = 28 * 16 * 16;
+        let fill = tiles as f64 / (tiles.div_ceil(108) * 108) as f64;
+        let math = 2.0 * n * hd / (230.0 * 1e3 * fill);
+        let bytes = |c_passes: f64| 28.0 * 2.0 * 2048.0 * hd * e + c_passes * n * e;
+        let extra_gemm = math.max(bytes(2.0) / mem) - math.max(bytes(1.0) / mem);
+        let extra = n * e / mem + LAUNCH_NS + extra_gemm;
+        assert!(extra_gemm > 0.0, "the short-K scores GEMM is memory-bound once it reads its output");
+        assert!((a.forward_ns - l.forward_ns - extra).abs() < 1e-6 * a.forward_ns, "{} {}", a.forward_ns, l.forward_ns);
+        assert_eq!(a.backward_ns, l.backward_ns);
+        assert_eq!((a.kernels.0 - l.kernels.0, a.kernels.1), (1, l.kernels.1));
+        // Flash attention applies the bias inside its kernel: nothing extra.
+        let flash = CostOptions { flash_attention: true, ..o };
+        let fa = |cfg: &TransformerConfig| cost(cfg, a100, &flash).unwrap().attention.forward_ns();
+        assert_eq!(fa(&bloom), fa(&learned));
+    }
+
+    #[test]
     fn megatrons_unfused_cross_entropy_moves_52_bytes_a_logit() {
         // Megatron-Core r0.8.0 cross_entropy.py without --cross-entropy-loss-fusion: forward
         // .float() (2 + 4), max (4), -= (4 + 4), exp (4 + 4), sum (4), div_ (4 + 4); backward
