@@ -611,6 +611,16 @@ impl Device {
         self.gemm_in((batch, m, n, k), rate, self.gemm_in, false)
     }
 
+    /// [`Device::gemm`] with beta != 0: the GEMM reads its output matrix before it writes it
+    /// (cuBLAS adds beta x C), which a short-K batched GEMM such as the attention scores pays in
+    /// memory time.
+    pub(super) fn gemm_accumulating(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
+        let (ns, flops) = self.gemm(batch, m, n, k, rate);
+        let roofline = ns - LAUNCH_NS;
+        let bytes = batch as f64 * ((m * k + k * n) as f64 * self.gemm_in + 2.0 * (m * n) as f64 * self.elem);
+        (roofline.max(bytes / self.memory) + LAUNCH_NS, flops)
+    }
+
     /// [`Device::gemm`] for an MoE layer's experts: `batch` equal groups of one grouped GEMM.
     /// Their 16-bit GEMMs pay the tile overhead too, which is measured for them (the BF16 probe
     /// of [`TILE_FIXED_NS`]); dense 16-bit GEMMs pay [`DENSE16_TILE_FIXED_NS`] where it is
@@ -985,7 +995,19 @@ pub fn cost_moe(
     let (core, core_recompute) = match d.flash {
         Flash::None => {
             let n = (b * heads_l * s * s) as f64; // score elements
-            let (qk, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
+                                                  // ALiBi without a fused kernel (Megatron-DeepSpeed @ 58d9204 `transformer.py`
+                                                  // l.283-326, as HF BLOOM): the scores GEMM is a `baddbmm` into the bias tensor
+                                                  // broadcast over the queries, with beta = 1 / layer number (query-key layer scaling,
+                                                  // Megatron's default) or 1. PyTorch's `baddbmm_out_cuda_impl` (aten/src/ATen/native/
+                                                  // cuda/Blas.cpp, 1.9-1.12) copies the expanded bias into the output when beta != 0
+                                                  // (one kernel writing every score) and cuBLAS then reads it back (beta x C).
+            let alibi = cfg.position == Position::Alibi;
+            let (qk, _) = if alibi {
+                d.gemm_accumulating(b * heads_l, s, s, hd, d.matmul16)
+            } else {
+                d.gemm(b * heads_l, s, s, hd, d.matmul16)
+            };
+            let alibi_copy = if alibi { d.stream(n * e) } else { 0.0 };
             let (qk_b1, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
             let (av, _) = d.gemm(b * heads_l, s, hd, s, d.matmul16);
             let (av_b1, _) = d.gemm(b * heads_l, s, s, hd, d.matmul16);
@@ -1001,11 +1023,12 @@ pub fn cost_moe(
             };
             let (dr_f, dr_b) =
                 if dropout { (d.stream(2.0 * n * e + n), d.stream(2.0 * n * e + n)) } else { (0.0, 0.0) };
-            let fwd = qk + sm_f + dr_f + av;
+            let fwd = alibi_copy + qk + sm_f + dr_f + av;
             let bwd = 2.0 * qk_b1 + sm_b + dr_b + 2.0 * av_b1;
             let drop = u32::from(dropout);
             let sm = sm_kernels - 1;
-            (op("attention", (fwd, bwd), attn_flops).with_kernels(3 + drop + sm, 5 + drop + sm), fwd)
+            let fwd_kernels = 3 + drop + sm + u32::from(alibi);
+            (op("attention", (fwd, bwd), attn_flops).with_kernels(fwd_kernels, 5 + drop + sm), fwd)
         }
         flash => {
             let causal = if cfg.causal { 0.5 } else { 1.0 };
@@ -2090,6 +2113,41 @@ mod tests {
         let o = CostOptions { softmax: SoftmaxKernel::Unfused, ..opts(4) };
         let e = cost(&cfg, a100, &o).unwrap_err().to_string();
         assert!(e.contains("softmax") && e.contains("flash=off"), "{e}");
+    }
+
+    #[test]
+    fn alibi_without_flash_copies_the_bias_into_the_scores_and_reads_it_back() {
+        // BLOOM's shape at tp 8 (8 heads a GPU): Megatron-DeepSpeed's `baddbmm` into the ALiBi
+        // bias writes every score once more (the copy of the broadcast bias) and the scores GEMM
+        // reads them back (beta != 0); the backward pass is unchanged.
+        let a100 = GpuSpec::by_name("a100-sxm4-80gb").unwrap();
+        let mem = a100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let bloom = TransformerConfig::named("bloom-176b").unwrap();
+        let learned = TransformerConfig { position: Position::Learned { max_positions: 2048 }, ..bloom.clone() };
+        let o = CostOptions { flash_attention: false, micro_batch: 2, ..opts(8) };
+        let attn = |cfg: &TransformerConfig| {
+            let c = cost(cfg, a100, &o).unwrap();
+            c.attention.ops.iter().find(|o| o.name == "attention").unwrap().clone()
+        };
+        let (a, l) = (attn(&bloom), attn(&learned));
+        let n = (2 * 14 * 2048 * 2048) as f64; // 112 heads over tp 8, micro-batch 2
+        let (hd, e) = (128.0, 2.0);
+        // The scores GEMM: math at the sustained rate over its waves of 128 x 128 tiles (28 x 16 x
+        // 16 tiles on 108 SMs), or its bytes with the output read back.
+        let tiles: u64 = 28 * 16 * 16;
+        let fill = tiles as f64 / (tiles.div_ceil(108) * 108) as f64;
+        let math = 2.0 * n * hd / (230.0 * 1e3 * fill);
+        let bytes = |c_passes: f64| 28.0 * 2.0 * 2048.0 * hd * e + c_passes * n * e;
+        let extra_gemm = math.max(bytes(2.0) / mem) - math.max(bytes(1.0) / mem);
+        let extra = n * e / mem + LAUNCH_NS + extra_gemm;
+        assert!(extra_gemm > 0.0, "the short-K scores GEMM is memory-bound once it reads its output");
+        assert!((a.forward_ns - l.forward_ns - extra).abs() < 1e-6 * a.forward_ns, "{} {}", a.forward_ns, l.forward_ns);
+        assert_eq!(a.backward_ns, l.backward_ns);
+        assert_eq!((a.kernels.0 - l.kernels.0, a.kernels.1), (1, l.kernels.1));
+        // Flash attention applies the bias inside its kernel: nothing extra.
+        let flash = CostOptions { flash_attention: true, ..o };
+        let fa = |cfg: &TransformerConfig| cost(cfg, a100, &flash).unwrap().attention.forward_ns();
+        assert_eq!(fa(&bloom), fa(&learned));
     }
 
     #[test]

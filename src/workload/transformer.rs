@@ -1034,6 +1034,16 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
             Some(x) => x.as_bool().ok_or_else(|| Error::parse(at(name), format!("must be true or false, not {x}"))),
         }
     };
+    // A dropout probability (`hidden_dropout`, `attention_dropout`): a number in [0, 1).
+    let probability = |name: &str| -> Result<f64> {
+        match obj.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(0.0),
+            Some(x) => x
+                .as_f64()
+                .filter(|p| (0.0..1.0).contains(p))
+                .ok_or_else(|| Error::parse(at(name), format!("must be a probability in [0, 1), not {x}"))),
+        }
+    };
     let u32_of = |x: u64, field: &str| -> Result<u32> {
         u32::try_from(x).map_err(|_| Error::parse(at(field), format!("{x} is too large")))
     };
@@ -1162,6 +1172,9 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
         "bloom" => {
             let hidden = need(&["hidden_size", "n_embed"])?;
             let heads = need(&["n_head", "num_attention_heads"])?;
+            // BloomConfig's `hidden_dropout` and `attention_dropout` (0.0 by default and in the
+            // published BLOOM configs, which are for inference); a training run states its own.
+            let dropout = probability("hidden_dropout")? > 0.0 || probability("attention_dropout")? > 0.0;
             TransformerConfig {
                 name,
                 family: Family::Bloom,
@@ -1177,7 +1190,7 @@ pub fn parse_hf_config(text: &str, path: &Path) -> Result<TransformerConfig> {
                 position: Position::Alibi,
                 bias: true,
                 tied_embeddings: true,
-                dropout: false,
+                dropout,
                 causal: true,
                 token_types: 0,
                 moe: None,
@@ -1333,6 +1346,15 @@ mod tests {
         assert!(!b.causal && b.family == Family::Encoder);
         // BERT-large without the pooler: 335,141,888 - 1024*1024 - 1024.
         assert_eq!(b.params().total(), 335_141_888 - 1024 * 1024 - 1024);
+        // BLOOM: no dropout unless the config states a probability (BigScience's training runs
+        // used Megatron-DeepSpeed's default 0.1).
+        let bloom = r#"{"model_type": "bloom", "hidden_size": 14336, "n_layer": 6, "n_head": 64,
+            "vocab_size": 250880}"#;
+        assert!(!parse_hf_config(bloom, Path::new("b.json")).unwrap().dropout);
+        let zero = bloom.replace("\"n_head\"", "\"hidden_dropout\": 0.0, \"attention_dropout\": 0.0, \"n_head\"");
+        assert!(!parse_hf_config(&zero, Path::new("b.json")).unwrap().dropout);
+        let trained = bloom.replace("\"n_head\"", "\"hidden_dropout\": 0.1, \"n_head\"");
+        assert!(parse_hf_config(&trained, Path::new("b.json")).unwrap().dropout);
     }
 
     #[test]
@@ -1353,5 +1375,13 @@ mod tests {
             "vocab_size": 32000, "max_position_embeddings": 4096}"#;
         let e = parse_hf_config(bad_heads, Path::new("c.json")).unwrap_err().to_string();
         assert!(e.contains("kv_heads") && e.contains("5 key-value heads"), "{e}");
+        for bad in ["1.5", "-0.1", "\"0.1\""] {
+            let text = format!(
+                r#"{{"model_type": "bloom", "hidden_size": 1024, "n_layer": 2, "n_head": 16,
+                "vocab_size": 1000, "attention_dropout": {bad}}}"#
+            );
+            let e = parse_hf_config(&text, Path::new("c.json")).unwrap_err().to_string();
+            assert!(e.contains("c.json") && e.contains("attention_dropout") && e.contains("[0, 1)"), "{e}");
+        }
     }
 }
