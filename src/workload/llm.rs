@@ -976,41 +976,28 @@ pub fn cost_moe(
         flash => {
             let causal = if cfg.causal { 0.5 } else { 1.0 };
             let executed = attn_flops * causal;
-            // Forward and backward ns of `work` executed FLOPs in kernels over `seq` tokens.
-            let kernel_ns = |work: f64, seq: u32| {
-                let (fwd_frac, bwd_frac) = match flash {
-                    Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
-                    Flash::Measured(fwd, bwd) => {
-                        (interpolate(fwd, seq) / H100_BF16_PEAK_TFLOPS, interpolate(bwd, seq) / H100_BF16_PEAK_TFLOPS)
-                    }
-                    _ => {
-                        let f = interpolate(FA3_FORWARD_TFLOPS, seq) / FA3_REFERENCE_PEAK;
-                        // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
-                        (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
-                    }
-                };
-                (work / (d.peak16 * fwd_frac), FLASH_BACKWARD_FLOPS * work / (d.peak16 * bwd_frac))
+            let (fwd_frac, bwd_frac) = match flash {
+                Flash::Ampere => (FA2_FORWARD_FRACTION, FA2_BACKWARD_FRACTION),
+                Flash::Measured(fwd, bwd) => (
+                    interpolate(fwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
+                    interpolate(bwd, kernel_seq) / H100_BF16_PEAK_TFLOPS,
+                ),
+                _ => {
+                    let f = interpolate(FA3_FORWARD_TFLOPS, kernel_seq) / FA3_REFERENCE_PEAK;
+                    // Backward over forward as FlashAttention-2 measured it (no FA3 backward table).
+                    (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
+                }
             };
-            let (fwd, bwd) = if ring {
-                // Under the CP ring, one kernel per ring step, each an equal share of the work
-                // (TE 1.3 `AttnFuncWithCP`, l.491-589). With the causal mask only step 0 runs over
-                // the GPU's whole share (its two chunks against themselves, causal); the others
-                // run without a mask over half of it: all its queries against the first half of
-                // the keys that arrived (ranks at or past the step, l.519-549) or the second half
-                // of its queries against them all (l.550-589). Timed at the shorter side's length,
-                // the keys' s/2 of the ranks that set the step's pace, so smaller kernels run at
-                // the table's lower rate.
-                let per_step = executed / cp as f64;
-                let first = kernel_ns(per_step, kernel_seq);
-                let rest_seq = if cfg.causal { (kernel_seq / 2).max(1) } else { kernel_seq };
-                let rest = kernel_ns(per_step, rest_seq);
-                let others = (cp - 1) as f64;
-                let launches = cp as f64 * LAUNCH_NS;
-                (first.0 + others * rest.0 + launches, first.1 + others * rest.1 + launches)
-            } else {
-                let (f, b) = kernel_ns(executed, kernel_seq);
-                (f + LAUNCH_NS, b + LAUNCH_NS)
-            };
+            // Under the CP ring, one kernel per ring step (TE 1.3 `AttnFuncWithCP`, l.491-589),
+            // each an equal share of the work, all timed at the rate of the GPU's share s: under
+            // the causal mask step 0 is the causal kernel over s; each later one runs without a
+            // mask, all s queries against s/2 keys (ranks at or past the step, l.519-549) or s/2
+            // queries against s keys (l.550-589). The tables time causal kernels, whose query
+            // tiles loop over L/2 keys on average at length L: a kernel whose tiles loop over s/2
+            // or s keys, unmasked, runs at least at the causal rate at s, not at the lower one at s/2.
+            let launches = if ring { cp as f64 * LAUNCH_NS } else { LAUNCH_NS };
+            let fwd = executed / (d.peak16 * fwd_frac) + launches;
+            let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + launches;
             // The kernel recomputes scores itself; selective recomputation has nothing to redo.
             (op("flash-attention", (fwd, bwd), attn_flops), 0.0)
         }
@@ -2043,11 +2030,11 @@ mod tests {
     }
 
     #[test]
-    fn the_cp_ring_times_each_step_at_its_shape_and_charges_te_s_memory_passes() {
+    fn the_cp_ring_times_its_steps_at_the_gpu_s_share_and_charges_te_s_memory_passes() {
         // Llama 2 7B (32 heads of 128, MHA), tp 4, cp 4, 16384 tokens per GPU, cuDNN attention
-        // on an H100, BF16: step 0 is the causal kernel over the GPU's 16384 tokens, steps 1-3
-        // run without a mask over half of them, timed at 8192 (cuDNN 539 / 516 TFLOP/s at 16384,
-        // 529 / 518 at 8192, FA3 paper Fig. 5(d)/6).
+        // on an H100, BF16: four kernels, each a quarter of the causal work, at the rate of the
+        // GPU's 16384 tokens (cuDNN 539 / 516 TFLOP/s, FA3 paper Fig. 5(d)/6), not the whole
+        // sequence's.
         let cfg = TransformerConfig::named("llama2-7b").unwrap();
         let h100 = GpuSpec::by_name("h100").unwrap();
         let o = CostOptions { seq_len: 16384, attention: Some(AttnKernel::Cudnn), ..opts(4) };
@@ -2058,8 +2045,8 @@ mod tests {
         let rate = |tflops: f64| peak * tflops / H100_BF16_PEAK_TFLOPS;
         // Executed: the causal half of 4 x 8 heads x 16384 x 65536 x 128, a quarter per step.
         let step = 0.5 * 4.0 * 8.0 * 16384.0 * 65536.0 * 128.0 / 4.0;
-        let fwd = step / rate(539.0) + 3.0 * step / rate(529.0) + 4.0 * LAUNCH_NS;
-        let bwd = 2.5 * (step / rate(516.0) + 3.0 * step / rate(518.0)) + 4.0 * LAUNCH_NS;
+        let fwd = 4.0 * step / rate(539.0) + 4.0 * LAUNCH_NS;
+        let bwd = 2.5 * 4.0 * step / rate(516.0) + 4.0 * LAUNCH_NS;
         assert!((core.forward_ns - fwd).abs() < 1e-6 * fwd, "{} vs {fwd}", core.forward_ns);
         assert!((core.backward_ns - bwd).abs() < 1e-6 * bwd, "{} vs {bwd}", core.backward_ns);
         // The passes around them, in units of the queries' bytes (q = k = v here): forward 2 x 3
