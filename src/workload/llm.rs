@@ -1044,7 +1044,13 @@ pub fn cost_moe(
                     (f, f * FA2_BACKWARD_FRACTION / FA2_FORWARD_FRACTION)
                 }
             };
-            // Under the CP ring, one kernel per ring step.
+            // Under the CP ring, one kernel per ring step (TE 1.3 `AttnFuncWithCP`, l.491-589),
+            // each an equal share of the work, all timed at the rate of the GPU's share s: under
+            // the causal mask step 0 is the causal kernel over s; each later one runs without a
+            // mask, all s queries against s/2 keys (ranks at or past the step, l.519-549) or s/2
+            // queries against s keys (l.550-589). The tables time causal kernels, whose query
+            // tiles loop over L/2 keys on average at length L: a kernel whose tiles loop over s/2
+            // or s keys, unmasked, runs at least at the causal rate at s, not at the lower one at s/2.
             let launches = if ring { cp as f64 * LAUNCH_NS } else { LAUNCH_NS };
             let fwd = executed / (d.peak16 * fwd_frac) + launches;
             let bwd = FLASH_BACKWARD_FLOPS * executed / (d.peak16 * bwd_frac) + launches;
@@ -1198,6 +1204,14 @@ pub fn cost_moe(
     // values stay 16-bit under FP8 (v1.3's DotProductAttention has no FP8 path, l.2641).
     let ring_context = ring_core.map(|core| {
         let kv = b * s * kv_l * o.precision.bytes().max(2);
+        let passes = ring_passes(
+            &d,
+            cfg.causal,
+            cp,
+            (b * s * h_l * o.precision.bytes().max(2)) as f64,
+            kv as f64,
+            b * heads_l * s,
+        );
         let steps = cp as usize;
         let forward: Vec<u64> = (0..steps).map(|i| if i + 1 < steps { kv } else { 0 }).collect();
         let mut backward: Vec<u64> = (0..steps).map(|i| if i == 0 || i + 1 == steps { kv } else { 2 * kv }).collect();
@@ -1206,10 +1220,10 @@ pub fn cost_moe(
         if o.recompute == Recompute::Full {
             backward.iter_mut().zip(&forward).for_each(|(b, f)| *b += f);
         }
-        let recompute_ns = if o.recompute == Recompute::Full { core.forward_ns } else { 0.0 };
+        let recompute_ns = if o.recompute == Recompute::Full { core.forward_ns + passes.forward_ns } else { 0.0 };
         BlockCost {
             name: "context",
-            ops: vec![core],
+            ops: vec![core, passes],
             recompute_ns,
             params: 0,
             tensors: vec![],
@@ -1320,6 +1334,71 @@ pub fn cost_moe(
         update_ns_per_param: update_bytes / d.memory,
         calibration_factor: 1.0,
     })
+}
+
+/// The memory passes Transformer Engine 1.3's CP ring (`AttnFuncWithCP`,
+/// transformer_engine/pytorch/attention.py @ v1.3) runs around its attention kernels, for a GPU
+/// holding `q` bytes of queries (and as many of output and gradients) and `kv` bytes of keys and
+/// values (16-bit), `rows` = micro-batch x heads x tokens of softmax statistics, over `cp` steps;
+/// one op, (forward, backward) each a sum of memory-bound kernels at the GPU's stream rate.
+/// Forward:
+/// - Megatron-Core hands over `sbhd` tensors (`TEDotProductAttention.qkv_format`,
+///   custom_layers/transformer_engine.py l.366 @ core_v0.5.0) and under CP `FusedAttention`
+///   copies q, k and v into `bshd` and the output back (l.2092-2108): each read and written;
+/// - the first send buffer: k and v concatenated (l.469); the output zeroed (l.615);
+/// - per step, under the causal mask, the half-chunk the kernel takes made contiguous: the first
+///   half of the received keys and values (ranks at or past the step, l.522) or the second half of
+///   the queries (the others, l.553); the softmax statistics merged, in FP64 (l.416-421, l.617-627);
+/// - after the ring, per step, the output rescaled into the sum (`flash_attn_fwd_out_correction`,
+///   l.407-414, l.635-646: read the sum and the step's output, write the sum; a half for the
+///   steps of the second half of the queries).
+///
+/// Backward (l.668-950), on one stream, each step waiting for its exchange:
+/// - the output gradient into `bshd` and the q, k and v gradients back (the autograd of l.2093
+///   and l.2108); the keys and values copied into the first buffer (l.694);
+/// - per step: the half-chunk copies (keys and values, l.773, or the second half of q, output and
+///   output gradient, l.811-814), the query gradient added in (l.885-907), the key and value
+///   gradients concatenated (`torch.cat`, l.914) and added into the received sum (l.921-944).
+///
+/// Ranks hold different halves at a step; the ring passes each step on from rank to rank, so each
+/// step is charged the larger of the two cases. `torch.compile` fuses each correction into one
+/// kernel (`jit_fuser`, jit.py l.11-13, PyTorch 2). The causal split is TE's only layout with
+/// halves; without the causal mask every step runs over whole tensors.
+fn ring_passes(d: &Device, causal: bool, cp: u64, q: f64, kv: f64, rows: u64) -> OpCost {
+    // The steps after the first.
+    let later = cp.saturating_sub(1) as f64;
+    // FP64 statistics merged: read the sum (8 bytes a row) and the step's (4), write the sum (8).
+    let lse = 20.0 * rows as f64;
+    // Forward: q, k, v into `bshd` and the output back, the buffer of k and v, the zeroed output,
+    // the first step's output correction; 9 kernels with the two casts of the statistics.
+    let fixed_f = 2.0 * (q + kv) + 2.0 * q + 2.0 * kv + q + 3.0 * q + 2.0 * 12.0 * rows as f64;
+    // Each later step: its half-chunk copy, the statistics, its output correction (whole, or half
+    // for the second half of the queries).
+    let (step_f, kernels_f) = if causal { ((kv + 3.0 * q).max(q + 1.5 * q) + lse, 3) } else { (3.0 * q + lse, 2) };
+    // Backward: the output gradient into `bshd`, the three input gradients back, the buffer copy.
+    let fixed_b = 2.0 * q + 2.0 * (q + kv) + 2.0 * kv;
+    // A step over whole tensors (the last, causal, step; every step without the mask): dq added
+    // (read two, write one), dk and dv concatenated and added into the received sum.
+    let whole_b = 3.0 * q + 2.0 * kv + 3.0 * kv;
+    // The causal steps before the last: the half of k and v copied, dq added, half of dk and dv
+    // concatenated and added; or the second half of q, output and its gradient copied, half of
+    // dq added, whole dk and dv concatenated and added.
+    let half_kv = kv + 3.0 * q + kv + 1.5 * kv;
+    let half_q = 3.0 * q + 1.5 * q + 2.0 * kv + 3.0 * kv;
+    let (step_b, kernels_b) = if causal { (half_kv.max(half_q), 6) } else { (whole_b, 3) };
+    let n = cp.saturating_sub(1) as u32;
+    // Forward: 4 layout copies, the buffer, the zeroed output, the first correction, 2 casts of
+    // the statistics. Backward: 4 layout copies, the buffer, the last step's 3.
+    let kernels = (4 + 1 + 1 + 1 + 2 + kernels_f * n, 4 + 1 + 3 + kernels_b * n);
+    let launches = |k: u32| (k - 1) as f64 * LAUNCH_NS; // `stream` charges one
+    OpCost {
+        name: "cp-ring-passes",
+        forward_ns: d.stream(fixed_f + later * step_f) + launches(kernels.0),
+        backward_ns: d.stream(fixed_b + later * step_b + whole_b) + launches(kernels.1),
+        forward_flops: 0.0,
+        backward_flops: 0.0,
+        kernels,
+    }
 }
 
 /// A kernel's TFLOP/s at a sequence length from its measured (length, TFLOP/s) points,
@@ -1962,7 +2041,7 @@ mod tests {
             let (a, b) = (c.model_flops_per_token(), whole.model_flops_per_token());
             assert!((a - b).abs() < 1e-9 * b, "cp{cp}: {a} vs {b}");
             let ring = c.context.as_ref().unwrap();
-            assert_eq!(ring.ops.iter().map(|o| o.name).collect::<Vec<_>>(), vec!["flash-attention"]);
+            assert_eq!(ring.ops.iter().map(|o| o.name).collect::<Vec<_>>(), vec!["flash-attention", "cp-ring-passes"]);
             assert!(c.attention.ops.iter().all(|o| o.name != "flash-attention"));
             let comm = ring.tp.as_ref().unwrap();
             // K and V: 2 x 8 KV heads x 128 over tp 2, for 32768 / cp tokens, 2 bytes each.
@@ -2007,6 +2086,44 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("flash"), "{e}");
+    }
+
+    #[test]
+    fn the_cp_ring_times_its_steps_at_the_gpu_s_share_and_charges_te_s_memory_passes() {
+        // Llama 2 7B (32 heads of 128, MHA), tp 4, cp 4, 16384 tokens per GPU, cuDNN attention
+        // on an H100, BF16: four kernels, each a quarter of the causal work, at the rate of the
+        // GPU's 16384 tokens (cuDNN 539 / 516 TFLOP/s, FA3 paper Fig. 5(d)/6).
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let h100 = GpuSpec::by_name("h100").unwrap();
+        let o = CostOptions { seq_len: 16384, attention: Some(AttnKernel::Cudnn), ..opts(4) };
+        let c = cost_moe(&cfg, h100, &o, &MoeOptions { cp: 4, cp_comm: CpComm::P2p, ..Default::default() }).unwrap();
+        let ring = c.context.as_ref().unwrap();
+        let core = &ring.ops[0];
+        let peak = h100.peak_flops_per_ns(Precision::Bf16) * sustained_clock("h100-sxm");
+        let rate = |tflops: f64| peak * tflops / H100_BF16_PEAK_TFLOPS;
+        // Executed: the causal half of 4 x 8 heads x 16384 x 65536 x 128, a quarter per step.
+        let step = 0.5 * 4.0 * 8.0 * 16384.0 * 65536.0 * 128.0 / 4.0;
+        let fwd = 4.0 * step / rate(539.0) + 4.0 * LAUNCH_NS;
+        let bwd = 2.5 * 4.0 * step / rate(516.0) + 4.0 * LAUNCH_NS;
+        assert!((core.forward_ns - fwd).abs() < 1e-6 * fwd, "{} vs {fwd}", core.forward_ns);
+        assert!((core.backward_ns - bwd).abs() < 1e-6 * bwd, "{} vs {bwd}", core.backward_ns);
+        // The passes around them, in units of the queries' bytes (q = k = v here): forward 2 x 3
+        // transposes in, 2 out, 4 the buffer of k and v, 1 the zeroed output, 3 the first
+        // correction, then per later step 2 (half of k and v) + 3 (correction); backward 2 + 6
+        // transposes, 4 the buffer copy, per step before the last 3 + 1.5 + 4 + 6 (half of q,
+        // output and gradient copied, half of dq added, dk and dv concatenated and added), 3 + 4
+        // + 6 at the last. Softmax statistics: 24 + 20 per later step bytes a row, forward.
+        let q = 16384.0 * 8.0 * 128.0 * 2.0;
+        let rows = 8.0 * 16384.0;
+        let passes = &ring.ops[1];
+        let stream = h100.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+        let fwd_bytes = (6.0 + 2.0 + 4.0 + 1.0 + 3.0 + 3.0 * 5.0) * q + (24.0 + 3.0 * 20.0) * rows;
+        let bwd_bytes = (2.0 + 6.0 + 4.0 + 3.0 * 14.5 + 13.0) * q;
+        assert_eq!(passes.kernels, (9 + 3 * 3, 8 + 6 * 3));
+        let fwd = fwd_bytes / stream + 18.0 * LAUNCH_NS;
+        let bwd = bwd_bytes / stream + 26.0 * LAUNCH_NS;
+        assert!((passes.forward_ns - fwd).abs() < 1e-6 * fwd, "{} vs {fwd}", passes.forward_ns);
+        assert!((passes.backward_ns - bwd).abs() < 1e-6 * bwd, "{} vs {bwd}", passes.backward_ns);
     }
 
     #[test]
