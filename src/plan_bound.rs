@@ -87,9 +87,9 @@ use crate::error::Result;
 use crate::hw::{DeviceId, Machine};
 use crate::parallel::{MpOptimizer, Sharding};
 use crate::predict_plan::PlanSetup;
-use crate::workload::llm::TransformerCost;
-use crate::units::Nanos;
 use crate::strategy::CommSource;
+use crate::units::Nanos;
+use crate::workload::llm::TransformerCost;
 use crate::workload::{CommGroup, Workload};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -414,24 +414,41 @@ fn data_parallel_bound(
     }
     let Ok(exchange) = exchange::plan(workload, s, m, p.dp) else { return 0 };
     let micro_batches = p.micro_batches().max(1);
-    // The GPU's layers of an iteration in the order it runs them, each at its floor on the chain.
-    let mut seq: Vec<(usize, u32, Pass)> = Vec::new();
+    let layers = workload.layers.len();
+    // Each layer's floor on the chain, per pass (the same for every micro-batch).
+    let times: [Vec<Nanos>; 2] =
+        [Pass::Forward, Pass::Backward].map(|pass| (0..layers).map(|l| layer_ns(0, l, pass)).collect());
+    // The GPU's layers of an iteration in the order it runs them: (layer, pass), with start[j]
+    // the least time from the end of the GPU's update to the start of its j-th, and where each
+    // micro-batch's backward begins in that order.
+    let mut seq: Vec<(usize, Pass)> = Vec::new();
+    let mut backward_at: Vec<Option<usize>> = vec![None; micro_batches as usize];
     for step in stage_order(p.schedule, 1, p.vp, micro_batches, 0) {
         let chunk = &chunks[0][step.chunk as usize];
-        let layers: Box<dyn Iterator<Item = &usize>> =
-            if step.pass == Pass::Forward { Box::new(chunk.iter()) } else { Box::new(chunk.iter().rev()) };
-        seq.extend(layers.map(|&l| (l, step.micro_batch, step.pass)));
+        if step.pass == Pass::Backward {
+            if chunk.len() != layers {
+                return 0;
+            }
+            backward_at[step.micro_batch as usize] = Some(seq.len());
+            seq.extend(chunk.iter().rev().map(|&l| (l, step.pass)));
+        } else {
+            seq.extend(chunk.iter().map(|&l| (l, step.pass)));
+        }
     }
-    // start[j]: the least time from the end of the GPU's update to the start of its j-th layer.
     let mut start: Vec<Nanos> = Vec::with_capacity(seq.len() + 1);
     let mut at: Nanos = 0;
-    for &(l, _, pass) in &seq {
+    for &(l, pass) in &seq {
         start.push(at);
-        at = at.saturating_add(layer_ns(0, l, pass));
+        at = at.saturating_add(times[usize::from(pass == Pass::Backward)][l]);
     }
     start.push(at);
     let end = at;
-    let position: HashMap<(usize, u32, Pass), usize> = seq.iter().enumerate().map(|(j, &x)| (x, j)).collect();
+    // Where the backward of micro-batch `mb` runs layer `l` (one stage: its chunk is every layer,
+    // in order, run last to first).
+    let position = |l: usize, mb: u32| backward_at[mb as usize].map(|b| b + layers - 1 - l);
+    if chunks[0].len() != 1 || chunks[0][0].iter().enumerate().any(|(i, &l)| i != l) {
+        return 0;
+    }
     let groups = StageGroups { first: 0, width: p.tp * p.dp, stride: p.tp, size: p.dp };
     let floor = |op: CollectiveOp, bytes: u64| -> Nanos {
         machine.ports.collective_floor_ns(op, bytes, p.dp).max(machine.least_floor(groups, op, s.allreduce, bytes))
@@ -446,13 +463,14 @@ fn data_parallel_bound(
     };
     let reduced: Vec<u32> =
         if p.sharding.shards_grads() { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
+    let bucket_floors: Vec<Nanos> =
+        exchange.buckets.iter().map(|b| floor(op, exchange::wire_bytes(s, b.fp32_bytes))).collect();
     let mut reductions: Vec<Job> = Vec::new();
     for &mb in &reduced {
-        for bucket in &exchange.buckets {
+        for (bucket, &floor) in exchange.buckets.iter().zip(&bucket_floors) {
             let waits_for = if s.wfbp { bucket.last } else { 0 };
-            if let Some(&j) = position.get(&(waits_for, mb, Pass::Backward)) {
-                let bytes = exchange::wire_bytes(s, bucket.fp32_bytes);
-                reductions.push(Job { release: start[j], floor: floor(op, bytes), tail: 0 });
+            if let Some(j) = position(waits_for, mb) {
+                reductions.push(Job { release: start[j], floor, tail: 0 });
             }
         }
     }
@@ -474,27 +492,26 @@ fn data_parallel_bound(
             n < 2 || (c.backward.is_empty() && c.ring.is_none())
         })
     });
-    let last_reduced =
-        if s.wfbp { exchange.buckets.iter().any(|b| b.last == 0) } else { !exchange.buckets.is_empty() };
+    let last_reduced = if s.wfbp { exchange.buckets.iter().any(|b| b.last == 0) } else { !exchange.buckets.is_empty() };
     let host_free = match setup.host_model(cost) {
         None => true,
         Some(h) => !h.blocking && h.layers.iter().all(|x| !x.sync),
     };
     if p.sharding.shards_params()
-        && seq.last() == Some(&(0, micro_batches - 1, Pass::Backward))
+        && backward_at[micro_batches as usize - 1].is_some_and(|b| b + layers == seq.len())
         && last_layer_alone
         && last_reduced
         && host_free
     {
         let param_per_grad = setup.precision.bytes() as f64 / p.grad_bytes as f64;
+        let gather_floors: Vec<Nanos> = workload
+            .layers
+            .iter()
+            .map(|x| floor(CollectiveOp::AllGather, (x.grad_bytes as f64 * param_per_grad).round() as u64))
+            .collect();
         let gathers: Vec<Job> = (2..seq.len())
-            .filter_map(|j| {
-                let grad = workload.layers[seq[j].0].grad_bytes;
-                (grad > 0).then(|| {
-                    let bytes = (grad as f64 * param_per_grad).round() as u64;
-                    Job { release: start[j - 2], floor: floor(CollectiveOp::AllGather, bytes), tail: end - start[j] }
-                })
-            })
+            .filter(|&j| workload.layers[seq[j].0].grad_bytes > 0)
+            .map(|j| Job { release: start[j - 2], floor: gather_floors[seq[j].0], tail: end - start[j] })
             .collect();
         bound = bound.max(queue_bound(gathers));
     }
