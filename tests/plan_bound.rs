@@ -158,7 +158,10 @@ fn the_data_parallel_queue_bound_is_below_the_step_of_sharded_plans_across_nodes
         let ports = GpuPorts::of(&machine);
         let chain = ns_to_s(step_lower_bound_ns(&s, ports).unwrap() as f64);
         let bound = ns_to_s(step_lower_bound_on(&s, &MachineFloors::new(&machine)).unwrap() as f64);
-        eprintln!("{spec} mb {mb} seq {seq}: bound {bound:.4} s (chain {chain:.4} s), step {step:.4} s ({:.3})", bound / step);
+        eprintln!(
+            "{spec} mb {mb} seq {seq}: bound {bound:.4} s (chain {chain:.4} s), step {step:.4} s ({:.3})",
+            bound / step
+        );
         assert!(bound >= chain, "{spec}: the queue floors only add");
         assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
         tighter += usize::from(bound > 1.2 * chain);
