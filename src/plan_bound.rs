@@ -41,9 +41,9 @@
 //!
 //! # The data-parallel queues
 //!
-//! Without pipeline parallelism (one stage), the bound is also at least what the GPU's DP
-//! communicator must run inside the period (`data_parallel_bound`; for the default runtime,
-//! the ideal collective model, nominal GPU speed, no expert or hybrid groups). Each DP group's
+//! Each stage's `LB(s)` is also raised to what a GPU of the stage's DP communicator must run
+//! inside the period (`data_parallel_bound`; for the default runtime, nominal GPU speed, no
+//! expert or hybrid groups), so the bound is the least over stages of the larger of the two. Each DP group's
 //! collectives of one kind run one at a time on one FIFO queue, the engine starting a ready
 //! task whenever the queue is free. For tasks on one such queue with releases at least `r_j`
 //! after an anchor, floors `p_j` and tails `q_j` (the least time from a task's end to the end
@@ -56,8 +56,9 @@
 //! - The gradient reduce-scatters (all-reduces without ZeRO) of iteration 1 on `g*`'s DP group
 //!   each wait for `g*`'s backward of the bucket's last layer (or its whole backward without
 //!   WFBP) and precede its update: anchored at `E0(g*)`, released no earlier than the chain of
-//!   `g*`'s layers before that layer (edge 1 and 2), tail 0.
-//! - ZeRO-3/FSDP parameter all-gathers of iteration 1 on a DP group G (one per layer, micro-batch
+//!   `g*`'s own layers before that layer in its stage's order (edges 1 and 2), tail 0.
+//!   Buckets as the builder plans them on the stage's layers.
+//! - With one stage, ZeRO-3/FSDP parameter all-gathers of iteration 1 on a DP group G (one per layer, micro-batch
 //!   and pass) each wait, but the iteration's first two, for the compute of the layer two
 //!   before on G's first replica `r0`, and `g*`'s compute of the layer waits for the gather:
 //!   released no earlier than `E0(r0)` plus `r0`'s chain up to that layer, tail `g*`'s chain from
@@ -305,7 +306,16 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
     }
     let p = &setup.plan;
     let cost = setup.cost()?;
-    let workload = cost.to_workload_with(p.grad_bytes);
+    let mut workload = cost.to_workload_with(p.grad_bytes);
+    // The tied output layer's own copy of the embedding on another stage, as
+    // `PlanSetup::simulate` gives it (the DP exchange's buckets).
+    if setup.model.tied_embeddings && p.pp > 1 {
+        if let Some(head) = workload.layers.last_mut() {
+            let extra = setup.model.vocab * setup.model.hidden / p.tp as u64 * p.grad_bytes;
+            head.grad_bytes += extra;
+            head.grad_tensors.insert(0, extra);
+        }
+    }
     let chunks = setup.chunks(workload.layers.len());
     // The ranks of the group a layer's collectives run over, where the builder puts them on the
     // layer's chain (after its compute): TP collectives unless they overlap the GEMMs.
@@ -377,29 +387,38 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
     let time = |stage: u32, step: &Step| -> Nanos {
         sums[stage as usize][step.chunk as usize][usize::from(step.pass == Pass::Backward)]
     };
-    let chain = pipeline_bound(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time);
-    let exchange = match machine {
-        Some(m) => data_parallel_bound(setup, &cost, &workload, &chunks, m, &layer_ns),
-        None => 0,
-    };
-    Ok(chain.max(exchange))
+    // Each stage's chain, and with the machine its DP queues: the least over stages.
+    let tails = pipeline_tails(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time);
+    Ok(tails
+        .iter()
+        .enumerate()
+        .filter_map(|(st, tail)| {
+            let exchange = match machine {
+                Some(m) => data_parallel_bound(setup, &cost, &workload, &chunks, st as u32, m, &layer_ns),
+                None => 0,
+            };
+            tail.map(|t| t.max(exchange))
+        })
+        .min()
+        .unwrap_or(0))
 }
 
-/// The floor that a GPU's data-parallel communicator puts on the step (see the module's
+/// The floor that the DP communicator of a GPU of `stage` puts on the step (see the module's
 /// documentation, "The data-parallel queues"): 0 where its conditions do not hold.
+#[allow(clippy::too_many_arguments)]
 fn data_parallel_bound(
     setup: &PlanSetup,
     cost: &TransformerCost,
     workload: &Workload,
     chunks: &[Vec<Vec<usize>>],
+    stage: u32,
     machine: &MachineFloors,
     layer_ns: &dyn Fn(u32, usize, Pass) -> Nanos,
 ) -> Nanos {
     let (p, s, m) = (&setup.plan, &setup.strategy, machine.machine);
-    // One stage, one DP group per TP rank holding every gradient, buckets of the default
+    // One DP group per (stage, TP rank) holding every dense gradient, buckets of the default
     // runtime, collectives of the model, GPUs at their nominal speed.
-    if p.pp != 1
-        || p.dp < 2
+    if p.dp < 2
         || p.ep > 1
         || p.sharding == Sharding::FsdpHybrid
         || (p.fsdp_wrap_layer && p.sharding.shards_params())
@@ -408,33 +427,58 @@ fn data_parallel_bound(
         || s.sparse.is_some()
         || !s.grad_codec().is_free()
         || !m.compute_factor.is_empty()
-        || chunks.len() != 1
     {
         return 0;
     }
-    let Ok(exchange) = exchange::plan(workload, s, m, p.dp) else { return 0 };
+    // The stage's layers (global indices, in order) and the workload the exchange is planned on
+    // (the builder's stage workload).
+    let own: Vec<usize> = {
+        let mut v: Vec<usize> = chunks[stage as usize].iter().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    let staged;
+    let view = if p.pp > 1 {
+        staged = Workload { layers: own.iter().map(|&l| workload.layers[l].clone()).collect(), ..workload.clone() };
+        &staged
+    } else {
+        workload
+    };
+    let Ok(exchange) = exchange::plan(view, s, m, p.dp) else { return 0 };
     let micro_batches = p.micro_batches().max(1);
     let layers = workload.layers.len();
-    // Each layer's floor on the chain, per pass (the same for every micro-batch).
-    let times: [Vec<Nanos>; 2] =
-        [Pass::Forward, Pass::Backward].map(|pass| (0..layers).map(|l| layer_ns(0, l, pass)).collect());
-    // The GPU's layers of an iteration in the order it runs them: (layer, pass), with start[j]
-    // the least time from the end of the GPU's update to the start of its j-th, and where each
-    // micro-batch's backward begins in that order.
+    // The GPU's layers of an iteration in the order it runs them, (layer, pass), with start[j]
+    // the least time from the end of the GPU's update to the start of its j-th (its own steps'
+    // chain, edges 1 and 2), and where each micro-batch's backward runs each layer.
+    // (Only the micro-batches whose gradients are reduced: every one under ZeRO-2/3, else the last.)
+    let reduced: Vec<u32> =
+        if p.sharding.shards_grads() { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
+    let first_reduced = reduced[0];
     let mut seq: Vec<(usize, Pass)> = Vec::new();
-    let mut backward_at: Vec<Option<usize>> = vec![None; micro_batches as usize];
-    for step in stage_order(p.schedule, 1, p.vp, micro_batches, 0) {
-        let chunk = &chunks[0][step.chunk as usize];
-        if step.pass == Pass::Backward {
-            if chunk.len() != layers {
-                return 0;
+    let mut backward_at: Vec<Option<usize>> = vec![None; reduced.len() * layers];
+    for step in stage_order(p.schedule, p.pp, p.vp, micro_batches, stage) {
+        let chunk = &chunks[stage as usize][step.chunk as usize];
+        if step.pass == Pass::Backward && step.micro_batch >= first_reduced {
+            let row = (step.micro_batch - first_reduced) as usize * layers;
+            for &l in chunk.iter().rev() {
+                backward_at[row + l] = Some(seq.len());
+                seq.push((l, step.pass));
             }
-            backward_at[step.micro_batch as usize] = Some(seq.len());
+        } else if step.pass == Pass::Backward {
             seq.extend(chunk.iter().rev().map(|&l| (l, step.pass)));
         } else {
             seq.extend(chunk.iter().map(|&l| (l, step.pass)));
         }
     }
+    let at_backward = |mb: u32, l: usize| backward_at[(mb - first_reduced) as usize * layers + l];
+    // Each layer's floor on the chain, per pass (indexed by global layer).
+    let times: [Vec<Nanos>; 2] = [Pass::Forward, Pass::Backward].map(|pass| {
+        let mut v = vec![0; layers];
+        for &l in &own {
+            v[l] = layer_ns(stage, l, pass);
+        }
+        v
+    });
     let mut start: Vec<Nanos> = Vec::with_capacity(seq.len() + 1);
     let mut at: Nanos = 0;
     for &(l, pass) in &seq {
@@ -443,13 +487,7 @@ fn data_parallel_bound(
     }
     start.push(at);
     let end = at;
-    // Where the backward of micro-batch `mb` runs layer `l` (one stage: its chunk is every layer,
-    // in order, run last to first).
-    let position = |l: usize, mb: u32| backward_at[mb as usize].map(|b| b + layers - 1 - l);
-    if chunks[0].len() != 1 || chunks[0][0].iter().enumerate().any(|(i, &l)| i != l) {
-        return 0;
-    }
-    let groups = StageGroups { first: 0, width: p.tp * p.dp, stride: p.tp, size: p.dp };
+    let groups = StageGroups { first: stage * p.tp * p.dp, width: p.tp * p.dp, stride: p.tp, size: p.dp };
     let floor = |op: CollectiveOp, bytes: u64| -> Nanos {
         machine.ports.collective_floor_ns(op, bytes, p.dp).max(machine.least_floor(groups, op, s.allreduce, bytes))
     };
@@ -461,25 +499,23 @@ fn data_parallel_bound(
     } else {
         CollectiveOp::AllReduce
     };
-    let reduced: Vec<u32> =
-        if p.sharding.shards_grads() { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
     let bucket_floors: Vec<Nanos> =
         exchange.buckets.iter().map(|b| floor(op, exchange::wire_bytes(s, b.fp32_bytes))).collect();
     let mut reductions: Vec<Job> = Vec::new();
     for &mb in &reduced {
         for (bucket, &floor) in exchange.buckets.iter().zip(&bucket_floors) {
-            let waits_for = if s.wfbp { bucket.last } else { 0 };
-            if let Some(j) = position(waits_for, mb) {
+            let waits_for = own[if s.wfbp { bucket.last } else { 0 }];
+            if let Some(j) = at_backward(mb, waits_for) {
                 reductions.push(Job { release: start[j], floor, tail: 0 });
             }
         }
     }
     let mut bound = queue_bound(reductions);
-    // ZeRO-3/FSDP parameter gathers, on their queue, each once the first replica of the group
-    // has run the layer two before (the first two of an iteration wait for nothing), the GPU's
-    // layer waiting for it. Placed in the period only where every GPU of the group ends its
-    // iteration-0 update at one instant: the GPU's last layer (the first layer's backward of the
-    // last micro-batch) is followed by no collective and some reduction waits for it, and the
+    // ZeRO-3/FSDP parameter gathers (one stage), on their queue, each once the first replica of
+    // the group has run the layer two before (the first two of an iteration wait for nothing),
+    // the GPU's layer waiting for it. Placed in the period only where every GPU of the group ends
+    // its iteration-0 update at one instant: the GPU's last layer (the first layer's backward of
+    // the last micro-batch) is followed by no collective and some reduction waits for it, and the
     // host (if modelled) never waits for the GPU within an iteration.
     let last_layer_alone = workload.layers.first().is_some_and(|x| {
         x.tp.as_ref().is_none_or(|c| {
@@ -497,8 +533,9 @@ fn data_parallel_bound(
         None => true,
         Some(h) => !h.blocking && h.layers.iter().all(|x| !x.sync),
     };
-    if p.sharding.shards_params()
-        && backward_at[micro_batches as usize - 1].is_some_and(|b| b + layers == seq.len())
+    if p.pp == 1
+        && p.sharding.shards_params()
+        && at_backward(micro_batches - 1, 0) == Some(seq.len() - 1)
         && last_layer_alone
         && last_reduced
         && host_free
@@ -542,6 +579,7 @@ fn queue_bound(mut jobs: Vec<Job>) -> Nanos {
 
 /// The least over stages s of the longest path from stage s's first step through the graph of
 /// steps (each stage's order, and each step after its upstream step), nodes weighted by `time`.
+#[cfg(test)]
 fn pipeline_bound(
     pp: u32,
     vp: u32,
@@ -549,6 +587,18 @@ fn pipeline_bound(
     schedule: crate::dag::schedule::Schedule,
     time: &dyn Fn(u32, &Step) -> Nanos,
 ) -> Nanos {
+    pipeline_tails(pp, vp, micro_batches, schedule, time).into_iter().flatten().min().unwrap_or(0)
+}
+
+/// Per stage s, the longest path from its first step through the graph of steps (each stage's
+/// order, and each step after its upstream step), nodes weighted by `time` (`None`: no steps).
+fn pipeline_tails(
+    pp: u32,
+    vp: u32,
+    micro_batches: u32,
+    schedule: crate::dag::schedule::Schedule,
+    time: &dyn Fn(u32, &Step) -> Nanos,
+) -> Vec<Option<Nanos>> {
     let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(schedule, pp, vp, micro_batches, st)).collect();
     // Nodes numbered stage by stage.
     let base: Vec<usize> = orders
@@ -604,7 +654,7 @@ fn pipeline_bound(
     for &v in topo.iter().rev() {
         tail[v] = weight[v] + succs[v].iter().map(|&u| tail[u]).max().unwrap_or(0);
     }
-    (0..pp as usize).filter(|&st| !orders[st].is_empty()).map(|st| tail[base[st]]).min().unwrap_or(0)
+    (0..pp as usize).map(|st| (!orders[st].is_empty()).then(|| tail[base[st]])).collect()
 }
 
 #[cfg(test)]

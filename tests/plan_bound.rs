@@ -135,9 +135,9 @@ fn the_lowered_bound_is_below_the_step_of_context_parallel_plans_across_nodes() 
 
 #[test]
 fn the_data_parallel_queue_bound_is_below_the_step_of_sharded_plans_across_nodes() {
-    // One stage, DP groups over 2 to 8 nodes: the reduce-scatters (all-reduces without ZeRO) and
-    // the ZeRO-3 parameter gathers floored on their queues, with and without TP, sequence
-    // parallelism, CP, several micro-batches and full recomputation; short sequences (512 and
+    // DP groups over 2 to 8 nodes: the reduce-scatters (all-reduces without ZeRO) and, with one
+    // stage, the ZeRO-3 parameter gathers floored on their queues, with and without TP, sequence
+    // parallelism, CP, pipelines, several micro-batches and full recomputation; short sequences (512 and
     // 1,024 tokens) where the exchange outlasts the compute, the shipped 4,096 where it does not.
     let mut tighter = 0;
     for (spec, mb, gbs, seq) in [
@@ -150,6 +150,10 @@ fn the_data_parallel_queue_bound_is_below_the_step_of_sharded_plans_across_nodes
         ("tp=8,pp=1,dp=4", 1, 16, 512),
         ("tp=1,pp=1,dp=16,cp=2,zero=3", 1, 32, 1024),
         ("tp=4,pp=1,dp=16,zero=3,recompute=full", 2, 64, 512),
+        // Pipelined stages: each stage's reduction after its own steps.
+        ("tp=1,pp=2,dp=16,zero=1", 1, 64, 512),
+        ("tp=2,pp=4,dp=8,vp=2", 1, 64, 512),
+        ("tp=1,pp=4,dp=4,cp=4,zero=1", 1, 32, 1024),
     ] {
         let mut s = plan("llama2-7b", "dgx-h100", spec, mb, gbs);
         s.seq_len = seq;
