@@ -133,9 +133,9 @@ pub const SCALING_CASES: &[&str] = &[
     "mixtral-8x22b-h100-rail-approx-32768gpu",
     "mixtral-8x22b-h100-rail-approx-65536gpu",
     "mixtral-8x22b-h100-rail-approx-100032gpu",
-    // Issue 16's plan-search target; still hours with the bound's pruning (up to 170 plans, mostly
-    // context-parallel and ZeRO-3 ones, have a bound below the best step; README.md, Plan
-    // search), so only with `--scaling --case plan-search`.
+    // Issue 16's plan-search target; about 240 s of CPU with the bound's pruning (80 plans
+    // simulated, mostly pipelined context-parallel ones; README.md, Plan search), so only with
+    // `--scaling --case plan-search`.
     "llama2-70b-h100-1024gpu-plan-search",
 ];
 

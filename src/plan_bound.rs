@@ -39,21 +39,59 @@
 //! different places (inside a node, across two), so a stage takes the least such floor over its
 //! groups, and one GPU still stands for all.
 //!
+//! # The data-parallel queues
+//!
+//! Each stage's `LB(s)` is also raised to what a GPU of the stage's DP communicator must run
+//! inside the period (`data_parallel_bound`; for the default runtime, nominal GPU speed, no
+//! expert or hybrid groups), so the bound is the least over stages of the larger of the two. Each DP group's
+//! collectives of one kind run one at a time on one FIFO queue, the engine starting a ready
+//! task whenever the queue is free. For tasks on one such queue with releases at least `r_j`
+//! after an anchor, floors `p_j` and tails `q_j` (the least time from a task's end to the end
+//! of the period): for any x, those released at x or later all start after x, so the last of
+//! them ends no earlier than x + their floors, and the period no earlier than that plus the
+//! least of their tails (`queue_bound`). Floors are the collective's over the DP group, as
+//! above (ports, and the engine's lowering and routes on the stage's group that does best: a
+//! ring over 1,024 ranks pays its 1,023 steps' latency).
+//!
+//! - The gradient reduce-scatters (all-reduces without ZeRO) of iteration 1 on `g*`'s DP group
+//!   each wait for `g*`'s backward of the bucket's last layer (or its whole backward without
+//!   WFBP) and precede its update: anchored at `E0(g*)`, released no earlier than the chain of
+//!   `g*`'s own layers before that layer in its stage's order (edges 1 and 2), tail 0.
+//!   Buckets as the builder plans them on the stage's layers.
+//! - With one stage, ZeRO-3/FSDP parameter all-gathers of iteration 1 on a DP group G (one per layer, micro-batch
+//!   and pass) each wait, but the iteration's first two, for the compute of the layer two
+//!   before on G's first replica `r0`, and `g*`'s compute of the layer waits for the gather:
+//!   released no earlier than `E0(r0)` plus `r0`'s chain up to that layer, tail `g*`'s chain from
+//!   the layer to its end. To anchor them at `E0(g*)` the bound needs `E0(r0) = E0(g*)`. Take G
+//!   the group of `g*` whose last iteration-0 reduction ends last (at Z). `g*`'s update waits for
+//!   its last layer, its groups' reductions and its host's launch, and lasts its fixed time U on a
+//!   compute queue nothing else then holds. Where `g*`'s last layer (the first layer's backward of
+//!   the last micro-batch) is followed by no collective and some reduction of the last
+//!   micro-batch waits for it, it ends before Z; where the host never waits for the GPU within an
+//!   iteration (no host model, or eager launches without a synchronising layer), the launch ends
+//!   at the same instant H on every GPU (a chain of fixed tasks from time 0). So
+//!   `E0(g*) = max(Z, H) + U`, while `r0`'s update waits for G's reductions and its own launch:
+//!   `E0(r0) >= max(Z, H) + U`; and `E0(r0) <= max E0 = E0(g*)`.
+//!
 //! Without pipeline parallelism this is one GPU's compute per step. With it, `LB(s)` is the part
 //! of the pipeline's fill and drain that lies downstream of stage `s`'s first step: for the first
 //! stage, the whole pipeline (fill, steady phase, drain). Left out (so the bound is lower than
 //! the step): the pipeline transfers, the data-parallel gradient reduction and ZeRO/FSDP
-//! parameter gathers (not provably inside the period of `g*`), the optimizer's update, host
+//! parameter gathers where the conditions above fail, the optimizer's update, host
 //! launches, codec tasks, and all contention.
 
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp, Latency, Lowerer, NO_RAIL};
+use crate::dag::exchange;
 use crate::dag::plan::collective_op;
 use crate::dag::schedule::{stage_order, upstream, Pass, Step};
 use crate::error::Result;
 use crate::hw::{DeviceId, Machine};
+use crate::parallel::{MpOptimizer, Sharding};
 use crate::predict_plan::PlanSetup;
+use crate::strategy::CommSource;
 use crate::units::Nanos;
-use crate::workload::CommGroup;
+use crate::workload::llm::TransformerCost;
+use crate::workload::{CommGroup, Workload};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -267,7 +305,17 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
         return Ok(0);
     }
     let p = &setup.plan;
-    let workload = setup.cost()?.to_workload_with(p.grad_bytes);
+    let cost = setup.cost()?;
+    let mut workload = cost.to_workload_with(p.grad_bytes);
+    // The tied output layer's own copy of the embedding on another stage, as
+    // `PlanSetup::simulate` gives it (the DP exchange's buckets).
+    if setup.model.tied_embeddings && p.pp > 1 {
+        if let Some(head) = workload.layers.last_mut() {
+            let extra = setup.model.vocab * setup.model.hidden / p.tp as u64 * p.grad_bytes;
+            head.grad_bytes += extra;
+            head.grad_tensors.insert(0, extra);
+        }
+    }
     let chunks = setup.chunks(workload.layers.len());
     // The ranks of the group a layer's collectives run over, where the builder puts them on the
     // layer's chain (after its compute): TP collectives unless they overlap the GEMMs.
@@ -339,11 +387,199 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
     let time = |stage: u32, step: &Step| -> Nanos {
         sums[stage as usize][step.chunk as usize][usize::from(step.pass == Pass::Backward)]
     };
-    Ok(pipeline_bound(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time))
+    // Each stage's chain, and with the machine its DP queues: the least over stages.
+    let tails = pipeline_tails(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time);
+    Ok(tails
+        .iter()
+        .enumerate()
+        .filter_map(|(st, tail)| {
+            let exchange = match machine {
+                Some(m) => data_parallel_bound(setup, &cost, &workload, &chunks, st as u32, m, &layer_ns),
+                None => 0,
+            };
+            tail.map(|t| t.max(exchange))
+        })
+        .min()
+        .unwrap_or(0))
+}
+
+/// The floor that the DP communicator of a GPU of `stage` puts on the step (see the module's
+/// documentation, "The data-parallel queues"): 0 where its conditions do not hold.
+#[allow(clippy::too_many_arguments)]
+fn data_parallel_bound(
+    setup: &PlanSetup,
+    cost: &TransformerCost,
+    workload: &Workload,
+    chunks: &[Vec<Vec<usize>>],
+    stage: u32,
+    machine: &MachineFloors,
+    layer_ns: &dyn Fn(u32, usize, Pass) -> Nanos,
+) -> Nanos {
+    let (p, s, m) = (&setup.plan, &setup.strategy, machine.machine);
+    // One DP group per (stage, TP rank) holding every dense gradient, buckets of the default
+    // runtime, collectives of the model, GPUs at their nominal speed.
+    if p.dp < 2
+        || p.ep > 1
+        || p.sharding == Sharding::FsdpHybrid
+        || (p.fsdp_wrap_layer && p.sharding.shards_params())
+        || s.runtime.is_some()
+        || s.comm_source != CommSource::Model
+        || s.sparse.is_some()
+        || !s.grad_codec().is_free()
+        || !m.compute_factor.is_empty()
+    {
+        return 0;
+    }
+    // The stage's layers (global indices, in order) and the workload the exchange is planned on
+    // (the builder's stage workload).
+    let own: Vec<usize> = {
+        let mut v: Vec<usize> = chunks[stage as usize].iter().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    let staged;
+    let view = if p.pp > 1 {
+        staged = Workload { layers: own.iter().map(|&l| workload.layers[l].clone()).collect(), ..workload.clone() };
+        &staged
+    } else {
+        workload
+    };
+    let Ok(exchange) = exchange::plan(view, s, m, p.dp) else { return 0 };
+    let micro_batches = p.micro_batches().max(1);
+    let layers = workload.layers.len();
+    // The GPU's layers of an iteration in the order it runs them, (layer, pass), with start[j]
+    // the least time from the end of the GPU's update to the start of its j-th (its own steps'
+    // chain, edges 1 and 2), and where each micro-batch's backward runs each layer.
+    // (Only the micro-batches whose gradients are reduced: every one under ZeRO-2/3, else the last.)
+    let reduced: Vec<u32> =
+        if p.sharding.shards_grads() { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
+    let first_reduced = reduced[0];
+    let mut seq: Vec<(usize, Pass)> = Vec::new();
+    let mut backward_at: Vec<Option<usize>> = vec![None; reduced.len() * layers];
+    for step in stage_order(p.schedule, p.pp, p.vp, micro_batches, stage) {
+        let chunk = &chunks[stage as usize][step.chunk as usize];
+        if step.pass == Pass::Backward && step.micro_batch >= first_reduced {
+            let row = (step.micro_batch - first_reduced) as usize * layers;
+            for &l in chunk.iter().rev() {
+                backward_at[row + l] = Some(seq.len());
+                seq.push((l, step.pass));
+            }
+        } else if step.pass == Pass::Backward {
+            seq.extend(chunk.iter().rev().map(|&l| (l, step.pass)));
+        } else {
+            seq.extend(chunk.iter().map(|&l| (l, step.pass)));
+        }
+    }
+    let at_backward = |mb: u32, l: usize| backward_at[(mb - first_reduced) as usize * layers + l];
+    // Each layer's floor on the chain, per pass (indexed by global layer).
+    let times: [Vec<Nanos>; 2] = [Pass::Forward, Pass::Backward].map(|pass| {
+        let mut v = vec![0; layers];
+        for &l in &own {
+            v[l] = layer_ns(stage, l, pass);
+        }
+        v
+    });
+    let mut start: Vec<Nanos> = Vec::with_capacity(seq.len() + 1);
+    let mut at: Nanos = 0;
+    for &(l, pass) in &seq {
+        start.push(at);
+        at = at.saturating_add(times[usize::from(pass == Pass::Backward)][l]);
+    }
+    start.push(at);
+    let end = at;
+    let groups = StageGroups { first: stage * p.tp * p.dp, width: p.tp * p.dp, stride: p.tp, size: p.dp };
+    let floor = |op: CollectiveOp, bytes: u64| -> Nanos {
+        machine.ports.collective_floor_ns(op, bytes, p.dp).max(machine.least_floor(groups, op, s.allreduce, bytes))
+    };
+    // The gradient reduction, on the communicator's queue: every bucket of every micro-batch
+    // under ZeRO-2/3, of the last one otherwise, each once the GPU's backward has produced the
+    // bucket's last gradient (or its whole backward, without WFBP).
+    let op = if p.sharding.shards_optimizer() && p.mp_optimizer != MpOptimizer::DsBf16 {
+        CollectiveOp::ReduceScatter
+    } else {
+        CollectiveOp::AllReduce
+    };
+    let bucket_floors: Vec<Nanos> =
+        exchange.buckets.iter().map(|b| floor(op, exchange::wire_bytes(s, b.fp32_bytes))).collect();
+    let mut reductions: Vec<Job> = Vec::new();
+    for &mb in &reduced {
+        for (bucket, &floor) in exchange.buckets.iter().zip(&bucket_floors) {
+            let waits_for = own[if s.wfbp { bucket.last } else { 0 }];
+            if let Some(j) = at_backward(mb, waits_for) {
+                reductions.push(Job { release: start[j], floor, tail: 0 });
+            }
+        }
+    }
+    let mut bound = queue_bound(reductions);
+    // ZeRO-3/FSDP parameter gathers (one stage), on their queue, each once the first replica of
+    // the group has run the layer two before (the first two of an iteration wait for nothing),
+    // the GPU's layer waiting for it. Placed in the period only where every GPU of the group ends
+    // its iteration-0 update at one instant: the GPU's last layer (the first layer's backward of
+    // the last micro-batch) is followed by no collective and some reduction waits for it, and the
+    // host (if modelled) never waits for the GPU within an iteration.
+    let last_layer_alone = workload.layers.first().is_some_and(|x| {
+        x.tp.as_ref().is_none_or(|c| {
+            let n = match c.group {
+                CommGroup::Tensor => p.tp,
+                CommGroup::Expert => p.ep,
+                CommGroup::ExpertTensor => p.etp,
+                CommGroup::Context => p.cp_folded,
+            };
+            n < 2 || (c.backward.is_empty() && c.ring.is_none())
+        })
+    });
+    let last_reduced = if s.wfbp { exchange.buckets.iter().any(|b| b.last == 0) } else { !exchange.buckets.is_empty() };
+    let host_free = match setup.host_model(cost) {
+        None => true,
+        Some(h) => !h.blocking && h.layers.iter().all(|x| !x.sync),
+    };
+    if p.pp == 1
+        && p.sharding.shards_params()
+        && at_backward(micro_batches - 1, 0) == Some(seq.len() - 1)
+        && last_layer_alone
+        && last_reduced
+        && host_free
+    {
+        let param_per_grad = setup.precision.bytes() as f64 / p.grad_bytes as f64;
+        let gather_floors: Vec<Nanos> = workload
+            .layers
+            .iter()
+            .map(|x| floor(CollectiveOp::AllGather, (x.grad_bytes as f64 * param_per_grad).round() as u64))
+            .collect();
+        let gathers: Vec<Job> = (2..seq.len())
+            .filter(|&j| workload.layers[seq[j].0].grad_bytes > 0)
+            .map(|j| Job { release: start[j - 2], floor: gather_floors[seq[j].0], tail: end - start[j] })
+            .collect();
+        bound = bound.max(queue_bound(gathers));
+    }
+    bound
+}
+
+/// A task on a serial queue: the least time from the anchor to its release, its floor, and the
+/// least time from its end to the end of the period.
+struct Job {
+    release: Nanos,
+    floor: Nanos,
+    tail: Nanos,
+}
+
+/// A floor on the end of the period for `jobs` run one at a time: for any x, the jobs released
+/// at x or later all start after x, so the last of them to end ends no earlier than x plus their
+/// floors, and the period after that by the least of their tails.
+fn queue_bound(mut jobs: Vec<Job>) -> Nanos {
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.release));
+    let (mut sum, mut tail, mut best): (Nanos, Nanos, Nanos) = (0, Nanos::MAX, 0);
+    for j in &jobs {
+        sum = sum.saturating_add(j.floor);
+        tail = tail.min(j.tail);
+        best = best.max(j.release.saturating_add(sum).saturating_add(tail));
+    }
+    best
 }
 
 /// The least over stages s of the longest path from stage s's first step through the graph of
 /// steps (each stage's order, and each step after its upstream step), nodes weighted by `time`.
+#[cfg(test)]
 fn pipeline_bound(
     pp: u32,
     vp: u32,
@@ -351,6 +587,18 @@ fn pipeline_bound(
     schedule: crate::dag::schedule::Schedule,
     time: &dyn Fn(u32, &Step) -> Nanos,
 ) -> Nanos {
+    pipeline_tails(pp, vp, micro_batches, schedule, time).into_iter().flatten().min().unwrap_or(0)
+}
+
+/// Per stage s, the longest path from its first step through the graph of steps (each stage's
+/// order, and each step after its upstream step), nodes weighted by `time` (`None`: no steps).
+fn pipeline_tails(
+    pp: u32,
+    vp: u32,
+    micro_batches: u32,
+    schedule: crate::dag::schedule::Schedule,
+    time: &dyn Fn(u32, &Step) -> Nanos,
+) -> Vec<Option<Nanos>> {
     let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(schedule, pp, vp, micro_batches, st)).collect();
     // Nodes numbered stage by stage.
     let base: Vec<usize> = orders
@@ -406,7 +654,7 @@ fn pipeline_bound(
     for &v in topo.iter().rev() {
         tail[v] = weight[v] + succs[v].iter().map(|&u| tail[u]).max().unwrap_or(0);
     }
-    (0..pp as usize).filter(|&st| !orders[st].is_empty()).map(|st| tail[base[st]]).min().unwrap_or(0)
+    (0..pp as usize).map(|st| (!orders[st].is_empty()).then(|| tail[base[st]])).collect()
 }
 
 #[cfg(test)]

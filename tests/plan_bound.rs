@@ -132,3 +132,43 @@ fn the_lowered_bound_is_below_the_step_of_context_parallel_plans_across_nodes() 
         assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
     }
 }
+
+#[test]
+fn the_data_parallel_queue_bound_is_below_the_step_of_sharded_plans_across_nodes() {
+    // DP groups over 2 to 8 nodes: the reduce-scatters (all-reduces without ZeRO) and, with one
+    // stage, the ZeRO-3 parameter gathers floored on their queues, with and without TP, sequence
+    // parallelism, CP, pipelines, several micro-batches and full recomputation; short sequences (512 and
+    // 1,024 tokens) where the exchange outlasts the compute, the shipped 4,096 where it does not.
+    let mut tighter = 0;
+    for (spec, mb, gbs, seq) in [
+        ("tp=1,pp=1,dp=32,zero=3", 1, 64, 512),
+        ("tp=1,pp=1,dp=32,zero=3", 1, 64, 4096),
+        ("tp=2,pp=1,dp=16,zero=3", 1, 64, 1024),
+        ("tp=2,pp=1,dp=16,sp=on,zero=3", 2, 64, 512),
+        ("tp=1,pp=1,dp=32,zero=2", 1, 64, 512),
+        ("tp=1,pp=1,dp=64,zero=1", 1, 64, 512),
+        ("tp=8,pp=1,dp=4", 1, 16, 512),
+        ("tp=1,pp=1,dp=16,cp=2,zero=3", 1, 32, 1024),
+        ("tp=4,pp=1,dp=16,zero=3,recompute=full", 2, 64, 512),
+        // Pipelined stages: each stage's reduction after its own steps.
+        ("tp=1,pp=2,dp=16,zero=1", 1, 64, 512),
+        ("tp=2,pp=4,dp=8,vp=2", 1, 64, 512),
+        ("tp=1,pp=4,dp=4,cp=4,zero=1", 1, 32, 1024),
+    ] {
+        let mut s = plan("llama2-7b", "dgx-h100", spec, mb, gbs);
+        s.seq_len = seq;
+        let step = s.predict().unwrap().llm.unwrap().step_time_s;
+        let machine = s.topology.instantiate(s.plan.gpus()).unwrap();
+        let ports = GpuPorts::of(&machine);
+        let chain = ns_to_s(step_lower_bound_ns(&s, ports).unwrap() as f64);
+        let bound = ns_to_s(step_lower_bound_on(&s, &MachineFloors::new(&machine)).unwrap() as f64);
+        eprintln!(
+            "{spec} mb {mb} seq {seq}: bound {bound:.4} s (chain {chain:.4} s), step {step:.4} s ({:.3})",
+            bound / step
+        );
+        assert!(bound >= chain, "{spec}: the queue floors only add");
+        assert!(bound > 0.0 && bound <= step, "{spec}: bound {bound} s above the simulated {step} s");
+        tighter += usize::from(bound > 1.2 * chain);
+    }
+    assert!(tighter >= 4, "the queues bind on {tighter} plans");
+}

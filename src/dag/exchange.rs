@@ -18,7 +18,7 @@ use crate::workload::Workload;
 /// One all-reduce (or one partition pushed to a server): the learnable layers whose gradients it
 /// carries, or a piece of one layer's.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Bucket {
+pub(crate) struct Bucket {
     /// Layers in the order their gradients are produced (backward order).
     pub layers: Vec<usize>,
     pub fp32_bytes: u64,
@@ -34,7 +34,7 @@ pub(super) struct Bucket {
 
 /// How one iteration's gradients are exchanged.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Plan {
+pub(crate) struct Plan {
     pub buckets: Vec<Bucket>,
     /// Horovod: each cycle that launches buckets, as (offset from the start of the backward pass
     /// of the cycle's tick, the negotiation that follows it).
@@ -58,7 +58,7 @@ pub(super) struct Plan {
 /// copy to the host (and the same back) at the rank's share of its PCIe path when every GPU of
 /// its node copies at once, and the CPU's sum of what it receives (per byte of the buffer).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct HostStage {
+pub(crate) struct HostStage {
     pub copy_ns_per_byte: f64,
     pub sum_ns_per_byte: f64,
 }
@@ -66,7 +66,7 @@ pub(super) struct HostStage {
 /// Parameter servers: how many (one per node from the first, each on its node's first host),
 /// how gradients reach them and how fast they sum.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Servers {
+pub(crate) struct Servers {
     pub count: u32,
     /// BytePS: reduce-scatter inside the node, every GPU copies its share to the host, one push
     /// per node; the reverse on the way back. Otherwise see `local_reduce`.
@@ -98,7 +98,7 @@ fn sum_ns_per_byte(rate: f64, algorithm: Algorithm, ranks: u32) -> f64 {
 
 /// Groups the workload's gradients as the strategy's runtime does. `ranks` all-reduce (or push),
 /// on `machine`.
-pub(super) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) -> Result<Plan> {
+pub(crate) fn plan(w: &Workload, s: &Strategy, machine: &Machine, ranks: u32) -> Result<Plan> {
     let mut p = Plan {
         buckets: Vec::new(),
         cycles: Vec::new(),
@@ -482,7 +482,7 @@ fn parameter_servers(w: &Workload, x: &Ps, servers: u32) -> Vec<Bucket> {
 
 /// Bytes on the wire for a bucket: compressed, and with sparse chunks only the chosen fraction of
 /// its 32K-gradient chunks (the chosen chunks are taken as spread evenly over the pool).
-fn wire_bytes(s: &Strategy, fp32_bytes: u64) -> u64 {
+pub(crate) fn wire_bytes(s: &Strategy, fp32_bytes: u64) -> u64 {
     let codec = s.grad_codec().codec;
     match s.sparse {
         None => codec.wire_bytes(fp32_bytes),

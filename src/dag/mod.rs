@@ -4,7 +4,7 @@
 //! through the builder in [`build`]. Knows devices only as ids; never looks at links or time.
 
 pub mod build;
-mod exchange;
+pub(crate) mod exchange;
 pub mod hybrid;
 pub mod master;
 pub mod mps;
