@@ -995,12 +995,13 @@ pub fn cost_moe(
     let (core, core_recompute) = match d.flash {
         Flash::None => {
             let n = (b * heads_l * s * s) as f64; // score elements
-                                                  // ALiBi without a fused kernel (Megatron-DeepSpeed @ 58d9204 `transformer.py`
-                                                  // l.283-326, as HF BLOOM): the scores GEMM is a `baddbmm` into the bias tensor
-                                                  // broadcast over the queries, with beta = 1 / layer number (query-key layer scaling,
-                                                  // Megatron's default) or 1. PyTorch's `baddbmm_out_cuda_impl` (aten/src/ATen/native/
-                                                  // cuda/Blas.cpp, 1.9-1.12) copies the expanded bias into the output when beta != 0
-                                                  // (one kernel writing every score) and cuBLAS then reads it back (beta x C).
+
+            // ALiBi without a fused kernel (Megatron-DeepSpeed @ 58d9204 `transformer.py`
+            // l.283-326, as HF BLOOM): the scores GEMM is a `baddbmm` into the bias tensor
+            // broadcast over the queries, with beta = 1 / layer number (query-key layer scaling,
+            // Megatron's default) or 1. PyTorch's `baddbmm_out_cuda_impl` (aten/src/ATen/native/
+            // cuda/Blas.cpp, 1.9-1.12) copies the expanded bias into the output when beta != 0
+            // (one kernel writing every score) and cuBLAS then reads it back (beta x C).
             let alibi = cfg.position == Position::Alibi;
             let (qk, _) = if alibi {
                 d.gemm_accumulating(b * heads_l, s, s, hd, d.matmul16)
