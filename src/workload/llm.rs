@@ -615,10 +615,7 @@ impl Device {
     /// (cuBLAS adds beta x C), which a short-K batched GEMM such as the attention scores pays in
     /// memory time.
     pub(super) fn gemm_accumulating(&self, batch: u64, m: u64, n: u64, k: u64, rate: f64) -> (f64, f64) {
-        let (ns, flops) = self.gemm(batch, m, n, k, rate);
-        let roofline = ns - LAUNCH_NS;
-        let bytes = batch as f64 * ((m * k + k * n) as f64 * self.gemm_in + 2.0 * (m * n) as f64 * self.elem);
-        (roofline.max(bytes / self.memory) + LAUNCH_NS, flops)
+        self.gemm_passes((batch, m, n, k), rate, self.gemm_in, false, 2.0)
     }
 
     /// [`Device::gemm`] for an MoE layer's experts: `batch` equal groups of one grouped GEMM.
@@ -631,7 +628,20 @@ impl Device {
 
     /// [`Device::gemm`] of (batch, m, n, k) with inputs of `in_bytes` per element (a 16-bit GEMM
     /// in an FP8 run); `experts`: the GEMM is a grouped expert GEMM ([`Device::grouped_gemm`]).
-    fn gemm_in(&self, (batch, m, n, k): (u64, u64, u64, u64), rate: f64, in_bytes: f64, experts: bool) -> (f64, f64) {
+    fn gemm_in(&self, shape: (u64, u64, u64, u64), rate: f64, in_bytes: f64, experts: bool) -> (f64, f64) {
+        self.gemm_passes(shape, rate, in_bytes, experts, 1.0)
+    }
+
+    /// [`Device::gemm_in`] whose output matrix crosses memory `out_passes` times (2 when the GEMM
+    /// reads it before writing it).
+    fn gemm_passes(
+        &self,
+        (batch, m, n, k): (u64, u64, u64, u64),
+        rate: f64,
+        in_bytes: f64,
+        experts: bool,
+        out_passes: f64,
+    ) -> (f64, f64) {
         let flops = 2.0 * (batch * m * n) as f64 * k as f64;
         let tiles = batch * m.div_ceil(TILE) * n.div_ceil(TILE);
         let waves = tiles.div_ceil(self.sms);
@@ -648,7 +658,7 @@ impl Device {
         };
         let short_k = short_k(fixed_ns, k, rate, self.sms);
         let math = flops / (rate * wave_fill) * short_k;
-        let bytes = batch as f64 * ((m * k + k * n) as f64 * in_bytes + (m * n) as f64 * self.elem);
+        let bytes = batch as f64 * ((m * k + k * n) as f64 * in_bytes + out_passes * (m * n) as f64 * self.elem);
         (math.max(bytes / self.memory) + LAUNCH_NS, flops)
     }
 
@@ -1367,7 +1377,8 @@ pub fn cost_moe(
 /// halves; without the causal mask every step runs over whole tensors.
 fn ring_passes(d: &Device, causal: bool, cp: u64, q: f64, kv: f64, rows: u64) -> OpCost {
     // The steps after the first.
-    let later = cp.saturating_sub(1) as f64;
+    let n = cp.saturating_sub(1) as u32;
+    let later = f64::from(n);
     // FP64 statistics merged: read the sum (8 bytes a row) and the step's (4), write the sum (8).
     let lse = 20.0 * rows as f64;
     // Forward: q, k, v into `bshd` and the output back, the buffer of k and v, the zeroed output,
@@ -1387,7 +1398,6 @@ fn ring_passes(d: &Device, causal: bool, cp: u64, q: f64, kv: f64, rows: u64) ->
     let half_kv = kv + 3.0 * q + kv + 1.5 * kv;
     let half_q = 3.0 * q + 1.5 * q + 2.0 * kv + 3.0 * kv;
     let (step_b, kernels_b) = if causal { (half_kv.max(half_q), 6) } else { (whole_b, 3) };
-    let n = cp.saturating_sub(1) as u32;
     // Forward: 4 layout copies, the buffer, the zeroed output, the first correction, 2 casts of
     // the statistics. Backward: 4 layout copies, the buffer, the last step's 3.
     let kernels = (4 + 1 + 1 + 1 + 2 + kernels_f * n, 4 + 1 + 3 + kernels_b * n);
