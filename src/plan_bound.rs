@@ -306,16 +306,8 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
     }
     let p = &setup.plan;
     let cost = setup.cost()?;
-    let mut workload = cost.to_workload_with(p.grad_bytes);
-    // The tied output layer's own copy of the embedding on another stage, as
-    // `PlanSetup::simulate` gives it (the DP exchange's buckets).
-    if setup.model.tied_embeddings && p.pp > 1 {
-        if let Some(head) = workload.layers.last_mut() {
-            let extra = setup.model.vocab * setup.model.hidden / p.tp as u64 * p.grad_bytes;
-            head.grad_bytes += extra;
-            head.grad_tensors.insert(0, extra);
-        }
-    }
+    // The workload `PlanSetup::simulate` runs (the tied head's copy in the DP exchange's buckets).
+    let workload = setup.plan_workload(&cost);
     let chunks = setup.chunks(workload.layers.len());
     // The ranks of the group a layer's collectives run over, where the builder puts them on the
     // layer's chain (after its compute): TP collectives unless they overlap the GEMMs.

@@ -577,6 +577,29 @@ impl PlanSetup {
             .collect()
     }
 
+    /// The gradient bytes of the tied output layer's own copy of the embedding, which it keeps
+    /// when it sits on another stage than the embedding (0 otherwise).
+    pub(crate) fn tied_copy_bytes(&self) -> u64 {
+        let p = &self.plan;
+        if self.model.tied_embeddings && p.pp > 1 {
+            self.model.vocab * self.model.hidden / p.tp as u64 * p.grad_bytes
+        } else {
+            0
+        }
+    }
+
+    /// The plan's workload: the cost's layers with the tied head's own copy of the embedding
+    /// added to its gradients ([`PlanSetup::tied_copy_bytes`]).
+    pub(crate) fn plan_workload(&self, cost: &TransformerCost) -> Workload {
+        let mut workload = cost.to_workload_with(self.plan.grad_bytes);
+        let extra = self.tied_copy_bytes();
+        if let (true, Some(head)) = (extra > 0, workload.layers.last_mut()) {
+            head.grad_bytes += extra;
+            head.grad_tensors.insert(0, extra);
+        }
+        workload
+    }
+
     /// Stages, chunks and represented ranks of the plan over `workload` (from [`Self::cost`]).
     pub fn layout(&self, machine: &Machine, workload: &Workload, symmetric: bool) -> PlanLayout {
         let p = &self.plan;
@@ -607,11 +630,7 @@ impl PlanSetup {
             pp_bytes: (tokens * self.model.hidden * elem).div_ceil(p.tp as u64),
             pp_gathered_bytes: tokens * self.model.hidden * elem,
             param_per_grad_byte: elem as f64 / p.grad_bytes as f64,
-            tied_bytes: if self.model.tied_embeddings && p.pp > 1 {
-                self.model.vocab * self.model.hidden / p.tp as u64 * p.grad_bytes
-            } else {
-                0
-            },
+            tied_bytes: self.tied_copy_bytes(),
             shard_group: self.shard_group(gpus_per_node(machine)),
             dp_block,
             replica_of,
@@ -681,14 +700,7 @@ impl PlanSetup {
         let cost = self.cost()?;
         let machine = self.topology.instantiate(gpus)?;
         let memory = self.check(&machine)?;
-        let mut workload = cost.to_workload_with(self.plan.grad_bytes);
-        // The tied output layer keeps its own copy of the embedding when it is on another stage.
-        if self.model.tied_embeddings && self.plan.pp > 1 {
-            let head = workload.layers.last_mut().expect("a head");
-            let extra = self.model.vocab * self.model.hidden / self.plan.tp as u64 * self.plan.grad_bytes;
-            head.grad_bytes += extra;
-            head.grad_tensors.insert(0, extra);
-        }
+        let workload = self.plan_workload(&cost);
         let build = |layout: &PlanLayout| {
             build_dag(&BuildInput {
                 workload: &workload,
