@@ -10,6 +10,7 @@
 //! Every efficiency below cites the public measurement it comes from; none is fitted to the
 //! validation sets. Knows nothing of plans beyond the TP degree, nor of machines or the engine.
 
+use super::gemm_table::{GemmTable, GemmType};
 use super::gpu::{GpuSpec, Precision};
 use super::moe::{moe_blocks, MoeCost, MoeOptions};
 use super::synth::{LAUNCH_NS, MEMORY_EFFICIENCY};
@@ -499,6 +500,9 @@ pub(super) struct Device {
     pub(super) elem: f64,
     gemm_in: f64,
     flash: Flash,
+    /// Dense GEMM efficiency by shape, where a by-shape measurement of this GPU's architecture
+    /// exists (Blackwell: [`GemmTable::b200`]); it replaces wave quantisation and the tile cost.
+    shape_table: Option<&'static GemmTable>,
 }
 
 #[derive(Clone, Copy)]
@@ -603,6 +607,7 @@ impl Device {
             elem: o.precision.bytes() as f64,
             gemm_in: if o.precision == Precision::Fp8 { 1.0 } else { o.precision.bytes() as f64 },
             flash,
+            shape_table: if gpu.arch == "Blackwell" { Some(GemmTable::b200()?) } else { None },
         })
     }
 
@@ -657,7 +662,18 @@ impl Device {
             0.0
         };
         let short_k = short_k(fixed_ns, k, rate, self.sms);
-        let math = flops / (rate * wave_fill) * short_k;
+        let table_type = match in_bytes {
+            b if b < 2.0 => Some(GemmType::Fp8),
+            b if b <= 2.0 => Some(GemmType::Half),
+            _ => None,
+        };
+        // A measured efficiency by shape holds wave quantisation and the per-tile cost already.
+        // Expert GEMMs keep the roofline: the table times one cuBLAS GEMM, and a grouped GEMM
+        // runs its groups concurrently.
+        let math = match (self.shape_table, table_type, experts) {
+            (Some(table), Some(ty), false) => flops / (rate * table.efficiency(ty, batch * m, n, k)),
+            _ => flops / (rate * wave_fill) * short_k,
+        };
         let bytes = batch as f64 * ((m * k + k * n) as f64 * in_bytes + out_passes * (m * n) as f64 * self.elem);
         (math.max(bytes / self.memory) + LAUNCH_NS, flops)
     }
@@ -2469,6 +2485,35 @@ mod tests {
         let b200 = GpuSpec::by_name("b200").unwrap();
         let bw = Device::new(b200, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
         assert_eq!(bw.short_k(768, bw.matmul), 1.0);
+    }
+
+    #[test]
+    fn blackwell_dense_gemms_run_at_the_b200_table_efficiency_by_shape() {
+        let gb200 = GpuSpec::by_name("gb200").unwrap();
+        let fp8 = Device::new(gb200, &CostOptions { precision: Precision::Fp8, ..opts(1) }).unwrap();
+        let bf16 = Device::new(gb200, &opts(1)).unwrap();
+        let ns_at = |d: &Device, batch, m, n, k, eff: f64| {
+            let (ns, flops) = d.gemm(batch, m, n, k, d.matmul);
+            assert!((ns - LAUNCH_NS - flops / (d.matmul * eff)).abs() < 1e-6, "{ns}");
+            ns
+        };
+        // Llama 3 8B's QKV on 16,384 tokens (16384 x 6144 x 4096): past the grid in rows and n,
+        // so at the rows 16384 x 4096 x 4096 entry (b 4 x m 4096), 3279.677 of the B200's 3432.5.
+        ns_at(&fp8, 1, 16384, 6144, 4096, 3279.677 / 3432.5);
+        // The same rows as a batch of four: the same entry.
+        ns_at(&fp8, 4, 4096, 6144, 4096, 3279.677 / 3432.5);
+        // A grid point inside: 1024 x 2048 x 1024, BF16 492.542 TFLOP/s in the table.
+        let half = 492.542;
+        assert_eq!(GemmTable::b200().unwrap().tflops(GemmType::Half, 1024, 2048, 1024), half);
+        ns_at(&bf16, 1, 1024, 2048, 1024, half / 1745.0);
+        // A 16-bit GEMM inside an FP8 run reads the BF16 column at the 16-bit rate.
+        let (ns, flops) = fp8.gemm_in((1, 1024, 2048, 1024), fp8.matmul16, 2.0, false);
+        assert!((ns - LAUNCH_NS - flops / (fp8.matmul16 * half / 1745.0)).abs() < 1e-6);
+        // Expert GEMMs and Hopper keep the roofline (no table).
+        let (ns, flops) = fp8.grouped_gemm(1, 128 * 12, 128 * 11, 16384, fp8.matmul);
+        assert!((ns - LAUNCH_NS - flops / fp8.matmul).abs() < 1e-6);
+        let h100 = Device::new(GpuSpec::by_name("h100").unwrap(), &opts(1)).unwrap();
+        assert!(h100.shape_table.is_none());
     }
 
     /// This model's time for every GEMM of the H200 sweep (docs/gpu_runs/h200-2026-11-28), as

@@ -4,6 +4,7 @@
 //! nothing of machines, strategies or the engine.
 
 pub mod compare;
+mod gemm_table;
 pub mod gpu;
 pub mod import;
 pub mod llm;
