@@ -1365,4 +1365,44 @@ mod tests {
         assert_eq!(g, pieces);
         assert_eq!(gap(NcclVersion::V2_18_3).0, 1);
     }
+
+    /// NCCL 2.8.4's own time for a call (`ncclTopoGetAlgoTime`, tuning.cc v2.8.4-1 l.270-287:
+    /// `latency + bytes / (1000 x algbw)`) from the presets' graphs, with the constants of that
+    /// file: `baseLat` Ring { 3.6, 10.0, 8.4 } (l.56), `hwLat` NVLink Ring { .47, 1.9, 3.4 }
+    /// (l.65), `ll128MaxBwPerCh` all-reduce 16.9 (l.74), the sm80 235 GB/s cap (l.124), the LL128
+    /// 0.92 (l.126) and the ring's nRanks / nSteps (l.134). These are the per-call and per-step
+    /// costs a preset carries with no calibration. On the rows of issue 14's criterion 3 NCCL's
+    /// own formula is faster than the model and than nccl-tests on ABCI: 1 MiB on 4 A100s 29.2 us
+    /// (dagsim 35.0, measured 84.0), 2 MiB on 4 V100s 52.4 us (dagsim 62.3, measured 103.0);
+    /// carrying NCCL's constants cannot bring those rows within 20% (docs/machines.md).
+    #[test]
+    fn nccls_own_formula_on_the_presets_is_the_tuning_cc_arithmetic() {
+        let v = NcclVersion::V2_8_4;
+        let config = NcclConfig { version: v, force: Force::default() };
+        // 4 A100s of an ABCI A-node: 12 graph channels of 21 GB/s (24 run); busBw min(252, 235)
+        // x .92 = 216.2 against 12 x 16.9 = 202.8.
+        let m = load_topology("abci-a").unwrap().instantiate(4).unwrap();
+        let a = Comm::new(&m, &[0, 1, 2, 3], config);
+        assert_eq!((a.ring_graph.summary.channels, a.ring_graph.summary.speed_intra), (12, 21.0));
+        let want = 10.0 + 6.0 * 1.9 + (1u64 << 20) as f64 / (1000.0 * 12.0 * 16.9 * 4.0 / 6.0);
+        let got = a.tuner.time_us(Func::AllReduce, NcclAlgo::Ring, Proto::Ll128, 1 << 20).unwrap();
+        assert!((got - want).abs() < 1e-9 && (got - 29.16).abs() < 0.01, "{got} vs {want}");
+        // Simple at 32 MiB: busBw 235, latency 8.4 + 6 x 3.4.
+        let want = 8.4 + 6.0 * 3.4 + (32u64 << 20) as f64 / (1000.0 * 235.0 * 4.0 / 6.0);
+        let got = a.tuner.time_us(Func::AllReduce, NcclAlgo::Ring, Proto::Simple, 32 << 20).unwrap();
+        assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+        // 4 V100s of an ABCI V-node: 6 graph channels of 21 GB/s; LL128 busBw min(126 x .92,
+        // 6 x 16.9) = 101.4.
+        let m = load_topology("abci-v").unwrap().instantiate(4).unwrap();
+        let vn = Comm::new(&m, &[0, 1, 2, 3], config);
+        let want = 10.0 + 6.0 * 1.9 + (2u64 << 20) as f64 / (1000.0 * 6.0 * 16.9 * 4.0 / 6.0);
+        let got = vn.tuner.time_us(Func::AllReduce, NcclAlgo::Ring, Proto::Ll128, 2 << 20).unwrap();
+        assert!((got - want).abs() < 1e-9 && (got - 52.42).abs() < 0.01, "{got} vs {want}");
+        // Both rows run LL128, the tuner's pick, and the choice carries the formula's time.
+        for (c, bytes, t) in [(&a, 1u64 << 20, 29.16), (&vn, 2 << 20, 52.42)] {
+            let choice = c.choose(CollectiveOp::AllReduce, bytes).unwrap();
+            assert_eq!((choice.algo, choice.proto), (NcclAlgo::Ring, Proto::Ll128));
+            assert!((choice.model_us - t).abs() < 0.01, "{}", choice.model_us);
+        }
+    }
 }
