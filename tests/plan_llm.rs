@@ -394,3 +394,80 @@ fn modules_te_charges_transformer_engine_module_calls_in_bf16() {
     let (graphs, _) = host("tp=1,pp=1,dp=8,modules=te,host=graphs");
     assert!(graphs.layers.iter().all(|l| l.modules == 0));
 }
+
+/// `ddp=mcore` (Megatron-Core's DDP and distributed optimizer, core_r0.8.0): the parameter
+/// gathers go in forward order, each after the forward reached the bucket before it, so the
+/// next step's first layers wait for one bucket rather than for all of them; later pipeline
+/// stages and model chunks after the first reduce and gather their gradients as one bucket.
+#[test]
+fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
+    use dagsim::dag::{Phase, Work};
+    use dagsim::predict_plan::SimulatedPlan;
+    // Per DP group of rank 0: (layer, bytes) of each iteration-0 collective of `phase`, in order.
+    let colls = |sim: &SimulatedPlan, phase: Phase| -> Vec<(u32, u64)> {
+        sim.dag
+            .tasks()
+            .iter()
+            .filter(|t| t.phase == phase && t.iteration == 0)
+            .filter_map(|t| match t.work {
+                Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
+                    Some((t.layer.unwrap(), bytes))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // pp = 1, on 4 nodes (one GPU a node in each DP group): the exchange is exposed.
+    let spec = "tp=8,pp=1,dp=4,sp=on,zero=1";
+    let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100");
+    let mcore = setup(small_gpt(), &format!("{spec},ddp=mcore"), 1, 8, "dgx-h100");
+    let (sg, sm) =
+        (generic.simulate(true, Default::default()).unwrap(), mcore.simulate(true, Default::default()).unwrap());
+    let (gg, gm) = (colls(&sg, Phase::ParamGather), colls(&sm, Phase::ParamGather));
+    assert!(gg.len() > 2, "{gg:?}");
+    let reversed: Vec<(u32, u64)> = gg.iter().rev().copied().collect();
+    assert_eq!(gm, reversed, "the same buckets, in forward order");
+    assert!(gm.windows(2).all(|w| w[0].0 < w[1].0), "{gm:?}");
+    // Each gather after the first waits for the next step's forward to reach the bucket before.
+    let gathers: Vec<usize> = (0..sm.dag.len())
+        .filter(|&t| sm.dag.task(t as u32).phase == Phase::ParamGather && sm.dag.task(t as u32).iteration == 0)
+        .collect();
+    let waits_for_forward = |g: usize| {
+        (0..sm.dag.len()).any(|p| {
+            let task = sm.dag.task(p as u32);
+            task.iteration == 1 && task.phase != Phase::ParamGather && sm.dag.successors(p as u32).contains(&(g as u32))
+        })
+    };
+    assert!(gathers.iter().skip(1).any(|&g| waits_for_forward(g)));
+    assert!(gathers.iter().take(1).all(|&g| !waits_for_forward(g)));
+    let (rg, rm) = (report(&generic, true), report(&mcore, true));
+    assert!(rm.breakdown.dp_comm < rg.breakdown.dp_comm, "{:?} vs {:?}", rm.breakdown, rg.breakdown);
+    assert!(rm.step_time_s < rg.step_time_s);
+    assert!(mcore.plan.name().ends_with(",ddp=mcore"), "{}", mcore.plan.name());
+
+    // Pipelines: the first stage's first chunk keeps its buckets, every other chunk is one.
+    let spec = "tp=4,pp=2,dp=2,vp=2,sp=on,zero=1";
+    let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100").simulate(true, Default::default()).unwrap();
+    let mcore =
+        setup(small_gpt(), &format!("{spec},ddp=mcore"), 1, 8, "dgx-h100").simulate(true, Default::default()).unwrap();
+    let (rg, rm) = (colls(&generic, Phase::GradientAggregation), colls(&mcore, Phase::GradientAggregation));
+    let total = |v: &[(u32, u64)]| v.iter().map(|x| x.1).sum::<u64>();
+    assert_eq!(total(&rg), total(&rm), "the same gradients");
+    // Rank 0 is on stage 0: its first chunk (the embedding and layers 0-3) in buckets, its second
+    // (layers 8-11) as one. The exchange names its layers by their place in the stage.
+    let chunk = &mcore.layout.chunks[0];
+    let mut stage: Vec<usize> = chunk.iter().flatten().copied().collect();
+    stage.sort_unstable();
+    let in_chunk = |c: usize, l: u32| chunk[c].contains(&stage[l as usize]);
+    let second: Vec<_> = rm.iter().filter(|x| in_chunk(1, x.0)).collect();
+    assert_eq!(second.len(), 1, "{rm:?}");
+    assert!(rm.iter().filter(|x| in_chunk(0, x.0)).count() > 1, "{rm:?}");
+    let chunk1: u64 = chunk[1].iter().map(|&l| mcore.workload.layers[l].grad_bytes).sum();
+    assert_eq!(second[0].1, chunk1, "the whole chunk");
+    assert!(rg.iter().all(|x| x.1 != chunk1), "generic buckets straddle the chunks: {rg:?}");
+
+    let err = dagsim::parallel::ParallelPlan::parse("dp=2,fsdp=full,ddp=mcore").unwrap_err().to_string();
+    assert!(err.contains("ddp=mcore") && err.contains("mp-optimizer=megatron"), "{err}");
+    let err = dagsim::parallel::ParallelPlan::parse("dp=2,ddp=torch").unwrap_err().to_string();
+    assert!(err.contains("ddp=torch") && err.contains("mcore or generic"), "{err}");
+}

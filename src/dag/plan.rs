@@ -424,11 +424,32 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             x.buckets = unit_buckets(dense_w(st as u32), &globals.iter().map(|&l| unit_of(l)).collect::<Vec<_>>());
         }
     }
-    let expert_plans: Vec<exchange::Plan> = if expert_dp > 1 {
+    let mut expert_plans: Vec<exchange::Plan> = if expert_dp > 1 {
         (0..pp).map(|st| exchange::plan(expert_w(st), s, m, expert_dp)).collect::<Result<_>>()?
     } else {
         Vec::new()
     };
+    // Megatron-Core buckets only the first model chunk of the first pipeline stage: on a later
+    // stage (`get_pipeline_model_parallel_rank() > 0`) and for every model chunk after the first
+    // (`disable_bucketing=(model_chunk_idx > 0)`) a chunk's gradients are one bucket, reduced
+    // once the chunk's last backward is done ("not on the critical path"): core_r0.8.0
+    // megatron/core/distributed/distributed_data_parallel.py l.66-74 and
+    // megatron/training/training.py l.453-458; the same in core_r0.9.0 to core_r0.11.0
+    // (distributed_data_parallel.py l.74-77). Under `ddp=mcore`, for Megatron's own gradient
+    // buckets (the default strategy: no runtime, no priority partition).
+    let megatron_chunks = plan.mcore_ddp && !by_unit && s.runtime.is_none() && s.priority_partition.is_none() && pp > 1;
+    if megatron_chunks {
+        for (st, x) in exchange_plans.iter_mut().enumerate() {
+            x.buckets = megatron_chunk_buckets(dense_w(st as u32), &layout.chunks[st], st == 0, |w| {
+                exchange::plan(w, s, m, dp_width).map(|p| p.buckets)
+            })?;
+        }
+        for (st, x) in expert_plans.iter_mut().enumerate() {
+            x.buckets = megatron_chunk_buckets(expert_w(st as u32), &layout.chunks[st], st == 0, |w| {
+                exchange::plan(w, s, m, expert_dp).map(|p| p.buckets)
+            })?;
+        }
+    }
     let servers_wanted = exchange_plans[0].servers;
     if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None || plan.ep > 1) && dp > 1 {
         return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
@@ -635,6 +656,9 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
     let per_layer_sync = exchange_plans[0].priority && ranks > 1;
     let mut layer_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let mut param_ready: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
+    // Megatron's chained parameter gathers: per GPU and layer, the gathers dispatched when the GPU
+    // reaches the layer's next forward (they wait for the compute before it).
+    let mut param_next: Vec<Vec<Vec<TaskId>>> = vec![vec![Vec::new(); nl]; n as usize];
     let mut prev_picks: Vec<Option<TaskId>> = vec![None; dp_groups.len() + expert_groups.len()];
     let mut last_forward: Vec<Option<TaskId>> = vec![None; n as usize];
     let gather_params = plan.sharding.shards_params() && dp > 1;
@@ -943,6 +967,9 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         if step.pass == Pass::Forward && step.micro_batch == 0 {
                             for &p in layer_ready[gi][l].iter().chain(&param_ready[gi][l]) {
                                 b.add_edge(p, t);
+                            }
+                            if let Some(p) = before[k] {
+                                param_next[gi][l].iter().for_each(|&ag| b.add_edge(p, ag));
                             }
                         }
                         if first_compute[k].is_none() {
@@ -1337,14 +1364,30 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             // forward waits for every bucket (v0.5.10 `runtime/zero/stage_1_and_2.py` `step`,
             // `dist.all_gather` per shard; 56c5223 `runtime/bf16_optimizer.py` `step`,
             // `all_gather_dp_groups`).
+            // `ddp=mcore`: Megatron-Core gathers in forward order, one bucket at a time: the first bucket's
+            // gather is dispatched as the next step begins (`zero_grad`), each next one by the
+            // forward pre-hook of the module that waits for the one before it, so not before the
+            // GPU reaches that module ("to ensure that the communication kernels don't
+            // head-of-line block the compute kernels since we run with
+            // CUDA_DEVICE_MAX_CONNECTIONS=1"): core_r0.8.0 megatron/core/optimizer/
+            // distrib_optimizer.py l.1330-1337 (first dispatch), l.1356-1372 (buckets in reverse
+            // within each model chunk, chunks in order), l.1466-1487 (wait, then dispatch the
+            // next); core_r0.10.0 param_and_grad_buffer.py l.234-244 (`finish_param_sync`
+            // dispatches `next_param_gather_bucket_group`).
             let gather_in_step = plan.mp_optimizer.is_deepspeed();
+            let forward_order = plan.mcore_ddp && !gather_in_step;
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
                 for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {
                         param_ready[g as usize][l].clear();
+                        param_next[g as usize][l].clear();
                     }
                 }
-                for bucket in bucket_plan {
+                let order: Vec<&Bucket> =
+                    if forward_order { bucket_plan.iter().rev().collect() } else { bucket_plan.iter().collect() };
+                // The first layer (forward order) of the bucket gathered before this one.
+                let mut prev_first: Option<usize> = None;
+                for bucket in order {
                     let ag = b.add_task(task(
                         Work::Collective {
                             group: dpg.group,
@@ -1359,6 +1402,12 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         Some(to_global(bucket.last)),
                     ));
                     upd.iter().for_each(|&u| b.add_edge(u, ag));
+                    if forward_order {
+                        if let Some(l) = prev_first {
+                            members.iter().for_each(|&g| param_next[g as usize][l].push(ag));
+                        }
+                        prev_first = Some(to_global(bucket.last));
+                    }
                     for &g in members {
                         if gather_in_step {
                             sl.iter().for_each(|&l| param_ready[g as usize][l].push(ag));
@@ -1608,4 +1657,35 @@ fn unit_buckets(w: &Workload, units: &[u32]) -> Vec<Bucket> {
     }
     out.extend(open.map(|x| x.1));
     out
+}
+
+/// Megatron-Core's gradient buckets of one pipeline stage (see `megatron_chunks` in
+/// [`build_plan`]): one bucket per model chunk, except the first chunk of the first stage
+/// (`first_stage`), which keeps the buckets `fused` makes of its layers. `w` is the stage's
+/// workload (layers in ascending global order, so each chunk's layers are consecutive and the
+/// first chunk's come first); `chunks` the stage's chunks as global layers.
+fn megatron_chunk_buckets(
+    w: &Workload,
+    chunks: &[Vec<usize>],
+    first_stage: bool,
+    fused: impl Fn(&Workload) -> Result<Vec<Bucket>>,
+) -> Result<Vec<Bucket>> {
+    let mut chunk_of: Vec<u32> = Vec::with_capacity(w.layers.len());
+    for (c, chunk) in chunks.iter().enumerate() {
+        chunk_of.extend(std::iter::repeat_n(c as u32, chunk.len()));
+    }
+    if chunk_of.len() != w.layers.len() {
+        return Err(Error::invalid(
+            "parallel",
+            format!("a stage of {} layers does not match its chunks of {} layers", w.layers.len(), chunk_of.len()),
+        ));
+    }
+    // Backward order: the last chunk's bucket first.
+    let mut buckets = unit_buckets(w, &chunk_of);
+    if first_stage {
+        let first = chunks.first().map_or(0, Vec::len);
+        buckets.retain(|bk| chunk_of[bk.last] != 0);
+        buckets.extend(fused(&Workload { layers: w.layers[..first].to_vec(), ..w.clone() })?);
+    }
+    Ok(buckets)
 }

@@ -141,6 +141,14 @@ pub struct ParallelPlan {
     /// `runtime/utils.py` `PartitionedTensor.full` is one `dist.all_gather`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deepspeed_pipe: bool,
+    /// The data-parallel exchange runs as Megatron-Core's `DistributedDataParallel` and
+    /// distributed optimizer do with `--overlap-grad-reduce --overlap-param-gather` (`ddp=mcore`,
+    /// core_r0.8.0 to core_r0.11.0): gradient buckets only in the first model chunk of the
+    /// first stage, one bucket per other chunk; parameter gathers in forward order, each
+    /// dispatched when the forward reaches the bucket before it (see `dag::plan`). Off
+    /// (`ddp=generic`, the default): buckets on every stage, gathers in bucket order.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mcore_ddp: bool,
     /// The mixed-precision optimizer that holds the model state (`mp-optimizer=`): what it keeps
     /// per parameter is in `memory::state_bytes`.
     #[serde(skip_serializing_if = "MpOptimizer::is_megatron")]
@@ -439,6 +447,7 @@ impl Default for ParallelPlan {
             modules: None,
             pp_partition: PpPartition::Even,
             deepspeed_pipe: false,
+            mcore_ddp: false,
             mp_optimizer: MpOptimizer::Megatron,
             loss: LossKernel::Fused,
             softmax: SoftmaxKernel::Fused,
@@ -604,6 +613,13 @@ impl ParallelPlan {
                         v => return Err(err(format!("pipe-engine={v}: expected megatron or deepspeed"))),
                     }
                 }
+                "ddp" => {
+                    p.mcore_ddp = match value.as_str() {
+                        "mcore" => true,
+                        "generic" => false,
+                        v => return Err(err(format!("ddp={v}: expected mcore or generic"))),
+                    }
+                }
                 "mp-optimizer" | "mp_optimizer" => {
                     p.mp_optimizer = match value.as_str() {
                         "megatron" => MpOptimizer::Megatron,
@@ -635,10 +651,16 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, mp-optimizer, loss, softmax"
+                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, ddp, mp-optimizer, loss, softmax"
                     )))
                 }
             }
+        }
+        if p.mcore_ddp && (!p.mp_optimizer.is_megatron() || p.sharding.shards_params()) {
+            return Err(err(
+                "ddp=mcore is Megatron-Core's DistributedDataParallel: it needs mp-optimizer=megatron and no fsdp or zero=3"
+                    .into(),
+            ));
         }
         match p.mp_optimizer {
             MpOptimizer::Megatron => {}
@@ -754,6 +776,9 @@ impl ParallelPlan {
         }
         if self.pp > 1 && self.deepspeed_pipe {
             s += ",pipe-engine=deepspeed";
+        }
+        if self.mcore_ddp {
+            s += ",ddp=mcore";
         }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
