@@ -67,7 +67,12 @@
 //!   waits for G's first gather. So every one starts after `E0(g*)`, the j-th no earlier than
 //!   `r0`'s chain up to the layer two before (the same chain as `g*`'s: same stage, same costs),
 //!   and `g*`'s compute of the layer waits for it: released at that chain, tail `g*`'s chain from
-//!   the layer to its end.
+//!   the layer to its end. Step by step besides: a GPU's layer starts after its previous layer
+//!   and its gather; a gather ends no earlier than its floor after the start of the layer two
+//!   before (on `r0`, whose chain and groups' floors are `g*`'s) and, on the FIFO queue (tasks
+//!   start in the order they became ready), after the gather before it, which became ready
+//!   strictly earlier wherever the layer between has compute to do; the first two are ready
+//!   together, so unordered. Not under PyTorch FSDP's syncs, which hold some gathers back.
 //! - ZeRO-1/2: after the update, each bucket's updated parameters are all-gathered over the
 //!   group, one at a time on its gather queue, each once every member's update is done (so after
 //!   `E0(g*)`); the first forward of micro-batch 0 of each of the bucket's layers (of every layer
@@ -524,6 +529,38 @@ fn data_parallel_bound(
             .map(|j| Job { release: start[j - 2], floor: gather_floors[seq[j].0], tail: end - start[j] })
             .collect();
         bound = bound.max(queue_bound(gathers));
+        // The same gathers step by step: a GPU's layer starts after the gather of its parameters
+        // and after its previous layer; a gather (the j-th) ends no earlier than its floor after
+        // the start of the layer two before on the replica that made it (same chain) and, on the
+        // FIFO queue, after the gather before it, which became ready strictly earlier where the
+        // layer between has compute to do (readiness order: `Discipline::Fifo`); the first two
+        // both wait for the updates, so no order between them. Not with PyTorch FSDP's syncs,
+        // which hold some gathers back to a step's start.
+        if p.mp_optimizer != MpOptimizer::TorchFsdp {
+            let compute = |j: usize| {
+                let (l, pass) = seq[j];
+                let layer = &workload.layers[l];
+                s.compute_ns(if pass == Pass::Forward { layer.forward.mean_ns } else { layer.backward.mean_ns })
+            };
+            let mut layer_start: Vec<Nanos> = Vec::with_capacity(seq.len());
+            let mut previous: Option<Nanos> = None;
+            let mut at: Nanos = 0;
+            for (j, &(l, pass)) in seq.iter().enumerate() {
+                if workload.layers[l].grad_bytes > 0 {
+                    let release = if j >= 2 { layer_start[j - 2] } else { 0 };
+                    let after = match previous {
+                        Some(end) if j >= 2 && compute(j - 2) > 0 => end,
+                        _ => 0,
+                    };
+                    let end = release.max(after).saturating_add(gather_floors[l]);
+                    at = at.max(end);
+                    previous = Some(end);
+                }
+                layer_start.push(at);
+                at = at.saturating_add(times[usize::from(pass == Pass::Backward)][l]);
+            }
+            bound = bound.max(at);
+        }
     }
     // ZeRO-1/2: after the update, each bucket's parameters are all-gathered over the group, one
     // at a time on its queue, each once every member's update is done (so after `E0(g*)`), and
