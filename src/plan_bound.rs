@@ -537,10 +537,15 @@ fn data_parallel_bound(
         // both wait for the updates, so no order between them. Not with PyTorch FSDP's syncs,
         // which hold some gathers back to a step's start.
         if p.mp_optimizer != MpOptimizer::TorchFsdp {
+            // The compute of the task a gather waits for: the layer's first (a CP ring's first
+            // chunk, as the builder splits it).
             let compute = |j: usize| {
                 let (l, pass) = seq[j];
                 let layer = &workload.layers[l];
-                s.compute_ns(if pass == Pass::Forward { layer.forward.mean_ns } else { layer.backward.mean_ns })
+                let total =
+                    s.compute_ns(if pass == Pass::Forward { layer.forward.mean_ns } else { layer.backward.mean_ns });
+                let chunks = layer.tp.as_ref().and_then(|c| c.ring.as_ref()).map_or(1, |r| r.steps().max(1));
+                total / chunks as u64
             };
             let mut layer_start: Vec<Nanos> = Vec::with_capacity(seq.len());
             let mut previous: Option<Nanos> = None;
