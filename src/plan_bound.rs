@@ -32,12 +32,14 @@
 //! with the same costs (TP ranks hold equal shares; the symmetric reduction keeps whole stages),
 //! so one GPU per stage stands for all.
 //!
-//! A collective over a CP group is floored, besides, by what the engine's own lowering and
+//! A collective over a CP or TP group is floored, besides, by what the engine's own lowering and
 //! routes give it on the machine ([`MachineFloors`], under the ideal collective model): steps
 //! one after another, each at least its slowest transfer alone (latency, then bytes at the least
-//! peak rate of its route, a route between nodes crossing one NIC). CP groups of a stage sit at
-//! different places (inside a node, across two), so a stage takes the least such floor over its
-//! groups, and one GPU still stands for all.
+//! peak rate of its route, a route between nodes crossing one NIC; inside a node, a ring
+//! all-reduce's 2 (n - 1) steps at one NVLink route's rate, where the ports' floor has the
+//! (n - 1) / n share at every port's). Groups of a stage sit at different places (inside a node,
+//! across two), so a stage takes the least such floor over its groups, and one GPU still stands
+//! for all.
 //!
 //! # The data-parallel queues
 //!
@@ -58,20 +60,26 @@
 //!   WFBP) and precede its update: anchored at `E0(g*)`, released no earlier than the chain of
 //!   `g*`'s own layers before that layer in its stage's order (edges 1 and 2), tail 0.
 //!   Buckets as the builder plans them on the stage's layers.
-//! - With one stage, ZeRO-3/FSDP parameter all-gathers of iteration 1 on a DP group G (one per layer, micro-batch
-//!   and pass) each wait, but the iteration's first two, for the compute of the layer two
-//!   before on G's first replica `r0`, and `g*`'s compute of the layer waits for the gather:
-//!   released no earlier than `E0(r0)` plus `r0`'s chain up to that layer, tail `g*`'s chain from
-//!   the layer to its end. To anchor them at `E0(g*)` the bound needs `E0(r0) = E0(g*)`. Take G
-//!   the group of `g*` whose last iteration-0 reduction ends last (at Z). `g*`'s update waits for
-//!   its last layer, its groups' reductions and its host's launch, and lasts its fixed time U on a
-//!   compute queue nothing else then holds. Where `g*`'s last layer (the first layer's backward of
-//!   the last micro-batch) is followed by no collective and some reduction of the last
-//!   micro-batch waits for it, it ends before Z; where the host never waits for the GPU within an
-//!   iteration (no host model, or eager launches without a synchronising layer), the launch ends
-//!   at the same instant H on every GPU (a chain of fixed tasks from time 0). So
-//!   `E0(g*) = max(Z, H) + U`, while `r0`'s update waits for G's reductions and its own launch:
-//!   `E0(r0) >= max(Z, H) + U`; and `E0(r0) <= max E0 = E0(g*)`.
+//! - With one stage, ZeRO-3/FSDP parameter all-gathers of iteration 1 on `g*`'s DP group G (one
+//!   per layer, micro-batch and pass) on G's gather queue: the iteration's first two wait for
+//!   every member's iteration-0 update, `g*`'s among them; each later one for the compute of the
+//!   layer two before on the replica `r0` that made it, whose first compute of the iteration
+//!   waits for G's first gather. So every one starts after `E0(g*)`, the j-th no earlier than
+//!   `r0`'s chain up to the layer two before (the same chain as `g*`'s: same stage, same costs),
+//!   and `g*`'s compute of the layer waits for it: released at that chain, tail `g*`'s chain from
+//!   the layer to its end. Step by step besides: a GPU's layer starts after its previous layer
+//!   and its gather; a gather ends no earlier than its floor after the start of the layer two
+//!   before (on `r0`, whose chain and groups' floors are `g*`'s) and, on the FIFO queue (tasks
+//!   start in the order they became ready), after the gather before it, which became ready
+//!   strictly earlier wherever the layer between has compute to do; the first two are ready
+//!   together, so unordered. Not under PyTorch FSDP's syncs, which hold some gathers back.
+//! - ZeRO-1/2: after the update, each bucket's updated parameters are all-gathered over the
+//!   group, one at a time on its gather queue, each once every member's update is done (so after
+//!   `E0(g*)`); the first forward of micro-batch 0 of each of the bucket's layers (of every layer
+//!   of the stage, for DeepSpeed's optimizers, which gather inside their step) waits for it. From
+//!   there the longest path through the graph of steps still runs (the path from the step, less
+//!   the step's layers before it): the last of any set of these gathers ends no earlier than
+//!   their floors summed, and the period after it by the least of their tails.
 //!
 //! Without pipeline parallelism this is one GPU's compute per step. With it, `LB(s)` is the part
 //! of the pipeline's fill and drain that lies downstream of stage `s`'s first step: for the first
@@ -90,7 +98,6 @@ use crate::parallel::{MpOptimizer, Sharding};
 use crate::predict_plan::PlanSetup;
 use crate::strategy::CommSource;
 use crate::units::Nanos;
-use crate::workload::llm::TransformerCost;
 use crate::workload::{CommGroup, Workload};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -319,13 +326,18 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
         CommGroup::Context => p.cp_folded,
     };
     // A collective of a layer of `stage` over its `group` of n ranks: at least what one rank must
-    // move through its ports, and, over a CP group, what the engine's own lowering and routes
-    // give the CP group of the stage that does best (one GPU stands for the whole stage).
+    // move through its ports, and, over a CP or TP group, what the engine's own lowering and
+    // routes give the group of the stage that does best (one GPU stands for the whole stage).
     let floor = |stage: u32, group: CommGroup, op: CollectiveOp, bytes: u64, n: u32| -> Nanos {
         let own = ports.collective_floor_ns(op, bytes, n);
         let lowered = match (machine, group) {
             (Some(m), CommGroup::Context) => {
                 let groups = StageGroups { first: stage * p.tp * p.dp, width: p.tp * p.dp, stride: p.tp, size: n };
+                m.least_floor(groups, op, s.allreduce, bytes)
+            }
+            // A TP group: tp consecutive ranks (`ParallelPlan::rank`, TP fastest).
+            (Some(m), CommGroup::Tensor) => {
+                let groups = StageGroups { first: stage * p.tp * p.dp, width: p.tp * p.dp, stride: 1, size: n };
                 m.least_floor(groups, op, s.allreduce, bytes)
             }
             _ => 0,
@@ -380,16 +392,15 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
         sums[stage as usize][step.chunk as usize][usize::from(step.pass == Pass::Backward)]
     };
     // Each stage's chain, and with the machine its DP queues: the least over stages.
-    let tails = pipeline_tails(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time);
-    Ok(tails
-        .iter()
-        .enumerate()
-        .filter_map(|(st, tail)| {
+    let graph = PipelineTails::new(p.pp, p.vp, p.micro_batches().max(1), p.schedule, &time);
+    let step_tail = |stage: u32, step: &Step| graph.of(stage, step);
+    Ok((0..p.pp)
+        .filter_map(|st| {
             let exchange = match machine {
-                Some(m) => data_parallel_bound(setup, &cost, &workload, &chunks, st as u32, m, &layer_ns),
+                Some(m) => data_parallel_bound(setup, &workload, &chunks, st, m, &layer_ns, &step_tail),
                 None => 0,
             };
-            tail.map(|t| t.max(exchange))
+            graph.first(st).map(|t| t.max(exchange))
         })
         .min()
         .unwrap_or(0))
@@ -400,12 +411,12 @@ fn bound(setup: &PlanSetup, ports: GpuPorts, machine: Option<&MachineFloors>) ->
 #[allow(clippy::too_many_arguments)]
 fn data_parallel_bound(
     setup: &PlanSetup,
-    cost: &TransformerCost,
     workload: &Workload,
     chunks: &[Vec<Vec<usize>>],
     stage: u32,
     machine: &MachineFloors,
     layer_ns: &dyn Fn(u32, usize, Pass) -> Nanos,
+    step_tail: &dyn Fn(u32, &Step) -> Option<Nanos>,
 ) -> Nanos {
     let (p, s, m) = (&setup.plan, &setup.strategy, machine.machine);
     // One DP group per (stage, TP rank) holding every dense gradient, buckets of the default
@@ -503,46 +514,89 @@ fn data_parallel_bound(
         }
     }
     let mut bound = queue_bound(reductions);
-    // ZeRO-3/FSDP parameter gathers (one stage), on their queue, each once the first replica of
-    // the group has run the layer two before (the first two of an iteration wait for nothing),
-    // the GPU's layer waiting for it. Placed in the period only where every GPU of the group ends
-    // its iteration-0 update at one instant: the GPU's last layer (the first layer's backward of
-    // the last micro-batch) is followed by no collective and some reduction waits for it, and the
-    // host (if modelled) never waits for the GPU within an iteration.
-    let last_layer_alone = workload.layers.first().is_some_and(|x| {
-        x.tp.as_ref().is_none_or(|c| {
-            let n = match c.group {
-                CommGroup::Tensor => p.tp,
-                CommGroup::Expert => p.ep,
-                CommGroup::ExpertTensor => p.etp,
-                CommGroup::Context => p.cp_folded,
-            };
-            n < 2 || (c.backward.is_empty() && c.ring.is_none())
-        })
-    });
-    let last_reduced = if s.wfbp { exchange.buckets.iter().any(|b| b.last == 0) } else { !exchange.buckets.is_empty() };
-    let host_free = match setup.host_model(cost) {
-        None => true,
-        Some(h) => !h.blocking && h.layers.iter().all(|x| !x.sync),
-    };
-    if p.pp == 1
-        && p.sharding.shards_params()
-        && at_backward(micro_batches - 1, 0) == Some(seq.len() - 1)
-        && last_layer_alone
-        && last_reduced
-        && host_free
-    {
-        let param_per_grad = setup.precision.bytes() as f64 / p.grad_bytes as f64;
-        let gather_floors: Vec<Nanos> = workload
-            .layers
-            .iter()
-            .map(|x| floor(CollectiveOp::AllGather, (x.grad_bytes as f64 * param_per_grad).round() as u64))
-            .collect();
+    let param_per_grad = setup.precision.bytes() as f64 / p.grad_bytes as f64;
+    let param_bytes = |grad_bytes: u64| (grad_bytes as f64 * param_per_grad).round() as u64;
+    // ZeRO-3/FSDP parameter gathers (one stage) of iteration 1, on their queue: the first two
+    // wait for every member's iteration-0 update, so for `g*`'s; each later one for the compute
+    // of the layer two before on the replica that made it, which follows that replica's first
+    // compute, which waits for the first gather: so every one starts after `E0(g*)`, the j-th
+    // no earlier than the replica's chain up to the layer two before. `g*`'s layer waits for it.
+    if p.pp == 1 && p.sharding.shards_params() {
+        let gather_floors: Vec<Nanos> =
+            workload.layers.iter().map(|x| floor(CollectiveOp::AllGather, param_bytes(x.grad_bytes))).collect();
         let gathers: Vec<Job> = (2..seq.len())
             .filter(|&j| workload.layers[seq[j].0].grad_bytes > 0)
             .map(|j| Job { release: start[j - 2], floor: gather_floors[seq[j].0], tail: end - start[j] })
             .collect();
         bound = bound.max(queue_bound(gathers));
+        // The same gathers step by step: a GPU's layer starts after the gather of its parameters
+        // and after its previous layer; a gather (the j-th) ends no earlier than its floor after
+        // the start of the layer two before on the replica that made it (same chain) and, on the
+        // FIFO queue, after the gather before it, which became ready strictly earlier where the
+        // layer between has compute to do (readiness order: `Discipline::Fifo`); the first two
+        // both wait for the updates, so no order between them. Not with PyTorch FSDP's syncs,
+        // which hold some gathers back to a step's start.
+        if p.mp_optimizer != MpOptimizer::TorchFsdp {
+            // The compute of the task a gather waits for: the layer's first (a CP ring's first
+            // chunk, as the builder splits it).
+            let compute = |j: usize| {
+                let (l, pass) = seq[j];
+                let layer = &workload.layers[l];
+                let total =
+                    s.compute_ns(if pass == Pass::Forward { layer.forward.mean_ns } else { layer.backward.mean_ns });
+                let chunks = layer.tp.as_ref().and_then(|c| c.ring.as_ref()).map_or(1, |r| r.steps().max(1));
+                total / chunks as u64
+            };
+            let mut layer_start: Vec<Nanos> = Vec::with_capacity(seq.len());
+            let mut previous: Option<Nanos> = None;
+            let mut at: Nanos = 0;
+            for (j, &(l, pass)) in seq.iter().enumerate() {
+                if workload.layers[l].grad_bytes > 0 {
+                    let release = if j >= 2 { layer_start[j - 2] } else { 0 };
+                    let after = match previous {
+                        Some(end) if j >= 2 && compute(j - 2) > 0 => end,
+                        _ => 0,
+                    };
+                    let end = release.max(after).saturating_add(gather_floors[l]);
+                    at = at.max(end);
+                    previous = Some(end);
+                }
+                layer_start.push(at);
+                at = at.saturating_add(times[usize::from(pass == Pass::Backward)][l]);
+            }
+            bound = bound.max(at);
+        }
+    }
+    // ZeRO-1/2: after the update, each bucket's parameters are all-gathered over the group, one
+    // at a time on its queue, each once every member's update is done (so after `E0(g*)`), and
+    // the first forward of micro-batch 0 of each of the bucket's layers (of every layer of the
+    // stage under DeepSpeed, whose optimizer gathers inside its step) waits for it: from there
+    // the longest path through the steps still runs (`step_tail`, less the step's layers before
+    // it).
+    if matches!(p.sharding, Sharding::Zero1 | Sharding::Zero2) && exchange.servers.is_none() {
+        let mut first_forward: HashMap<usize, Nanos> = HashMap::new();
+        for (c, chunk) in chunks[stage as usize].iter().enumerate() {
+            let step = Step { micro_batch: 0, chunk: c as u32, pass: Pass::Forward };
+            let Some(mut tail) = step_tail(stage, &step) else { continue };
+            for &l in chunk {
+                first_forward.insert(l, tail);
+                tail = tail.saturating_sub(times[0][l]);
+            }
+        }
+        let whole = first_forward.values().copied().max();
+        let gathers: Vec<(Nanos, Nanos)> = exchange
+            .buckets
+            .iter()
+            .filter_map(|b| {
+                let tail = if p.mp_optimizer.is_deepspeed() {
+                    whole
+                } else {
+                    b.layers.iter().filter_map(|&l| first_forward.get(&own[l]).copied()).max()
+                };
+                tail.map(|t| (floor(CollectiveOp::AllGather, param_bytes(b.fp32_bytes)), t))
+            })
+            .collect();
+        bound = bound.max(released_together_bound(gathers));
     }
     bound
 }
@@ -553,6 +607,20 @@ struct Job {
     release: Nanos,
     floor: Nanos,
     tail: Nanos,
+}
+
+/// A floor on the end of the period for jobs run one at a time, all released at the anchor, given
+/// as (floor, tail): the last of any set of them ends no earlier than their floors summed, and the
+/// period after that by the least of their tails. The sets worth taking are those with the
+/// longest tails.
+fn released_together_bound(mut jobs: Vec<(Nanos, Nanos)>) -> Nanos {
+    jobs.sort_by_key(|&(_, tail)| std::cmp::Reverse(tail));
+    let (mut sum, mut best): (Nanos, Nanos) = (0, 0);
+    for (floor, tail) in jobs {
+        sum = sum.saturating_add(floor);
+        best = best.max(sum.saturating_add(tail));
+    }
+    best
 }
 
 /// A floor on the end of the period for `jobs` run one at a time: for any x, the jobs released
@@ -579,74 +647,96 @@ fn pipeline_bound(
     schedule: crate::dag::schedule::Schedule,
     time: &dyn Fn(u32, &Step) -> Nanos,
 ) -> Nanos {
-    pipeline_tails(pp, vp, micro_batches, schedule, time).into_iter().flatten().min().unwrap_or(0)
+    let graph = PipelineTails::new(pp, vp, micro_batches, schedule, time);
+    (0..pp).filter_map(|st| graph.first(st)).min().unwrap_or(0)
 }
 
-/// Per stage s, the longest path from its first step through the graph of steps (each stage's
-/// order, and each step after its upstream step), nodes weighted by `time` (`None`: no steps).
-fn pipeline_tails(
-    pp: u32,
-    vp: u32,
-    micro_batches: u32,
-    schedule: crate::dag::schedule::Schedule,
-    time: &dyn Fn(u32, &Step) -> Nanos,
-) -> Vec<Option<Nanos>> {
-    let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(schedule, pp, vp, micro_batches, st)).collect();
-    // Nodes numbered stage by stage.
-    let base: Vec<usize> = orders
-        .iter()
-        .scan(0, |acc, o| {
-            let b = *acc;
-            *acc += o.len();
-            Some(b)
-        })
-        .collect();
-    let n: usize = orders.iter().map(Vec::len).sum();
-    let mut weight = vec![0; n];
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let positions: Vec<HashMap<Step, usize>> =
-        orders.iter().map(|o| o.iter().enumerate().map(|(i, s)| (*s, i)).collect()).collect();
-    for (st, order) in orders.iter().enumerate() {
-        for (i, step) in order.iter().enumerate() {
-            let v = base[st] + i;
-            weight[v] = time(st as u32, step);
-            if i > 0 {
-                preds[v].push(v - 1);
-            }
-            if let Some((src, src_step)) = upstream(*step, st as u32, pp, vp) {
-                if let Some(&j) = positions[src as usize].get(&src_step) {
-                    preds[v].push(base[src as usize] + j);
+/// The longest path from each step of each stage through the graph of steps (each stage's order,
+/// and each step after its upstream step), nodes weighted by `time`.
+struct PipelineTails {
+    positions: Vec<HashMap<Step, usize>>,
+    base: Vec<usize>,
+    tail: Vec<Nanos>,
+}
+
+impl PipelineTails {
+    fn new(
+        pp: u32,
+        vp: u32,
+        micro_batches: u32,
+        schedule: crate::dag::schedule::Schedule,
+        time: &dyn Fn(u32, &Step) -> Nanos,
+    ) -> Self {
+        let orders: Vec<Vec<Step>> = (0..pp).map(|st| stage_order(schedule, pp, vp, micro_batches, st)).collect();
+        // Nodes numbered stage by stage.
+        let base: Vec<usize> = orders
+            .iter()
+            .scan(0, |acc, o| {
+                let b = *acc;
+                *acc += o.len();
+                Some(b)
+            })
+            .collect();
+        let n: usize = orders.iter().map(Vec::len).sum();
+        let mut weight = vec![0; n];
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let positions: Vec<HashMap<Step, usize>> =
+            orders.iter().map(|o| o.iter().enumerate().map(|(i, s)| (*s, i)).collect()).collect();
+        for (st, order) in orders.iter().enumerate() {
+            for (i, step) in order.iter().enumerate() {
+                let v = base[st] + i;
+                weight[v] = time(st as u32, step);
+                if i > 0 {
+                    preds[v].push(v - 1);
+                }
+                if let Some((src, src_step)) = upstream(*step, st as u32, pp, vp) {
+                    if let Some(&j) = positions[src as usize].get(&src_step) {
+                        preds[v].push(base[src as usize] + j);
+                    }
                 }
             }
         }
-    }
-    for (v, ps) in preds.iter().enumerate() {
-        for &u in ps {
-            succs[u].push(v);
-        }
-    }
-    // One topological order (Kahn), then, in reverse, the longest path from each step to the end
-    // (the heaviest path from a stage's first step runs through the steps reachable from it).
-    let mut indegree: Vec<usize> = preds.iter().map(Vec::len).collect();
-    let mut topo: Vec<usize> = (0..n).filter(|&v| indegree[v] == 0).collect();
-    let mut next = 0;
-    while next < topo.len() {
-        let u = topo[next];
-        next += 1;
-        for &v in &succs[u] {
-            indegree[v] -= 1;
-            if indegree[v] == 0 {
-                topo.push(v);
+        for (v, ps) in preds.iter().enumerate() {
+            for &u in ps {
+                succs[u].push(v);
             }
         }
+        // One topological order (Kahn), then, in reverse, the longest path from each step to the
+        // end (the heaviest path from a stage's first step runs through the steps reachable from
+        // it).
+        let mut indegree: Vec<usize> = preds.iter().map(Vec::len).collect();
+        let mut topo: Vec<usize> = (0..n).filter(|&v| indegree[v] == 0).collect();
+        let mut next = 0;
+        while next < topo.len() {
+            let u = topo[next];
+            next += 1;
+            for &v in &succs[u] {
+                indegree[v] -= 1;
+                if indegree[v] == 0 {
+                    topo.push(v);
+                }
+            }
+        }
+        debug_assert_eq!(topo.len(), n, "the schedule's steps form a DAG");
+        let mut tail: Vec<Nanos> = vec![0; n];
+        for &v in topo.iter().rev() {
+            tail[v] = weight[v] + succs[v].iter().map(|&u| tail[u]).max().unwrap_or(0);
+        }
+        PipelineTails { positions, base, tail }
     }
-    debug_assert_eq!(topo.len(), n, "the schedule's steps form a DAG");
-    let mut tail: Vec<Nanos> = vec![0; n];
-    for &v in topo.iter().rev() {
-        tail[v] = weight[v] + succs[v].iter().map(|&u| tail[u]).max().unwrap_or(0);
+
+    /// The longest path from `stage`'s `step` (`None`: the stage has no such step).
+    fn of(&self, stage: u32, step: &Step) -> Option<Nanos> {
+        let i = *self.positions.get(stage as usize)?.get(step)?;
+        Some(self.tail[self.base[stage as usize] + i])
     }
-    (0..pp as usize).map(|st| (!orders[st].is_empty()).then(|| tail[base[st]])).collect()
+
+    /// The longest path from `stage`'s first step (`None`: no steps).
+    fn first(&self, stage: u32) -> Option<Nanos> {
+        let positions = self.positions.get(stage as usize)?;
+        (!positions.is_empty()).then(|| self.tail[self.base[stage as usize]])
+    }
 }
 
 #[cfg(test)]
