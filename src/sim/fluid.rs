@@ -167,6 +167,11 @@ impl FluidNet {
         self.flows[id as usize].members
     }
 
+    /// The members' routes of a bundle (None for a plain flow), in member order.
+    pub fn member_routes(&self, id: FlowId) -> Option<&[Vec<u32>]> {
+        self.bundles.get(&id).map(|b| b.routes.as_slice())
+    }
+
     /// Bundles split by the solves since the last call, in the order they split.
     pub fn take_splits(&mut self) -> Vec<Split> {
         std::mem::take(&mut self.splits)
