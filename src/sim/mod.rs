@@ -109,6 +109,11 @@ pub struct Run {
     /// own), and the times other traffic turned a class's shadows into flows.
     pub collective_shadows: u64,
     pub collective_shadows_to_flows: u64,
+    /// Bundles of flows that joined the solver as one (see [`Options::unbundled_flows`]), the
+    /// flows they stood for, and the bundles the solver split into their members.
+    pub bundles: u64,
+    pub bundled_flows: u64,
+    pub bundle_splits: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
     /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
@@ -401,6 +406,8 @@ struct Engine<'a> {
     /// waiting flow that crossed it then.
     bundle_stamp: Vec<(u32, u32)>,
     bundle_epoch: u32,
+    /// Bundles made, flows in them, bundles split.
+    bundle_count: (u64, u64, u64),
 }
 
 impl<'a> Engine<'a> {
@@ -460,6 +467,7 @@ impl<'a> Engine<'a> {
             bundle_slots: HashMap::default(),
             bundle_stamp: vec![(0, 0); nlinks],
             bundle_epoch: 0,
+            bundle_count: (0, 0, 0),
         }
     }
 
@@ -543,6 +551,9 @@ impl<'a> Engine<'a> {
             shadows_to_flows: self.mirror.unshadowed,
             collective_shadows: self.shadows.shadowed,
             collective_shadows_to_flows: self.shadows.unshadowed,
+            bundles: self.bundle_count.0,
+            bundled_flows: self.bundle_count.1,
+            bundle_splits: self.bundle_count.2,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
         }
@@ -645,6 +656,7 @@ impl<'a> Engine<'a> {
             // Bundles whose members part: each member's flow maps back to its own slot.
             for split in self.net.take_splits() {
                 let slots = self.bundle_slots.remove(&split.bundle).expect("a live bundle has its slots");
+                self.bundle_count.2 += 1;
                 for (&f, &slot) in split.members.iter().zip(&slots) {
                     self.map_flow(f, slot);
                 }
@@ -736,6 +748,8 @@ impl<'a> Engine<'a> {
                 self.mirror_moving(m, f);
             }
             if members.len() > 1 {
+                self.bundle_count.0 += 1;
+                self.bundle_count.1 += members.len() as u64;
                 self.bundle_slots.insert(f, members);
             }
         }
