@@ -406,6 +406,8 @@ struct Engine<'a> {
     /// waiting flow that crossed it then.
     bundle_stamp: Vec<(u32, u32)>,
     bundle_epoch: u32,
+    bundle_parent: Vec<u32>,
+    bundle_sets: Vec<(u32, u32)>,
     /// Bundles made, flows in them, bundles split.
     bundle_count: (u64, u64, u64),
 }
@@ -467,6 +469,8 @@ impl<'a> Engine<'a> {
             bundle_slots: HashMap::default(),
             bundle_stamp: vec![(0, 0); nlinks],
             bundle_epoch: 0,
+            bundle_parent: Vec::new(),
+            bundle_sets: Vec::new(),
             bundle_count: (0, 0, 0),
         }
     }
@@ -676,15 +680,27 @@ impl<'a> Engine<'a> {
     /// shadow checks, the solve) flushes first. Off under [`Options::unbundled_flows`] and with
     /// flow records.
     fn flush_bundles(&mut self) {
-        if self.to_bundle.is_empty() {
-            return;
+        match self.to_bundle.len() {
+            0 => return,
+            1 => {
+                let (slot, cap) = self.to_bundle.pop().expect("one waits");
+                let p = self.pending[slot as usize];
+                let f = self.net.add(&self.routes[p.route as usize].links, p.bytes as f64, cap, self.now);
+                self.map_flow(f, slot);
+                self.mirror_moving(slot, f);
+                return;
+            }
+            _ => {}
         }
         let waiting = std::mem::take(&mut self.to_bundle);
         // Members of a bundle share links (through one another): flows that would be apart in
         // the net stay apart, so a bundle never joins components a full run keeps separate.
-        // Union-find over the waiting flows of one (bytes, cap), by the links they cross.
+        // Union-find over the waiting flows of one (bytes, cap), by the links they cross; the
+        // root of a set is its first flow.
         let n = waiting.len();
-        let mut parent: Vec<u32> = (0..n as u32).collect();
+        let mut parent = std::mem::take(&mut self.bundle_parent);
+        parent.clear();
+        parent.extend(0..n as u32);
         fn root(parent: &mut [u32], mut i: u32) -> u32 {
             while parent[i as usize] != i {
                 let up = parent[parent[i as usize] as usize];
@@ -720,39 +736,46 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        let mut groups: HashMap<u32, Vec<u32>> = HashMap::default();
-        let mut order: Vec<u32> = Vec::new();
+        // (root, flow) sorted: the sets in the order of their first flows, each in activation order.
+        let mut sets = std::mem::take(&mut self.bundle_sets);
+        sets.clear();
         for i in 0..n as u32 {
-            let r = root(&mut parent, i);
-            let g = groups.entry(r).or_default();
-            if g.is_empty() {
-                order.push(r);
-            }
-            g.push(waiting[i as usize].0);
+            sets.push((root(&mut parent, i), i));
         }
-        for r in order {
-            let members = groups.remove(&r).expect("listed above");
-            let (slot, cap) = waiting[r as usize];
-            let bytes = self.pending[slot as usize].bytes as f64;
-            let f = if members.len() == 1 {
-                self.net.add(&self.routes[self.pending[slot as usize].route as usize].links, bytes, cap, self.now)
-            } else {
-                let routes: Vec<&[u32]> = members
-                    .iter()
-                    .map(|&m| self.routes[self.pending[m as usize].route as usize].links.as_slice())
-                    .collect();
-                self.net.add_bundle(&routes, bytes, cap, self.now)
-            };
-            self.map_flow(f, slot);
-            for &m in &members {
-                self.mirror_moving(m, f);
+        sets.sort_unstable();
+        let mut a = 0;
+        while a < n {
+            let r = sets[a].0;
+            let mut z = a + 1;
+            while z < n && sets[z].0 == r {
+                z += 1;
             }
-            if members.len() > 1 {
+            let (slot, cap) = waiting[r as usize];
+            let p = self.pending[slot as usize];
+            let f = if z - a == 1 {
+                self.net.add(&self.routes[p.route as usize].links, p.bytes as f64, cap, self.now)
+            } else {
+                let routes: Vec<&[u32]> = sets[a..z]
+                    .iter()
+                    .map(|&(_, i)| {
+                        self.routes[self.pending[waiting[i as usize].0 as usize].route as usize].links.as_slice()
+                    })
+                    .collect();
+                let f = self.net.add_bundle(&routes, p.bytes as f64, cap, self.now);
+                let members: Vec<u32> = sets[a..z].iter().map(|&(_, i)| waiting[i as usize].0).collect();
                 self.bundle_count.0 += 1;
                 self.bundle_count.1 += members.len() as u64;
                 self.bundle_slots.insert(f, members);
+                f
+            };
+            self.map_flow(f, slot);
+            for &(_, i) in &sets[a..z] {
+                self.mirror_moving(waiting[i as usize].0, f);
             }
+            a = z;
         }
+        self.bundle_sets = sets;
+        self.bundle_parent = parent;
         let mut waiting = waiting;
         waiting.clear();
         self.to_bundle = waiting;
