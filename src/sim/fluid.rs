@@ -142,11 +142,14 @@ impl FluidNet {
         }
         let mut union: Vec<u32> = Vec::new();
         let mut mult: Vec<u32> = Vec::new();
+        // Position of each link in `union` (a map: bundles of many members cross many links).
+        let mut at: rustc_hash::FxHashMap<u32, u32> = Default::default();
         for route in routes {
             for &l in route.iter() {
-                match union.iter().position(|&u| u == l) {
-                    Some(i) => mult[i] += 1,
+                match at.get(&l) {
+                    Some(&i) => mult[i as usize] += 1,
                     None => {
+                        at.insert(l, union.len() as u32);
                         union.push(l);
                         mult.push(1);
                     }
