@@ -20,14 +20,15 @@ fn task(work: Work) -> Task {
 /// Runs `dag` grouped and flow by flow, in both collective modes (reserved links where possible,
 /// and every step by flows), checks they agree and returns the grouped step-by-step run.
 fn grouped_equals_flow_by_flow(dag: &dagsim::dag::Dag, m: &Machine, what: &str) -> Run {
-    let reference = Options { collective_flows: true, ..Options::default() };
+    // The reference paths run every transfer as its own flow (no collective shadows, no bundles).
+    let reference = Options { collective_flows: true, unbundled_flows: true, ..Options::default() };
     let grouped = simulate(dag, m, Options::default()).unwrap();
     let flows = simulate(dag, m, reference).unwrap();
     assert_same_run(&grouped, &flows, what);
     assert_eq!(flows.collective_shadows, 0, "{what}: the reference path shadows nothing");
     let stepwise = Options { stepwise_collectives: true, ..Options::default() };
     let grouped_steps = simulate(dag, m, stepwise).unwrap();
-    let flows_steps = simulate(dag, m, Options { collective_flows: true, ..stepwise }).unwrap();
+    let flows_steps = simulate(dag, m, Options { collective_flows: true, unbundled_flows: true, ..stepwise }).unwrap();
     assert_same_run(&grouped_steps, &flows_steps, &format!("{what}, step by step"));
     assert_same_run(&grouped_steps, &flows, &format!("{what}, step by step vs reserved"));
     assert!(grouped_steps.events <= flows_steps.events, "{what}: grouping adds events");
@@ -111,7 +112,8 @@ fn plans_with_shadowed_collectives_match_the_reference_path() {
         s.topology.nic_route = route;
         for symmetric in [true, false] {
             let fast = s.simulate(symmetric, Options::default()).unwrap();
-            let slow = s.simulate(symmetric, Options { collective_flows: true, ..Options::default() }).unwrap();
+            let reference = Options { collective_flows: true, unbundled_flows: true, ..Options::default() };
+            let slow = s.simulate(symmetric, reference).unwrap();
             let (a, b) = (&fast.run, &slow.run);
             let what = format!("{topology} {spec} (symmetric {symmetric}, {})", route.name());
             assert_same_run(a, b, &what);

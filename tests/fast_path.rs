@@ -13,7 +13,10 @@ use dagsim::strategy::Strategy;
 fn compare(setup: &Setup, gpus: u32) -> (u64, u64) {
     let fast = setup.simulate(gpus, Options::default()).unwrap();
     let slow = setup
-        .simulate(gpus, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
+        .simulate(
+            gpus,
+            Options { stepwise_collectives: true, collective_flows: true, unbundled_flows: true, ..Options::default() },
+        )
         .unwrap();
     assert_same_run(&fast.run, &slow.run, &format!("{gpus} GPUs"));
     assert_eq!(slow.run.reserved_collectives, 0);
@@ -93,7 +96,12 @@ fn contention_at_any_instant_is_handled_exactly() {
             let slow = simulate(
                 &dag,
                 &m,
-                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+                Options {
+                    stepwise_collectives: true,
+                    collective_flows: true,
+                    unbundled_flows: true,
+                    ..Options::default()
+                },
             )
             .unwrap();
             assert_same_run(&fast, &slow, &format!("delay {delay}, {bytes} bytes"));
@@ -163,7 +171,12 @@ fn contention_inside_shared_steps_is_handled_exactly() {
             let slow = simulate(
                 &dag,
                 &m,
-                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+                Options {
+                    stepwise_collectives: true,
+                    collective_flows: true,
+                    unbundled_flows: true,
+                    ..Options::default()
+                },
             )
             .unwrap();
             assert_same_run(&fast, &slow, &format!("delay {delay}"));
@@ -222,8 +235,12 @@ fn collectives_next_to_outside_flows_match_the_reference() {
         b.build(DagMeta { gpus: 8, iterations: 0, iteration_end: vec![] }).unwrap()
     };
     let fast = simulate(&d, &m, Options::default()).unwrap();
-    let slow =
-        simulate(&d, &m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() }).unwrap();
+    let slow = simulate(
+        &d,
+        &m,
+        Options { stepwise_collectives: true, collective_flows: true, unbundled_flows: true, ..Options::default() },
+    )
+    .unwrap();
     assert_eq!((fast.start.clone(), fast.end.clone()), (slow.start, slow.end));
     assert!(fast.end[1] < fast.end[2], "the reads outlast the collective");
     assert_eq!((fast.reserved_collectives, fast.materialized_collectives), (1, 0));
@@ -242,7 +259,12 @@ fn collectives_next_to_outside_flows_match_the_reference() {
             let slow = simulate(
                 &dag,
                 &m,
-                Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+                Options {
+                    stepwise_collectives: true,
+                    collective_flows: true,
+                    unbundled_flows: true,
+                    ..Options::default()
+                },
             )
             .unwrap();
             assert_same_run(&fast, &slow, &format!("case {k}"));
@@ -304,7 +326,12 @@ fn partly_reserved_collectives_match_the_reference() {
                 let slow = simulate(
                     &dag,
                     &m,
-                    Options { stepwise_collectives: true, collective_flows: true, ..Options::default() },
+                    Options {
+                        stepwise_collectives: true,
+                        collective_flows: true,
+                        unbundled_flows: true,
+                        ..Options::default()
+                    },
                 )
                 .unwrap();
                 let what = format!("{algorithm:?}, case {k}, copies {copies:?}");
@@ -345,8 +372,12 @@ fn a_ring_beside_a_long_copy_costs_events_per_step_not_per_transfer() {
     b.add_task(task(Work::Transfer { src: m.gpus[0].host, dst: m.gpus[4].host, bytes: 20_000_000_000 }));
     let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap();
     let fast = simulate(&dag, &m, Options::default()).unwrap();
-    let slow = simulate(&dag, &m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
-        .unwrap();
+    let slow = simulate(
+        &dag,
+        &m,
+        Options { stepwise_collectives: true, collective_flows: true, unbundled_flows: true, ..Options::default() },
+    )
+    .unwrap();
     assert_eq!(
         (&fast.start, &fast.end, &fast.link_bytes, fast.flows),
         (&slow.start, &slow.end, &slow.link_bytes, slow.flows)
@@ -356,9 +387,12 @@ fn a_ring_beside_a_long_copy_costs_events_per_step_not_per_transfer() {
     assert!(fast.events < 6 * steps, "{} events for {steps} steps", fast.events);
     assert!(slow.events > 2 * steps * gpus as u64 - 1);
     let fast = simulate(&dag, &channels, Options::default()).unwrap();
-    let slow =
-        simulate(&dag, &channels, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() })
-            .unwrap();
+    let slow = simulate(
+        &dag,
+        &channels,
+        Options { stepwise_collectives: true, collective_flows: true, unbundled_flows: true, ..Options::default() },
+    )
+    .unwrap();
     assert_eq!(
         (&fast.start, &fast.end, &fast.link_bytes, fast.flows),
         (&slow.start, &slow.end, &slow.link_bytes, slow.flows)
@@ -435,7 +469,7 @@ proptest::proptest! {
             }
             let dag = b.build(DagMeta { gpus: 16, iterations: 0, iteration_end: vec![] }).unwrap();
             let fast = simulate(&dag, m, Options::default()).unwrap();
-            let slow = simulate(&dag, m, Options { stepwise_collectives: true, collective_flows: true, ..Options::default() }).unwrap();
+            let slow = simulate(&dag, m, Options { stepwise_collectives: true, collective_flows: true, unbundled_flows: true, ..Options::default() }).unwrap();
             prop_assert_eq!(&fast.start, &slow.start);
             prop_assert_eq!(&fast.end, &slow.end);
             prop_assert_eq!(&fast.link_bytes, &slow.link_bytes);

@@ -30,7 +30,8 @@ fn shadowed_image_transfers_match_the_reference_path() {
     for (spec, mb, gbs, topology) in plans {
         let s = plan_setup(small_gpt(), spec, mb, gbs, 1024, topology);
         let fast = s.simulate(true, Options::default()).unwrap();
-        let slow = s.simulate(true, Options { image_flows: true, ..Options::default() }).unwrap();
+        let slow =
+            s.simulate(true, Options { image_flows: true, unbundled_flows: true, ..Options::default() }).unwrap();
         let (a, b) = (&fast.run, &slow.run);
         assert_eq!(b.shadowed_transfers, 0, "{spec}: the reference path shadows nothing");
         assert_eq!(a.start, b.start, "{topology} {spec}: task starts");
@@ -122,7 +123,9 @@ fn shadows_beside_random_traffic_match_the_reference() {
         }
         let dag = b.build(DagMeta { gpus, iterations: 0, iteration_end: vec![] }).unwrap();
         let fast = dagsim::sim::simulate(&dag, &m, Options::default()).unwrap();
-        let slow = dagsim::sim::simulate(&dag, &m, Options { image_flows: true, ..Options::default() }).unwrap();
+        let slow =
+            dagsim::sim::simulate(&dag, &m, Options { image_flows: true, unbundled_flows: true, ..Options::default() })
+                .unwrap();
         assert_same_run(&fast, &slow, &format!("case {case}"));
         shadowed += fast.shadowed_transfers;
         turned += fast.shadows_to_flows;

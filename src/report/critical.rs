@@ -100,6 +100,9 @@ mod tests {
             shadows_to_flows: 0,
             collective_shadows: 0,
             collective_shadows_to_flows: 0,
+            bundles: 0,
+            bundled_flows: 0,
+            bundle_splits: 0,
             collectives: Vec::new(),
             collective_labels: Vec::new(),
         }

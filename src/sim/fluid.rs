@@ -142,11 +142,14 @@ impl FluidNet {
         }
         let mut union: Vec<u32> = Vec::new();
         let mut mult: Vec<u32> = Vec::new();
+        // Position of each link in `union` (a map: bundles of many members cross many links).
+        let mut at: rustc_hash::FxHashMap<u32, u32> = Default::default();
         for route in routes {
             for &l in route.iter() {
-                match union.iter().position(|&u| u == l) {
-                    Some(i) => mult[i] += 1,
+                match at.get(&l) {
+                    Some(&i) => mult[i as usize] += 1,
                     None => {
+                        at.insert(l, union.len() as u32);
                         union.push(l);
                         mult.push(1);
                     }
@@ -165,6 +168,11 @@ impl FluidNet {
     /// Members a flow stands for (1 unless it is a bundle).
     pub fn members(&self, id: FlowId) -> u32 {
         self.flows[id as usize].members
+    }
+
+    /// The members' routes of a bundle (None for a plain flow), in member order.
+    pub fn member_routes(&self, id: FlowId) -> Option<&[Vec<u32>]> {
+        self.bundles.get(&id).map(|b| b.routes.as_slice())
     }
 
     /// Bundles split by the solves since the last call, in the order they split.

@@ -70,6 +70,11 @@ impl Mirror {
         !self.link.is_empty()
     }
 
+    /// Whether images are shadowed now.
+    pub fn shadowing(&self) -> bool {
+        self.on
+    }
+
     /// Whether link `l` is one of them.
     pub fn is_link(&self, l: usize) -> bool {
         self.link.get(l).copied().unwrap_or(false)

@@ -56,6 +56,10 @@ pub struct Options {
     /// of an identical transfer over a route of the same shape (the reference path; slower, same
     /// results: see `sim/shadow.rs`).
     pub collective_flows: bool,
+    /// Add every flow to the bandwidth solver on its own, never as a member of a bundle of the
+    /// flows that start moving at the same instant with the same bytes and cap (the reference
+    /// path; slower, same results: see [`Engine::flush_bundles`]).
+    pub unbundled_flows: bool,
 }
 
 /// One finished flow, when [`Options::record_flows`] is on.
@@ -105,6 +109,11 @@ pub struct Run {
     /// own), and the times other traffic turned a class's shadows into flows.
     pub collective_shadows: u64,
     pub collective_shadows_to_flows: u64,
+    /// Bundles of flows that joined the solver as one (see [`Options::unbundled_flows`]), the
+    /// flows they stood for, and the bundles the solver split into their members.
+    pub bundles: u64,
+    pub bundled_flows: u64,
+    pub bundle_splits: u64,
     /// How the collectives ran (model's choice per operation), summed over the run.
     pub collectives: Vec<CollectiveUse>,
     /// With [`Options::record_flows`]: per collective task, how it ran (`ring/LL128 x12`).
@@ -388,6 +397,19 @@ struct Engine<'a> {
     reported: usize,
     mirror: mirror::Mirror,
     shadows: shadow::Shadows,
+    /// Flows that passed their checks at this instant and wait to join the solver, bundled with
+    /// their likes ([`Engine::flush_bundles`]); and per live bundle its members' slots (the first
+    /// is `flow_slot`'s).
+    to_bundle: Vec<(u32, f64)>,
+    bundle_slots: HashMap<FlowId, Vec<u32>>,
+    /// Scratch of [`Engine::flush_bundles`]: per link, the epoch it was last seen in and the
+    /// waiting flow that crossed it then.
+    bundle_stamp: Vec<(u32, u32)>,
+    bundle_epoch: u32,
+    bundle_parent: Vec<u32>,
+    bundle_sets: Vec<(u32, u32)>,
+    /// Bundles made, flows in them, bundles split.
+    bundle_count: (u64, u64, u64),
 }
 
 impl<'a> Engine<'a> {
@@ -443,6 +465,13 @@ impl<'a> Engine<'a> {
             reported: 0,
             mirror: mirror::Mirror::default(),
             shadows: shadow::Shadows::default(),
+            to_bundle: Vec::new(),
+            bundle_slots: HashMap::default(),
+            bundle_stamp: vec![(0, 0); nlinks],
+            bundle_epoch: 0,
+            bundle_parent: Vec::new(),
+            bundle_sets: Vec::new(),
+            bundle_count: (0, 0, 0),
         }
     }
 
@@ -466,6 +495,7 @@ impl<'a> Engine<'a> {
             bucket.clear();
             self.bucket_pool.push(bucket);
         }
+        self.flush_bundles();
         Ok(())
     }
 
@@ -525,6 +555,9 @@ impl<'a> Engine<'a> {
             shadows_to_flows: self.mirror.unshadowed,
             collective_shadows: self.shadows.shadowed,
             collective_shadows_to_flows: self.shadows.unshadowed,
+            bundles: self.bundle_count.0,
+            bundled_flows: self.bundle_count.1,
+            bundle_splits: self.bundle_count.2,
             collectives: self.lowerer.uses(),
             collective_labels: self.collective_labels,
         }
@@ -537,8 +570,16 @@ impl<'a> Engine<'a> {
             EventKind::FlowActivate(slot) => self.activate(slot),
             EventKind::FlowDone(f, version) => {
                 if self.net.is_live(f) && self.net.version(f) == version {
-                    let slot = self.flow_slot[f as usize];
                     self.net.remove(f);
+                    if let Some(slots) = self.bundle_slots.remove(&f) {
+                        // Every member arrives at this instant, as k flows of one rate history.
+                        for slot in slots {
+                            self.mirror_arrived(slot);
+                            self.flow_finished(slot)?;
+                        }
+                        return Ok(());
+                    }
+                    let slot = self.flow_slot[f as usize];
                     self.mirror_arrived(slot);
                     self.flow_finished(slot)?;
                 }
@@ -609,11 +650,135 @@ impl<'a> Engine<'a> {
     fn solve_flows(&mut self) {
         let mut completions = std::mem::take(&mut self.completions);
         completions.clear();
+        self.flush_bundles();
         self.net.solve(self.now, &mut completions);
         for c in &completions {
             self.push(c.time, EventKind::FlowDone(c.flow, c.version));
         }
         self.completions = completions;
+        if !self.bundle_slots.is_empty() {
+            // Bundles whose members part: each member's flow maps back to its own slot.
+            for split in self.net.take_splits() {
+                let slots = self.bundle_slots.remove(&split.bundle).expect("a live bundle has its slots");
+                self.bundle_count.2 += 1;
+                for (&f, &slot) in split.members.iter().zip(&slots) {
+                    self.map_flow(f, slot);
+                }
+            }
+        }
+    }
+
+    /// Adds the flows that passed their checks at this instant to the solver: those with the
+    /// same bytes and cap (their start is this instant) that share links, directly or through one
+    /// another, as one bundle each, members in the order they activated, the others as plain
+    /// flows. A bundle is bit for bit its members as
+    /// separate flows (`fluid.rs`, tested in `tests/weighted_flows.rs`) while their rates agree,
+    /// and splits into them in its state when they would not; progressive filling is a function
+    /// of the component, not of the order flows joined it, so adding them here rather than one
+    /// by one as they activated changes nothing, provided nothing looks at the net in between:
+    /// every reader of the net at an instant (reservations, partial reservations, outside flows,
+    /// shadow checks, the solve) flushes first. Off under [`Options::unbundled_flows`] and with
+    /// flow records.
+    fn flush_bundles(&mut self) {
+        match self.to_bundle.len() {
+            0 => return,
+            1 => {
+                let (slot, cap) = self.to_bundle.pop().expect("one waits");
+                let p = self.pending[slot as usize];
+                let f = self.net.add(&self.routes[p.route as usize].links, p.bytes as f64, cap, self.now);
+                self.map_flow(f, slot);
+                self.mirror_moving(slot, f);
+                return;
+            }
+            _ => {}
+        }
+        let waiting = std::mem::take(&mut self.to_bundle);
+        // Members of a bundle share links (through one another): flows that would be apart in
+        // the net stay apart, so a bundle never joins components a full run keeps separate.
+        // Union-find over the waiting flows of one (bytes, cap), by the links they cross; the
+        // root of a set is its first flow.
+        let n = waiting.len();
+        let mut parent = std::mem::take(&mut self.bundle_parent);
+        parent.clear();
+        parent.extend(0..n as u32);
+        fn root(parent: &mut [u32], mut i: u32) -> u32 {
+            while parent[i as usize] != i {
+                let up = parent[parent[i as usize] as usize];
+                parent[i as usize] = up;
+                i = up;
+            }
+            i
+        }
+        self.bundle_epoch = self.bundle_epoch.wrapping_add(1);
+        if self.bundle_epoch == 0 {
+            self.bundle_stamp.iter_mut().for_each(|s| s.0 = 0);
+            self.bundle_epoch = 1;
+        }
+        let epoch = self.bundle_epoch;
+        for (i, &(slot, cap)) in waiting.iter().enumerate() {
+            let p = self.pending[slot as usize];
+            for &l in &self.routes[p.route as usize].links {
+                let (stamp, holder) = self.bundle_stamp[l as usize];
+                if stamp != epoch {
+                    self.bundle_stamp[l as usize] = (epoch, i as u32);
+                    continue;
+                }
+                let (w, c) = waiting[holder as usize];
+                if c.to_bits() == cap.to_bits() && self.pending[w as usize].bytes == p.bytes {
+                    let (a, b) = (root(&mut parent, i as u32), root(&mut parent, holder));
+                    if a != b {
+                        parent[a.max(b) as usize] = a.min(b);
+                    }
+                } else {
+                    // A link held by a flow of another kind: the later flow of this kind there
+                    // takes it over, so its own kind still meets on it.
+                    self.bundle_stamp[l as usize] = (epoch, i as u32);
+                }
+            }
+        }
+        // (root, flow) sorted: the sets in the order of their first flows, each in activation order.
+        let mut sets = std::mem::take(&mut self.bundle_sets);
+        sets.clear();
+        for i in 0..n as u32 {
+            sets.push((root(&mut parent, i), i));
+        }
+        sets.sort_unstable();
+        let mut a = 0;
+        while a < n {
+            let r = sets[a].0;
+            let mut z = a + 1;
+            while z < n && sets[z].0 == r {
+                z += 1;
+            }
+            let (slot, cap) = waiting[r as usize];
+            let p = self.pending[slot as usize];
+            let f = if z - a == 1 {
+                self.net.add(&self.routes[p.route as usize].links, p.bytes as f64, cap, self.now)
+            } else {
+                let routes: Vec<&[u32]> = sets[a..z]
+                    .iter()
+                    .map(|&(_, i)| {
+                        self.routes[self.pending[waiting[i as usize].0 as usize].route as usize].links.as_slice()
+                    })
+                    .collect();
+                let f = self.net.add_bundle(&routes, p.bytes as f64, cap, self.now);
+                let members: Vec<u32> = sets[a..z].iter().map(|&(_, i)| waiting[i as usize].0).collect();
+                self.bundle_count.0 += 1;
+                self.bundle_count.1 += members.len() as u64;
+                self.bundle_slots.insert(f, members);
+                f
+            };
+            self.map_flow(f, slot);
+            for &(_, i) in &sets[a..z] {
+                self.mirror_moving(waiting[i as usize].0, f);
+            }
+            a = z;
+        }
+        self.bundle_sets = sets;
+        self.bundle_parent = parent;
+        let mut waiting = waiting;
+        waiting.clear();
+        self.to_bundle = waiting;
     }
 
     fn begin(&mut self, t: TaskId) -> Result<()> {
@@ -798,6 +963,7 @@ impl<'a> Engine<'a> {
     /// carry flows whose rates its steps leave alone: their whole component is timed with it).
     fn try_reserve(&mut self, slot: u32, with_outside: bool) -> Result<Reserve> {
         const PROVISIONAL: u32 = u32::MAX;
+        self.flush_bundles();
         self.mirror_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
@@ -960,16 +1126,16 @@ impl<'a> Engine<'a> {
         if held_elsewhere || (instant && !flows.is_empty()) {
             return None;
         }
-        Some(
-            flows
-                .into_iter()
-                .map(|f| Outside {
-                    links: self.net.links(f).to_vec(),
-                    cap: self.net.state(f).cap,
-                    rate: self.net.rate(f),
-                })
-                .collect(),
-        )
+        // A bundle is its members, each on its own route, to the private run.
+        let mut outside = Vec::with_capacity(flows.len());
+        for f in flows {
+            let (cap, rate) = (self.net.state(f).cap, self.net.rate(f));
+            match self.net.member_routes(f) {
+                Some(routes) => outside.extend(routes.iter().map(|r| Outside { links: r.clone(), cap, rate })),
+                None => outside.push(Outside { links: self.net.links(f).to_vec(), cap, rate }),
+            }
+        }
+        Some(outside)
     }
 
     /// Members of a step for the step timer: the transfers with their routes, latency and cap.
@@ -1217,6 +1383,7 @@ impl<'a> Engine<'a> {
     /// changed) if no transfer could be reserved.
     fn try_partial(&mut self, slot: u32) -> Result<bool> {
         const PROVISIONAL: u32 = u32::MAX;
+        self.flush_bundles();
         self.mirror_before_reserve(slot)?;
         let plan = self.collectives[slot as usize].plan.clone();
         let first = self.collectives[slot as usize].step;
@@ -1513,8 +1680,15 @@ impl<'a> Engine<'a> {
                 self.materialize(holder - 1)?;
             }
         }
-        let route = &self.routes[p.route as usize];
         let cap = self.route_caps.get(self.machine, &self.routes, p.route, p.bytes).min(p.cap);
+        // Joins the solver with the flows like it at this instant (a shadowing original or
+        // representative needs its own flow id at once; flow records keep the plain path).
+        if !(rep_live || self.mirror.shadowing() || self.options.unbundled_flows || self.options.record_flows) {
+            self.to_bundle.push((slot, cap));
+            return Ok(());
+        }
+        self.flush_bundles();
+        let route = &self.routes[p.route as usize];
         let f = self.net.add(&route.links, p.bytes as f64, cap, self.now);
         self.map_flow(f, slot);
         self.mirror_moving(slot, f);

@@ -353,6 +353,9 @@ impl Engine<'_> {
                 // By the invariant its footprint carries only live classes of its routes.
                 return Ok(true);
             }
+            // The checks below read the net as a full run holds it at this instant.
+            self.flush_bundles();
+            let r = &self.shadows.running[&key];
             // The first member to move (a class turned into flows is no longer running).
             let class = &r.classes.classes[r.class as usize];
             // Classes of the same routes live: by the invariant the footprint carries only them.
@@ -409,7 +412,10 @@ impl Engine<'_> {
             .filter(|&f| self.pending[self.flow_slot[f as usize] as usize].route == rep_routes[0])
             .collect();
         let n = on_first.len();
+        // Bundled flows are not told apart by route here: those classes stay flows.
+        let bundled = |l: u32| self.net.flows_of(l).iter().any(|&f| self.net.members(f) > 1);
         if n == 0
+            || class.links.iter().any(|&(l, _)| bundled(l))
             || class.links.iter().any(|&(l, mult)| {
                 self.reserved_by[l as usize] != 0
                     || self.shadows.is_marked(l)
