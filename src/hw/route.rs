@@ -75,10 +75,11 @@ impl NicRoute {
 #[serde(rename_all = "snake_case")]
 pub enum ComputeContention {
     /// A collective overlaps compute for free.
-    #[default]
     Off,
     /// Each NCCL channel of a collective in flight holds one SM for the collective's whole
-    /// duration, and a compute kernel beside it runs on the SMs left.
+    /// duration, and a compute kernel beside it runs on the SMs left. The default: it moved the
+    /// validation rows' mean error 12.3 -> 12.1% and their optimism +9.5 -> +9.2%.
+    #[default]
     Sms,
 }
 

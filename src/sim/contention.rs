@@ -21,7 +21,8 @@
 //! Channels: the NCCL model's own choice for the call (`NcclPlan::choice`); under the ideal
 //! model, the channel count NCCL's tuner picks for the same group, operation and size (default
 //! NCCL version, the algorithm forced as the ideal model runs it). Collectives that NCCL does not
-//! run (parameter servers, hierarchical, HybridEP) hold no SMs here.
+//! run (parameter servers, hierarchical, HybridEP, Transformer Engine's userbuffers under
+//! `tp-overlap`, marked by the DAG builder) hold no SMs here.
 //!
 //! Exactness: remaining work is kept in integer SM-nanoseconds (standalone ns x SMs), so a task
 //! re-timed any number of times ends at the same instant in every run; end events carry a
@@ -146,7 +147,8 @@ impl Contention {
         now: Nanos,
         out: &mut Vec<Retimed>,
     ) {
-        let channels = self.channels_of(dag, machine, group, plan, op, algorithm, bytes);
+        let channels =
+            if dag.is_not_nccl(t) { 0 } else { self.channels_of(dag, machine, group, plan, op, algorithm, bytes) };
         if channels == 0 {
             return;
         }
