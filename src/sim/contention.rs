@@ -30,7 +30,7 @@
 
 use crate::collective::nccl::tuner::Force;
 use crate::collective::nccl::version::NcclAlgo;
-use crate::collective::nccl::{Comm, NcclConfig};
+use crate::collective::nccl::{NcclConfig, TunerOnly};
 use crate::collective::{Algorithm, CollectiveModel, CollectiveOp, Layout, Plan};
 use crate::dag::{Category, Dag, TaskId, Work};
 use crate::hw::{ComputeContention, Machine};
@@ -70,8 +70,9 @@ pub(crate) struct Contention {
     held: HashMap<TaskId, u64>,
     /// Per group, its members that have tasks here (local GPU indices).
     members: HashMap<u32, Arc<[u32]>>,
-    comms: HashMap<(u32, u32, Algorithm), Arc<Comm>>,
-    channels: HashMap<(u32, u32, Algorithm, CollectiveOp, u64), u64>,
+    tuners: HashMap<(u32, u32, Algorithm), Arc<TunerOnly>>,
+    /// Per (group, algorithm, operation, bytes): the channels of one call.
+    channels: HashMap<(u32, Algorithm, CollectiveOp, u64), u64>,
 }
 
 impl Contention {
@@ -92,7 +93,7 @@ impl Contention {
             running: vec![Vec::new(); gpus],
             held: HashMap::default(),
             members: HashMap::default(),
-            comms: HashMap::default(),
+            tuners: HashMap::default(),
             channels: HashMap::default(),
         })
     }
@@ -162,8 +163,8 @@ impl Contention {
 
     /// A task ended: if it was a collective holding channels, they are free again.
     pub(crate) fn task_finished(&mut self, dag: &Dag, t: TaskId, now: Nanos, out: &mut Vec<Retimed>) {
-        let Some(channels) = self.held.remove(&t) else { return };
         let Work::Collective { group, .. } = dag.task(t).work else { return };
+        let Some(channels) = self.held.remove(&t) else { return };
         let members = self.members_of(dag, group);
         for &g in members.iter() {
             self.busy[g as usize] -= channels;
@@ -232,17 +233,17 @@ impl Contention {
         if !nccl || ranks.len() < 2 || bytes == 0 {
             return 0;
         }
-        let layout = Layout::from_nodes(ranks.iter().map(|&r| machine.gpus[r as usize].node));
-        let key = (layout.ranks, layout.per_node, algorithm, op, bytes);
+        let key = (group, algorithm, op, bytes);
         if let Some(&c) = self.channels.get(&key) {
             return c;
         }
-        let comm = self
-            .comms
+        let layout = Layout::from_nodes(ranks.iter().map(|&r| machine.gpus[r as usize].node));
+        let tuner = self
+            .tuners
             .entry((layout.ranks, layout.per_node, algorithm))
-            .or_insert_with(|| Arc::new(Comm::new(machine, ranks, nccl_config(machine.collectives, algorithm))))
+            .or_insert_with(|| Arc::new(TunerOnly::new(machine, ranks, nccl_config(machine.collectives, algorithm))))
             .clone();
-        let c = comm.choose(op, bytes).map_or(0, |choice| choice.channels.max(1) as u64);
+        let c = tuner.choose(op, bytes).map_or(0, |choice| choice.channels.max(1) as u64);
         self.channels.insert(key, c);
         c
     }
@@ -290,7 +291,7 @@ mod tests {
             running: vec![Vec::new()],
             held: HashMap::default(),
             members: HashMap::default(),
-            comms: HashMap::default(),
+            tuners: HashMap::default(),
             channels: HashMap::default(),
         };
         let first = c.start_compute(7, 0, 0, 1_000);
@@ -321,7 +322,7 @@ mod tests {
             running: vec![Vec::new()],
             held: HashMap::default(),
             members: HashMap::default(),
-            comms: HashMap::default(),
+            tuners: HashMap::default(),
             channels: HashMap::default(),
         };
         assert_eq!(c.start_compute(1, 0, 10, 3).at, 17);
