@@ -137,14 +137,17 @@ fn the_cp_ring_sends_each_ranks_keys_and_values_beside_each_attention_step() {
             }
         }
         assert!(exposed + hidden > 0, "{spec}: no ring steps");
-        // The attention core runs in cp chunks of the ring layer, summing to its time.
+        // The attention core runs in cp chunks of the ring layer, summing to its time (the chunks'
+        // own durations: beside the sends, whose NCCL channel holds an SM, their spans stretch).
         let (l, layer) = sim.workload.layers.iter().enumerate().find(|(_, l)| l.name == "L0.attn-cp").unwrap();
         assert!(layer.forward.mean_ns > 0);
         let chunks: Vec<u64> = tasks
             .iter()
-            .enumerate()
-            .filter(|(_, t)| t.phase == Phase::Forward && t.layer == Some(l as u32) && t.gpu == Some(0))
-            .map(|(i, _)| end[i] - start[i])
+            .filter(|t| t.phase == Phase::Forward && t.layer == Some(l as u32) && t.gpu == Some(0))
+            .map(|t| match t.work {
+                Work::Fixed { ns } => ns,
+                other => panic!("{spec}: a chunk is {other:?}"),
+            })
             .take(cp as usize)
             .collect();
         let (sum, per_chunk) = (chunks.iter().sum::<u64>(), layer.forward.mean_ns / cp);

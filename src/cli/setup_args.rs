@@ -122,6 +122,11 @@ pub struct CollectiveArgs {
     /// or cheapest (the cheapest route). The NCCL model always routes as NCCL does.
     #[arg(long, value_name = "ROUTE")]
     pub nic_route: Option<String>,
+    /// Whether compute kernels slow down beside the collectives in flight on their GPU: off (a
+    /// collective overlaps compute for free) or sms (each NCCL channel holds one SM while the
+    /// collective runs; compute runs on the SMs left). Default off.
+    #[arg(long, value_name = "MODEL")]
+    pub compute_contention: Option<String>,
 }
 
 impl CollectiveArgs {
@@ -146,6 +151,11 @@ impl CollectiveArgs {
         self.nic_route.as_deref().map(dagsim::hw::NicRoute::parse).transpose()
     }
 
+    /// The compute contention `--compute-contention` asks for, if given.
+    pub fn compute_contention(&self) -> Result<Option<dagsim::hw::ComputeContention>> {
+        self.compute_contention.as_deref().map(dagsim::hw::ComputeContention::parse).transpose()
+    }
+
     /// Sets a topology's collective model and NIC route from the flags (over a scenario's fields).
     pub fn apply(
         &self,
@@ -155,6 +165,9 @@ impl CollectiveArgs {
         topology.collectives = self.model_over(scenario)?;
         if let Some(r) = self.nic_route()? {
             topology.nic_route = r;
+        }
+        if let Some(c) = self.compute_contention()? {
+            topology.compute_contention = c;
         }
         Ok(())
     }

@@ -73,8 +73,11 @@ pub fn run(args: Args) -> Result<u8> {
     let c = &args.collectives;
     let any =
         c.collective_model.is_some() || c.nccl_version.is_some() || c.nccl_algo.is_some() || c.nccl_proto.is_some();
-    let overrides =
-        MachineOverrides { collectives: if any { Some(c.model()?) } else { None }, nic_route: c.nic_route()? };
+    let overrides = MachineOverrides {
+        collectives: if any { Some(c.model()?) } else { None },
+        nic_route: c.nic_route()?,
+        compute_contention: c.compute_contention()?,
+    };
     let gate = Gate { tolerance: args.tolerance, max_error: args.max_error };
     let report = {
         let _notice = super::LongRunNotice::start(format!("the rows of {} measurement set(s)", paths.len()));

@@ -241,6 +241,8 @@ pub struct Dag {
     images: Vec<(TaskId, u32)>,
     /// Collectives that repeat another one on a left-out DP replica's GPUs: (original, image).
     collective_images: Vec<(TaskId, TaskId)>,
+    /// Collectives run by a library other than NCCL (Transformer Engine's userbuffers), sorted.
+    not_nccl: Vec<TaskId>,
     pub meta: DagMeta,
 }
 
@@ -307,6 +309,12 @@ impl Dag {
         &self.collective_images
     }
 
+    /// Whether collective `t` is run by a library other than NCCL (see
+    /// [`DagBuilder::mark_not_nccl`]).
+    pub fn is_not_nccl(&self, t: TaskId) -> bool {
+        self.not_nccl.binary_search(&t).is_ok()
+    }
+
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
         let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
@@ -333,6 +341,7 @@ pub struct DagBuilder {
     image_groups: Vec<(TaskId, std::ops::Range<u32>)>,
     images: Vec<(TaskId, u32)>,
     collective_images: Vec<(TaskId, TaskId)>,
+    not_nccl: Vec<TaskId>,
 }
 
 impl DagBuilder {
@@ -398,6 +407,12 @@ impl DagBuilder {
     /// afterwards that they did end together).
     pub fn add_collective_image(&mut self, original: TaskId, image: TaskId) {
         self.collective_images.push((original, image));
+    }
+
+    /// Declares collective `t` run by a library other than NCCL (Transformer Engine's userbuffers
+    /// under Megatron's --tp-comm-overlap): it holds none of NCCL's channels on its GPUs.
+    pub fn mark_not_nccl(&mut self, t: TaskId) {
+        self.not_nccl.push(t);
     }
 
     /// Freezes the graph: removes duplicate edges, builds successor lists, rejects cycles
@@ -486,6 +501,12 @@ impl DagBuilder {
             image_groups: self.image_groups,
             images: self.images,
             collective_images: self.collective_images,
+            not_nccl: {
+                let mut v = self.not_nccl;
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
             meta,
         };
         dag.check_acyclic()?;

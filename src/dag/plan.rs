@@ -1102,7 +1102,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         // is pipelined with the GEMM in 4 splits (num_splits 4), the last split
                         // after it; the backward ones run in bulk beside the dgrad/wgrad GEMMs.
                         // So each runs alongside the block's compute, from its start, and the
-                        // next block waits for both. Not modelled: the SMs the comm kernels take.
+                        // next block waits for both. Not modelled: the SMs the comm kernels take
+                        // (16 for bulk and pipeline by default, none for a ring exchange on copy
+                        // engines); they are marked as not NCCL's, so they hold no NCCL channels
+                        // under `--compute-contention sms`.
                         let mut hidden = Vec::new();
                         let mut tail_bytes = 0;
                         for &op in ops_of(comm, step.pass) {
@@ -1123,6 +1126,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                 Some(l),
                             ));
                             before.iter().flatten().for_each(|&p| b.add_edge(p, c));
+                            b.mark_not_nccl(c);
                             hidden.push(c);
                         }
                         let work = if tail_bytes > 0 {
@@ -1137,6 +1141,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         };
                         let queue = (tail_bytes > 0).then_some(*tp_queue);
                         let join = b.add_task(task(work, queue, Phase::TensorParallel, None, it, Some(l)));
+                        b.mark_not_nccl(join);
                         hidden.iter().for_each(|&c| b.add_edge(c, join));
                         for p in last.iter_mut() {
                             if let Some(x) = *p {

@@ -323,6 +323,7 @@ pub fn build_parametric(p: &Parametric) -> Result<Topology> {
         calibrated: None,
         collectives: Default::default(),
         nic_route: Default::default(),
+        compute_contention: Default::default(),
     })
 }
 

@@ -14,7 +14,7 @@ pub mod topology;
 pub mod transports;
 
 pub use calibration::Calibration;
-pub use route::{NicRoute, Route};
+pub use route::{ComputeContention, NicRoute, Route};
 pub use topology::{load_topology, Topology};
 pub use transports::{HostStaged, HostStagedSpec, NetTransport, NetworkInfo, Transports};
 
@@ -202,6 +202,9 @@ pub struct Machine {
     /// How railless transfers between nodes pick their NICs under the ideal collective model.
     #[serde(skip)]
     pub nic_route: NicRoute,
+    /// Whether collectives in flight slow the compute beside them (`sim::contention`).
+    #[serde(skip)]
+    pub compute_contention: ComputeContention,
     /// Effective transport rates from the topology file (empty: the links decide).
     #[serde(skip)]
     pub transports: Transports,
@@ -313,6 +316,7 @@ impl Machine {
             collective_efficiency: Vec::new(),
             collectives: Default::default(),
             nic_route: Default::default(),
+            compute_contention: Default::default(),
             transports: Transports::default(),
             network: None,
             nics,

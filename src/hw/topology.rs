@@ -73,6 +73,9 @@ pub struct Topology {
     /// How railless transfers between nodes pick their NICs under the ideal model (`--nic-route`).
     #[serde(skip)]
     pub nic_route: super::NicRoute,
+    /// Whether collectives in flight slow the compute beside them (`--compute-contention`).
+    #[serde(skip)]
+    pub compute_contention: super::ComputeContention,
     /// Faults injected when the machine is built (`--slow-gpu`, `--straggler-node`, `--degrade-link`).
     #[serde(skip)]
     pub faults: super::faults::Faults,
@@ -351,6 +354,7 @@ impl Topology {
         }
         machine.collectives = self.collectives;
         machine.nic_route = self.nic_route;
+        machine.compute_contention = self.compute_contention;
         self.faults.apply(&mut machine)?;
         Ok(machine)
     }

@@ -24,6 +24,7 @@
 //!
 //! The engine does no I/O and knows no strategy: it sees tasks, queues, flows and link capacities.
 
+mod contention;
 pub mod fluid;
 mod mirror;
 mod shadow;
@@ -124,6 +125,9 @@ pub struct Run {
 enum EventKind {
     /// A fixed-time task ends.
     TaskDone(TaskId),
+    /// A compute task slowed by collectives beside it ends (valid only if the generation is its
+    /// current one: `contention.rs`).
+    ComputeDone(TaskId, u32),
     /// A flow's route latency has passed; its bytes start to move.
     FlowActivate(u32),
     /// A flow's last byte arrives (valid only if the version still matches).
@@ -410,6 +414,9 @@ struct Engine<'a> {
     bundle_sets: Vec<(u32, u32)>,
     /// Bundles made, flows in them, bundles split.
     bundle_count: (u64, u64, u64),
+    /// Compute slowed by the collectives in flight on its GPU, when the machine asks for it.
+    contention: Option<Box<contention::Contention>>,
+    retimed: Vec<contention::Retimed>,
 }
 
 impl<'a> Engine<'a> {
@@ -472,6 +479,8 @@ impl<'a> Engine<'a> {
             bundle_parent: Vec::new(),
             bundle_sets: Vec::new(),
             bundle_count: (0, 0, 0),
+            contention: contention::Contention::new(dag, machine),
+            retimed: Vec::new(),
         }
     }
 
@@ -567,6 +576,14 @@ impl<'a> Engine<'a> {
         self.events_processed += 1;
         match ev {
             EventKind::TaskDone(t) => self.finish(t),
+            EventKind::ComputeDone(t, generation) => {
+                let dag = self.dag;
+                if self.contention.as_mut().is_some_and(|c| c.compute_done(dag, t, generation)) {
+                    self.finish(t)
+                } else {
+                    Ok(())
+                }
+            }
             EventKind::FlowActivate(slot) => self.activate(slot),
             EventKind::FlowDone(f, version) => {
                 if self.net.is_live(f) && self.net.version(f) == version {
@@ -786,7 +803,14 @@ impl<'a> Engine<'a> {
         match self.dag.task(t).work {
             Work::Fixed { ns } => {
                 let ns = self.with_faults(t, ns);
-                self.push(self.now.saturating_add(ns), EventKind::TaskDone(t))
+                match self.contention.as_mut() {
+                    Some(c) if contention::Contention::is_compute(self.dag, t) => {
+                        let gpu = self.dag.task(t).gpu.unwrap_or(0);
+                        let r = c.start_compute(t, gpu, self.now, ns);
+                        self.push(r.at, EventKind::ComputeDone(t, r.generation))
+                    }
+                    _ => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
+                }
             }
             Work::Transfer { src, dst, bytes } => self.begin_transfer(t, src, dst, bytes)?,
             Work::Shared { resource, work_ns, cap } => self.start_shared(t, resource, work_ns, cap),
@@ -800,6 +824,22 @@ impl<'a> Engine<'a> {
                     return Ok(());
                 }
                 let net_channels = crate::collective::model::net_channels(self.machine, op, algorithm, &plan);
+                if let Some(c) = self.contention.as_mut() {
+                    let mut out = std::mem::take(&mut self.retimed);
+                    c.start_collective(
+                        self.dag,
+                        self.machine,
+                        t,
+                        group,
+                        &plan,
+                        op,
+                        algorithm,
+                        bytes,
+                        self.now,
+                        &mut out,
+                    );
+                    self.post_retimed(out);
+                }
                 let slot = match self.free_collectives.pop() {
                     Some(s) => s,
                     None => {
@@ -1754,9 +1794,22 @@ impl<'a> Engine<'a> {
         self.finish(t)
     }
 
+    /// Posts the new ends of compute tasks that a collective starting or ending re-timed.
+    fn post_retimed(&mut self, mut out: Vec<contention::Retimed>) {
+        for r in out.drain(..) {
+            self.push(r.at, EventKind::ComputeDone(r.task, r.generation));
+        }
+        self.retimed = out;
+    }
+
     fn finish(&mut self, t: TaskId) -> Result<()> {
         self.end[t as usize] = self.now;
         self.done += 1;
+        if let Some(c) = self.contention.as_mut() {
+            let mut out = std::mem::take(&mut self.retimed);
+            c.task_finished(self.dag, t, self.now, &mut out);
+            self.post_retimed(out);
+        }
         if let Some(q) = self.dag.task(t).queue {
             self.queue_busy[q as usize] = false;
             self.queues_now.push(q);
@@ -1777,7 +1830,7 @@ impl<'a> Engine<'a> {
     /// iteration count); the time is never wrapped into a smaller one.
     fn overflowed(&self, ev: EventKind) -> Error {
         let task = match ev {
-            EventKind::TaskDone(t) => Some(t),
+            EventKind::TaskDone(t) | EventKind::ComputeDone(t, _) => Some(t),
             EventKind::FlowActivate(slot) => Some(self.owner_task(self.pending[slot as usize].owner)),
             EventKind::FlowDone(f, _) => Some(self.owner_task(self.pending[self.flow_slot[f as usize] as usize].owner)),
             EventKind::CollectiveDone(c, _) | EventKind::PartialDone(c, _) => Some(self.collectives[c as usize].task),

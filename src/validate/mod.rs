@@ -158,6 +158,8 @@ pub struct MachineOverrides {
     pub collectives: Option<CollectiveModel>,
     /// How railless transfers between nodes pick their NICs (`--nic-route`).
     pub nic_route: Option<crate::hw::NicRoute>,
+    /// Whether collectives in flight slow the compute beside them (`--compute-contention`).
+    pub compute_contention: Option<crate::hw::ComputeContention>,
 }
 
 /// [`validate_files`] with every row's machine under `overrides`.

@@ -69,6 +69,9 @@ impl Model {
         if let Some(r) = overrides.nic_route {
             m.topology_mut().nic_route = r;
         }
+        if let Some(c) = overrides.compute_contention {
+            m.topology_mut().compute_contention = c;
+        }
         if let Some(v) = row.nccl {
             if let CollectiveModel::Nccl(cfg) = m.collectives_mut() {
                 cfg.version = v;

@@ -132,9 +132,23 @@ fn func_of(op: CollectiveOp) -> Option<Func> {
     }
 }
 
-impl Comm {
-    /// Analyses the group `gpus` (indices into `machine.gpus`, in rank order).
-    pub fn new(machine: &Machine, gpus: &[u32], config: NcclConfig) -> Comm {
+/// A communicator's graphs and tuner, without its hops: what NCCL's choice for a call needs.
+struct Core<'m> {
+    ranks: u32,
+    nodes: u32,
+    per_node: u32,
+    arch: Arch,
+    cpu: CpuVendor,
+    inter: bool,
+    topo: NodeTopo<'m>,
+    ring_graph: Graph,
+    tree_graph: Graph,
+    comm_channels: usize,
+    tuner: Tuner,
+}
+
+impl<'m> Core<'m> {
+    fn new(machine: &'m Machine, gpus: &[u32], config: NcclConfig) -> Core<'m> {
         let tables = config.version.tables();
         let arch = Arch::from_name(&machine.gpu_model);
         let cpu = machine.transports.cpu_vendor();
@@ -159,10 +173,6 @@ impl Comm {
         ring_graph.summary.channels = graph_channels as u32;
         tree_graph.summary.channels = graph_channels as u32;
         let comm_channels = (2 * graph_channels).min(version::fixed::MAX_CHANNELS as usize);
-        let dup = |g: &Graph| -> Vec<Channel> {
-            (0..comm_channels).map(|c| g.channels[c % graph_channels].clone()).collect()
-        };
-        let (ring, tree) = (dup(&ring_graph), dup(&tree_graph));
         let tuner = Tuner::new(CommSummary {
             version: config.version,
             ranks,
@@ -173,6 +183,60 @@ impl Comm {
             tree: tree_graph.summary,
             channels: comm_channels as u32,
         });
+        Core { ranks, nodes, per_node, arch, cpu, inter, topo, ring_graph, tree_graph, comm_channels, tuner }
+    }
+}
+
+/// NCCL's tuner for a group, without the hops a lowering needs: cheap to build where only the
+/// choice of algorithm, protocol and channels for a call is wanted.
+#[derive(Debug, Clone)]
+pub struct TunerOnly {
+    tuner: Tuner,
+    force: Force,
+}
+
+impl TunerOnly {
+    /// NCCL's tuner for the group `gpus` (indices into `machine.gpus`, in rank order).
+    pub fn new(machine: &Machine, gpus: &[u32], config: NcclConfig) -> TunerOnly {
+        TunerOnly { tuner: Core::new(machine, gpus, config).tuner, force: config.force }
+    }
+
+    /// The tuner's choice for `bytes` of `op` (as [`Comm::choose`]).
+    pub fn choose(&self, op: CollectiveOp, bytes: u64) -> Result<Choice, String> {
+        choose_with(&self.tuner, self.force, op, bytes)
+    }
+}
+
+/// The tuner's choice for `bytes` of `op`, with forced choices; point-to-point patterns run
+/// Simple on one channel per peer.
+fn choose_with(tuner: &Tuner, force: Force, op: CollectiveOp, bytes: u64) -> Result<Choice, String> {
+    match func_of(op) {
+        Some(f) => tuner.choose(f, bytes, force),
+        None => {
+            // Point-to-point: Simple, NCCL's p2p channels (one per peer here).
+            Ok(Choice {
+                algo: NcclAlgo::Ring,
+                proto: Proto::Simple,
+                channels: 1,
+                threads: version::fixed::SIMPLE_MAX_THREADS,
+                model_us: 0.0,
+                fallback_from: None,
+            })
+        }
+    }
+}
+
+impl Comm {
+    /// Analyses the group `gpus` (indices into `machine.gpus`, in rank order).
+    pub fn new(machine: &Machine, gpus: &[u32], config: NcclConfig) -> Comm {
+        let Core { ranks, nodes, per_node, arch, cpu, inter, topo, ring_graph, tree_graph, comm_channels, tuner } =
+            Core::new(machine, gpus, config);
+        let tables = config.version.tables();
+        let graph_channels = ring_graph.channels.len();
+        let dup = |g: &Graph| -> Vec<Channel> {
+            (0..comm_channels).map(|c| g.channels[c % graph_channels].clone()).collect()
+        };
+        let (ring, tree) = (dup(&ring_graph), dup(&tree_graph));
         let net = machine.network.map(|n| n.transport);
         let host_staged = machine.network.and_then(|n| n.host_staged);
         let hop = |a: DeviceId, b: DeviceId, path: PathType, transport: Transport, route: Option<crate::hw::Route>| {
@@ -292,20 +356,7 @@ impl Comm {
 
     /// The tuner's choice for `bytes` of `op`, with the model's forced choices.
     pub fn choose(&self, op: CollectiveOp, bytes: u64) -> Result<Choice, String> {
-        match func_of(op) {
-            Some(f) => self.tuner.choose(f, bytes, self.config.force),
-            None => {
-                // Point-to-point: Simple, NCCL's p2p channels (one per peer here).
-                Ok(Choice {
-                    algo: NcclAlgo::Ring,
-                    proto: Proto::Simple,
-                    channels: 1,
-                    threads: version::fixed::SIMPLE_MAX_THREADS,
-                    model_us: 0.0,
-                    fallback_from: None,
-                })
-            }
-        }
+        choose_with(&self.tuner, self.config.force, op, bytes)
     }
 
     /// Lowers one call of `op` on `bytes` (per rank; the gathered buffer for all-gather and
