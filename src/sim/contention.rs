@@ -279,21 +279,26 @@ mod tests {
         c.running[g].iter().map(|r| (r.task, r.end)).collect()
     }
 
+    /// A contention state of one GPU with `sms` SMs, `busy` of them held, nothing running.
+    fn one_gpu(sms: u64, busy: u64) -> Contention {
+        Contention {
+            sms,
+            busy: vec![busy],
+            running: vec![Vec::new()],
+            held: HashMap::default(),
+            members: HashMap::default(),
+            tuners: HashMap::default(),
+            channels: HashMap::default(),
+        }
+    }
+
     /// One compute task of 1,000 ns on a 100-SM GPU; a collective of 20 channels runs from 200 to
     /// 600 ns. By hand: 200 ns at 100 SMs does 20,000 of 100,000 SM-ns; 400 ns at 80 SMs does
     /// 32,000; the last 48,000 at 100 SMs take 480 ns: the task ends at 1,080 ns (80 ns late,
     /// 400 x 20/100).
     #[test]
     fn one_collective_of_k_channels_on_n_sms_slows_compute_by_its_share() {
-        let mut c = Contention {
-            sms: 100,
-            busy: vec![0],
-            running: vec![Vec::new()],
-            held: HashMap::default(),
-            members: HashMap::default(),
-            tuners: HashMap::default(),
-            channels: HashMap::default(),
-        };
+        let mut c = one_gpu(100, 0);
         let first = c.start_compute(7, 0, 0, 1_000);
         assert_eq!(first, Retimed { at: 1_000, task: 7, generation: 0 });
         let mut out = Vec::new();
@@ -316,15 +321,7 @@ mod tests {
     /// instant the task ends leaves nothing and keeps its end.
     #[test]
     fn remaining_work_is_whole_and_a_retime_at_the_end_keeps_it() {
-        let mut c = Contention {
-            sms: 7,
-            busy: vec![4],
-            running: vec![Vec::new()],
-            held: HashMap::default(),
-            members: HashMap::default(),
-            tuners: HashMap::default(),
-            channels: HashMap::default(),
-        };
+        let mut c = one_gpu(7, 4);
         assert_eq!(c.start_compute(1, 0, 10, 3).at, 17);
         let mut out = Vec::new();
         c.busy[0] = 0;

@@ -214,14 +214,7 @@ fn choose_with(tuner: &Tuner, force: Force, op: CollectiveOp, bytes: u64) -> Res
         Some(f) => tuner.choose(f, bytes, force),
         None => {
             // Point-to-point: Simple, NCCL's p2p channels (one per peer here).
-            Ok(Choice {
-                algo: NcclAlgo::Ring,
-                proto: Proto::Simple,
-                channels: 1,
-                threads: version::fixed::SIMPLE_MAX_THREADS,
-                model_us: 0.0,
-                fallback_from: None,
-            })
+            Ok(Choice::point_to_point())
         }
     }
 }
@@ -1035,14 +1028,7 @@ impl Comm {
         let n = self.ranks;
         let g = self.per_node;
         let share = bytes.div_ceil(n as u64);
-        let choice = Choice {
-            algo: NcclAlgo::Ring,
-            proto: Proto::Simple,
-            channels: 1,
-            threads: version::fixed::SIMPLE_MAX_THREADS,
-            model_us: 0.0,
-            fallback_from: None,
-        };
+        let choice = Choice::point_to_point();
         let mut transfers = Vec::new();
         let mut push = |src: u32, dst: u32, bytes: u64| {
             let inter = src / g != dst / g;

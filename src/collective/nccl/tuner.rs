@@ -83,6 +83,20 @@ pub struct Choice {
     pub fallback_from: Option<NcclAlgo>,
 }
 
+impl Choice {
+    /// What a send/recv pattern runs: Simple on one channel per peer, with no tuner estimate.
+    pub fn point_to_point() -> Self {
+        Choice {
+            algo: NcclAlgo::Ring,
+            proto: Proto::Simple,
+            channels: 1,
+            threads: fixed::SIMPLE_MAX_THREADS,
+            model_us: 0.0,
+            fallback_from: None,
+        }
+    }
+}
+
 fn algo_slot(a: NcclAlgo) -> Option<usize> {
     match a {
         NcclAlgo::Tree => Some(0),
