@@ -824,22 +824,10 @@ impl<'a> Engine<'a> {
                     return Ok(());
                 }
                 let net_channels = crate::collective::model::net_channels(self.machine, op, algorithm, &plan);
-                if let Some(c) = self.contention.as_mut() {
-                    let mut out = std::mem::take(&mut self.retimed);
-                    c.start_collective(
-                        self.dag,
-                        self.machine,
-                        t,
-                        group,
-                        &plan,
-                        op,
-                        algorithm,
-                        bytes,
-                        self.now,
-                        &mut out,
-                    );
-                    self.post_retimed(out);
-                }
+                let now = self.now;
+                self.retime_with(|c, dag, machine, out| {
+                    c.start_collective(dag, machine, t, group, &plan, op, algorithm, bytes, now, out)
+                });
                 let slot = match self.free_collectives.pop() {
                     Some(s) => s,
                     None => {
@@ -1794,8 +1782,15 @@ impl<'a> Engine<'a> {
         self.finish(t)
     }
 
-    /// Posts the new ends of compute tasks that a collective starting or ending re-timed.
-    fn post_retimed(&mut self, mut out: Vec<contention::Retimed>) {
+    /// Under compute contention, lets `f` re-time the compute a collective starting or ending
+    /// slows, then posts the new ends (the stale ones are dropped by their generation).
+    fn retime_with(
+        &mut self,
+        f: impl FnOnce(&mut contention::Contention, &'a Dag, &'a Machine, &mut Vec<contention::Retimed>),
+    ) {
+        let Some(c) = self.contention.as_mut() else { return };
+        let mut out = std::mem::take(&mut self.retimed);
+        f(c, self.dag, self.machine, &mut out);
         for r in out.drain(..) {
             self.push(r.at, EventKind::ComputeDone(r.task, r.generation));
         }
@@ -1805,11 +1800,8 @@ impl<'a> Engine<'a> {
     fn finish(&mut self, t: TaskId) -> Result<()> {
         self.end[t as usize] = self.now;
         self.done += 1;
-        if let Some(c) = self.contention.as_mut() {
-            let mut out = std::mem::take(&mut self.retimed);
-            c.task_finished(self.dag, t, self.now, &mut out);
-            self.post_retimed(out);
-        }
+        let now = self.now;
+        self.retime_with(|c, dag, _, out| c.task_finished(dag, t, now, out));
         if let Some(q) = self.dag.task(t).queue {
             self.queue_busy[q as usize] = false;
             self.queues_now.push(q);
