@@ -780,7 +780,8 @@ impl Device {
         let x_norm = if sp { (local * k) as f64 } else { x };
         let dy_local = (local * n) as f64;
         // Each kernel as (bytes per element, elements); a scale kernel moves nothing.
-        let (mut fwd, mut bwd): (Vec<(f64, f64)>, Vec<(f64, f64)>) = (Vec::new(), Vec::new());
+        let mut fwd: Vec<(f64, f64)> = Vec::new();
+        let mut bwd: Vec<(f64, f64)> = Vec::new();
         let transpose = |v: &mut Vec<(f64, f64)>, elems: f64| {
             if t > 0.0 {
                 v.push((2.0, elems));

@@ -285,11 +285,11 @@ impl MoeCost {
 /// Quantisation kernels per tensor under FP8 current scaling, the recipe of the Megatron-Bridge
 /// H100 runs (`--fp8_recipe cs`, scripts/performance/README.md @ v0.2.0): Transformer Engine's
 /// `Float8CurrentScalingQuantizer::quantize` (pytorch/csrc/quantizer.cpp @ v2.9, l.518-535) runs
-/// an amax kernel, a scale kernel and the cast, one tensor at a time.
+/// an amax kernel, a scale kernel and the cast, one tensor at a time. The bytes they move per
+/// element are `Device::cs_quantize_bytes` (the amax pass reads the 16-bit input, 2; the cast
+/// reads it again, 2, and writes the FP8 data row-wise, 1, and on Hopper transposed too, 1, for
+/// the backward GEMMs).
 const CS_QUANTIZE_KERNELS: f64 = 3.0;
-/// Bytes per element those kernels move: `Device::cs_quantize_bytes` (the amax pass reads the
-/// 16-bit input, 2; the cast reads it again, 2, and writes the FP8 data row-wise, 1, and on
-/// Hopper transposed too, 1, for the backward GEMMs).
 
 /// Kernels of Megatron-Core's top-k router beyond its gating GEMM and its fused top-k
 /// (megatron/core/transformer/moe/router.py and moe_utils.py @ core_v0.15.0, with
