@@ -278,6 +278,7 @@ impl PlanSetup {
             matmul_tflops: self.matmul_tflops,
             loss: self.plan.loss,
             softmax: self.plan.softmax,
+            fp8_recipe: self.plan.fp8_recipe,
         };
         let moe = MoeOptions {
             ep: self.plan.ep,

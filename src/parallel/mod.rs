@@ -12,7 +12,7 @@
 pub mod memory;
 
 pub use crate::dag::schedule::Schedule;
-pub use crate::workload::llm::{AttnKernel, CpComm, LossKernel, Recompute, SoftmaxKernel};
+pub use crate::workload::llm::{AttnKernel, CpComm, Fp8Recipe, LossKernel, Recompute, SoftmaxKernel};
 pub use crate::workload::moe::{Dispatcher, MoeRouting};
 
 use crate::error::{Error, Result};
@@ -159,6 +159,9 @@ pub struct ParallelPlan {
     /// The softmax over unfused attention scores (`softmax=fused|unfused|swapped-check`).
     #[serde(skip_serializing_if = "SoftmaxKernel::is_default")]
     pub softmax: SoftmaxKernel,
+    /// Transformer Engine's FP8 scaling recipe (`fp8-recipe=delayed|cs`), read under FP8.
+    #[serde(skip_serializing_if = "Fp8Recipe::is_default")]
+    pub fp8_recipe: Fp8Recipe,
 }
 
 /// The framework's mixed-precision optimizer, which decides the gradient buffers kept beside the
@@ -451,6 +454,7 @@ impl Default for ParallelPlan {
             mp_optimizer: MpOptimizer::Megatron,
             loss: LossKernel::Fused,
             softmax: SoftmaxKernel::Fused,
+            fp8_recipe: Fp8Recipe::Delayed,
         }
     }
 }
@@ -633,6 +637,10 @@ impl ParallelPlan {
                         }
                     }
                 }
+                "fp8-recipe" | "fp8_recipe" => {
+                    p.fp8_recipe = Fp8Recipe::parse(&value)
+                        .ok_or_else(|| err(format!("fp8-recipe={value}: expected delayed or cs")))?
+                }
                 "loss" => {
                     p.loss = LossKernel::parse(&value)
                         .ok_or_else(|| err(format!("loss={value}: expected fused or unfused")))?
@@ -651,7 +659,7 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, ddp, mp-optimizer, loss, softmax"
+                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, ddp, mp-optimizer, loss, softmax, fp8-recipe"
                     )))
                 }
             }
@@ -794,6 +802,9 @@ impl ParallelPlan {
         }
         if !self.softmax.is_default() {
             s += &format!(",softmax={}", self.softmax.name());
+        }
+        if !self.fp8_recipe.is_default() {
+            s += &format!(",fp8-recipe={}", self.fp8_recipe.name());
         }
         if !self.cp_comm.is_default() && (self.cp > 1 || self.cp_folded > 1) {
             s += &format!(",cp-comm={}", self.cp_comm.name());
@@ -1109,6 +1120,13 @@ mod tests {
         assert_eq!(sm.softmax, SoftmaxKernel::SwappedCheck);
         assert!(sm.name().ends_with(",softmax=swapped-check"), "{}", sm.name());
         assert_eq!(ParallelPlan::parse("tp=2").unwrap().softmax, SoftmaxKernel::Fused);
+        let cs = ParallelPlan::parse("tp=1,fp8-recipe=cs").unwrap();
+        assert_eq!(cs.fp8_recipe, Fp8Recipe::Current);
+        assert!(cs.name().ends_with(",fp8-recipe=cs"), "{}", cs.name());
+        assert_eq!(ParallelPlan::parse("fp8-recipe=delayed").unwrap().fp8_recipe, Fp8Recipe::Delayed);
+        assert!(!ParallelPlan::parse("tp=1").unwrap().name().contains("fp8-recipe"));
+        let bad = ParallelPlan::parse("fp8-recipe=mx").unwrap_err().to_string();
+        assert!(bad.contains("fp8-recipe=mx") && bad.contains("delayed or cs"), "{bad}");
         assert_eq!(ParallelPlan::parse("tp=2").unwrap().modules, None);
         assert_eq!(ParallelPlan::parse("tp=2,modules=te").unwrap().modules, Some(ModuleImpl::Te));
         assert_eq!(ParallelPlan::parse("modules=transformer_engine").unwrap().modules, Some(ModuleImpl::Te));

@@ -124,6 +124,47 @@ impl LossKernel {
     }
 }
 
+/// Transformer Engine's FP8 scaling recipe for the weight GEMMs of the dense linears
+/// (`--parallel fp8-recipe=`; only read under FP8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8Recipe {
+    /// Delayed scaling (`DelayedScaling`, TE's default): each cast uses the scale from the amax
+    /// history and records its amax inside the same kernel, so a norm in front of a GEMM writes
+    /// FP8 itself (TE v1.8, `Device::te_fp8_casts`).
+    #[default]
+    Delayed,
+    /// Per-tensor current scaling (`Float8CurrentScaling`, Megatron-Bridge's `--fp8_recipe cs`,
+    /// the "FP8-CS" of its performance summaries): each tensor's amax is taken before its cast,
+    /// so every quantisation is an amax kernel, a scale kernel and the cast
+    /// (`Float8CurrentScalingQuantizer::quantize_impl`, pytorch/csrc/quantizer.cpp @ v2.9
+    /// l.497-536), and the norm in front of a GEMM writes its 16-bit output with the amax and the
+    /// cast follows (`FUSED_NORM_AMAX_FP8`, pytorch/csrc/extensions/normalization.cpp @ v2.9
+    /// l.116-121 and l.190-193).
+    Current,
+}
+
+impl Fp8Recipe {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Recipe::Delayed => "delayed",
+            Fp8Recipe::Current => "cs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "delayed" | "ds" => Some(Fp8Recipe::Delayed),
+            "cs" | "current" => Some(Fp8Recipe::Current),
+            _ => None,
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == Fp8Recipe::Delayed
+    }
+}
+
 /// The scale-mask-softmax over the attention scores when the attention is not fused
 /// (`--parallel softmax=`, with `flash=off`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
@@ -266,6 +307,8 @@ pub struct CostOptions {
     pub loss: LossKernel,
     /// The softmax over the attention scores when the attention is not fused.
     pub softmax: SoftmaxKernel,
+    /// Transformer Engine's FP8 scaling recipe (under FP8).
+    pub fp8_recipe: Fp8Recipe,
 }
 
 /// Fraction of the dense tensor-core peak the best-shaped large matmul reaches (Maximum Achievable
@@ -499,6 +542,10 @@ pub(super) struct Device {
     /// Bytes of an activation element, and of a GEMM input element (1 under FP8).
     pub(super) elem: f64,
     gemm_in: f64,
+    /// Transformer Engine's FP8 recipe, and whether its FP8 tensors carry a transposed copy for
+    /// the backward GEMMs ([`fp8_transposes`]).
+    fp8_recipe: Fp8Recipe,
+    fp8_transposes: bool,
     flash: Flash,
     /// Dense GEMM efficiency by shape, where a by-shape measurement of this GPU's architecture
     /// exists (Blackwell: [`GemmTable::b200`]); it replaces wave quantisation and the tile cost.
@@ -606,6 +653,8 @@ impl Device {
             dense16_tile_fixed_ns: DENSE16_TILE_FIXED_NS.iter().find(|r| r.0 == gpu.name).map_or(0.0, |r| r.1),
             elem: o.precision.bytes() as f64,
             gemm_in: if o.precision == Precision::Fp8 { 1.0 } else { o.precision.bytes() as f64 },
+            fp8_recipe: o.fp8_recipe,
+            fp8_transposes: fp8_transposes(gpu),
             flash,
             shape_table: if gpu.arch == "Blackwell" { Some(GemmTable::b200()?) } else { None },
         })
@@ -689,12 +738,16 @@ impl Device {
         bytes / self.memory + LAUNCH_NS
     }
 
-    /// The memory-bound kernels Transformer Engine (v1.8) runs around one FP8 weight GEMM of
-    /// `tokens` x `k` -> `n` in training, as (forward, backward) ns; `local` is the tokens a GPU
-    /// holds before a sequence-parallel all-gather. Hopper's FP8 GEMMs take both operands
-    /// K-major, so the weight gradient needs the input and the output gradient transposed:
+    /// The memory-bound kernels Transformer Engine runs around one FP8 weight GEMM of `tokens` x
+    /// `k` -> `n` in training, as (forward, backward) ns and (forward, backward) kernels; `local`
+    /// is the tokens a GPU holds before a sequence-parallel all-gather. Below, `t` is the byte of
+    /// a transposed copy, written where FP8 GEMMs take both operands K-major ([`fp8_transposes`]:
+    /// on Hopper the weight gradient needs the input and the output gradient transposed) and
+    /// absent on Blackwell.
+    ///
+    /// Delayed scaling (TE v1.8, [`Fp8Recipe::Delayed`]):
     /// - `Linear` forward (module/linear.py l.113-143): the BF16 input cast to FP8 together with
-    ///   its transpose (`fp8_cast_transpose_fused`: read 2, write 1 + 1 bytes); under sequence
+    ///   its transpose (`fp8_cast_transpose_fused`: read 2, write 1 + t bytes); under sequence
     ///   parallelism the cast alone, the transpose (`fp8_transpose`: read 1, write 1) in the
     ///   backward pass (l.527-533).
     /// - `LayerNormLinear`: the norm writes FP8 itself (module/_common.py l.59-74, costed in the
@@ -705,30 +758,110 @@ impl Device {
     ///
     /// The amax of each cast is reduced inside the same kernel; the amax all-reduce and scale
     /// update after each forward and backward pass (fp8.py `reduce_and_update_fp8_tensors`, l.316)
-    /// move a few KiB, tens of microseconds a micro-batch, and are left out. Weights are cast once
-    /// per step (`is_first_microbatch`), charged with the update.
-    fn te_fp8_casts(&self, module: TeModule, tokens: u64, local: u64, n: u64, k: u64, sp: bool) -> (f64, f64) {
+    /// move a few KiB, tens of microseconds a micro-batch, and are left out.
+    ///
+    /// Current scaling (TE v2.9, [`Fp8Recipe::Current`]): every quantisation is an amax pass (read
+    /// 2), a scale kernel (no bandwidth) and the cast (read 2, write 1 + t, the transposed copy
+    /// written with it where the backward GEMM will need it: `set_usage(columnwise=
+    /// backward_needs_input)`, module/linear.py l.183 @ v2.9); `LayerNormLinear`'s norm takes the
+    /// amax itself (its 16-bit output costed in the norm), so its output needs the scale kernel
+    /// and the cast only. Under sequence parallelism the tensors all-gathered in FP8 are cast
+    /// row-wise only (linear.py l.202) and the gathered copy transposed in the backward pass, as
+    /// under delayed scaling; the amax all-reduce over the TP group before each such cast
+    /// (`with_amax_reduction`, quantizer.cpp l.521-528) is left out.
+    ///
+    /// Weights are cast once per step (`is_first_microbatch`), charged with the update
+    /// ([`Device::fp8_weight_cast_bytes`]).
+    fn te_fp8_casts(&self, module: TeModule, tokens: u64, local: u64, n: u64, k: u64, sp: bool) -> FpCasts {
         let e = self.elem;
+        let t = if self.fp8_transposes { 1.0 } else { 0.0 };
         let (x, dy) = ((tokens * k) as f64, (tokens * n) as f64);
-        let transpose = |elems: f64| self.stream(2.0 * elems);
-        let cast_transpose = |elems: f64| self.stream((e + 2.0) * elems);
-        let cast = |elems: f64| self.stream((e + 1.0) * elems);
-        match (module, sp) {
-            (TeModule::LayerNormLinear, _) => (0.0, transpose(x) + cast_transpose(dy)),
-            (TeModule::Linear, false) => (cast_transpose(x), cast_transpose(dy)),
-            (TeModule::Linear, true) => (cast(x), transpose(x) + cast((local * n) as f64) + transpose(dy)),
+        // The norm's output cast on each GPU: the local tokens under sequence parallelism.
+        let x_norm = if sp { (local * k) as f64 } else { x };
+        let dy_local = (local * n) as f64;
+        // Each kernel as (bytes per element, elements); a scale kernel moves nothing.
+        let mut fwd: Vec<(f64, f64)> = Vec::new();
+        let mut bwd: Vec<(f64, f64)> = Vec::new();
+        let transpose = |v: &mut Vec<(f64, f64)>, elems: f64| {
+            if t > 0.0 {
+                v.push((2.0, elems));
+            }
+        };
+        let quantize =
+            |v: &mut Vec<(f64, f64)>, elems: f64, out: f64| v.extend([(e, elems), (0.0, 0.0), (e + out, elems)]);
+        match (self.fp8_recipe, module, sp) {
+            (Fp8Recipe::Delayed, TeModule::LayerNormLinear, _) => {
+                transpose(&mut bwd, x);
+                bwd.push((e + 1.0 + t, dy));
+            }
+            (Fp8Recipe::Delayed, TeModule::Linear, false) => {
+                fwd.push((e + 1.0 + t, x));
+                bwd.push((e + 1.0 + t, dy));
+            }
+            (Fp8Recipe::Delayed, TeModule::Linear, true) => {
+                fwd.push((e + 1.0, x));
+                transpose(&mut bwd, x);
+                bwd.push((e + 1.0, dy_local));
+                transpose(&mut bwd, dy);
+            }
+            (Fp8Recipe::Current, TeModule::LayerNormLinear, false) => {
+                fwd.extend([(0.0, 0.0), (e + 1.0 + t, x_norm)]);
+                quantize(&mut bwd, dy, 1.0 + t);
+            }
+            (Fp8Recipe::Current, TeModule::LayerNormLinear, true) => {
+                fwd.extend([(0.0, 0.0), (e + 1.0, x_norm)]);
+                transpose(&mut bwd, x);
+                quantize(&mut bwd, dy, 1.0 + t);
+            }
+            (Fp8Recipe::Current, TeModule::Linear, false) => {
+                quantize(&mut fwd, x, 1.0 + t);
+                quantize(&mut bwd, dy, 1.0 + t);
+            }
+            (Fp8Recipe::Current, TeModule::Linear, true) => {
+                quantize(&mut fwd, x, 1.0 + t);
+                quantize(&mut bwd, dy_local, 1.0);
+                transpose(&mut bwd, dy);
+            }
         }
+        let time = |v: &[(f64, f64)]| v.iter().map(|&(bytes, elems)| self.stream(bytes * elems)).sum::<f64>();
+        FpCasts { ns: (time(&fwd), time(&bwd)), kernels: (fwd.len() as u32, bwd.len() as u32) }
+    }
+
+    /// Bytes per parameter of the once-a-step cast of a GEMM weight to FP8: under delayed scaling
+    /// one cast (read 2, write 1 and the transposed copy where [`fp8_transposes`]; module/linear.py
+    /// l.980-1006 @ v1.8), under current scaling the amax pass before it (read 2).
+    fn fp8_weight_cast_bytes(&self) -> f64 {
+        let cast = self.elem + 1.0 + if self.fp8_transposes { 1.0 } else { 0.0 };
+        match self.fp8_recipe {
+            Fp8Recipe::Delayed => cast,
+            Fp8Recipe::Current => self.elem + cast,
+        }
+    }
+
+    /// Bytes per element of one current-scaling quantisation as Transformer Engine's
+    /// `GroupedLinear` runs it for each expert (`super::moe`): the amax pass (read 2), then the
+    /// cast (read 2, write 1 and the transposed copy where [`fp8_transposes`]).
+    pub(super) fn cs_quantize_bytes(&self) -> f64 {
+        self.elem + self.elem + 1.0 + if self.fp8_transposes { 1.0 } else { 0.0 }
     }
 }
 
-/// Kernels [`Device::te_fp8_casts`] times, (forward, backward): one per cast, transpose or fused
-/// cast-transpose it charges.
-fn te_fp8_cast_kernels(module: TeModule, sp: bool) -> (u32, u32) {
-    match (module, sp) {
-        (TeModule::LayerNormLinear, _) => (0, 2),
-        (TeModule::Linear, false) => (1, 1),
-        (TeModule::Linear, true) => (1, 3),
-    }
+/// What [`Device::te_fp8_casts`] charges around one weight GEMM: (forward, backward) ns and
+/// kernels.
+struct FpCasts {
+    ns: (f64, f64),
+    kernels: (u32, u32),
+}
+
+/// Whether Transformer Engine keeps a transposed copy of each FP8 tensor for `gpu`'s GEMMs: its
+/// per-tensor FP8 GEMMs take only the TN layout before Blackwell, so the backward pass needs the
+/// input and the output gradient transposed; on compute capability 10.x (B200, GB200) cuBLAS runs
+/// FP8 GEMMs in any layout and TE keeps the row-wise data alone (`nvte_is_non_tn_fp8_gemm_supported`,
+/// common/transformer_engine.cpp l.719-727 @ v2.9: sm 100-119 and 130 on; `Float8Quantizer::
+/// create_tensor`, pytorch/csrc/quantizer.cpp l.126 and l.137 @ v2.9). Every Blackwell GPU dagsim
+/// knows (`gpu.rs`) is a compute capability 10.0 part.
+fn fp8_transposes(gpu: &GpuSpec) -> bool {
+    gpu.arch != "Blackwell"
 }
 
 /// The Transformer Engine module that runs a weight GEMM (Megatron-Core's layer spec,
@@ -946,12 +1079,14 @@ pub fn cost_moe(
         let x = (tokens * h) as f64 * e;
         (d.stream(2.0 * x), d.stream(3.0 * x))
     };
-    // The norm in front of a weight GEMM: under FP8 Transformer Engine's `LayerNormLinear` has the
-    // norm kernel write its output in FP8 (one byte) for the GEMM to read.
+    // The norm in front of a weight GEMM: under FP8 with delayed scaling Transformer Engine's
+    // `LayerNormLinear` has the norm kernel write its output in FP8 (one byte) for the GEMM to
+    // read; under current scaling it writes 16 bits and the amax, and a cast follows
+    // (`Device::te_fp8_casts`).
     let fp8 = o.precision == Precision::Fp8;
     let norm_to_gemm = |tokens: u64| {
         let x = (tokens * h) as f64;
-        let out = if fp8 { 1.0 } else { e };
+        let out = if fp8 && o.fp8_recipe == Fp8Recipe::Delayed { 1.0 } else { e };
         (d.stream(x * (e + out)), d.stream(3.0 * x * e))
     };
     let residual = |tokens: u64| {
@@ -975,9 +1110,12 @@ pub fn cost_moe(
         let (f, flops) = d.gemm(1, tokens, n, k, d.matmul);
         let (dx, _) = d.gemm(1, tokens, k, n, d.matmul);
         let (dw, _) = d.gemm(1, k, n, tokens, d.matmul);
-        let (cf, cb) = if fp8 { d.te_fp8_casts(module, tokens, tokens.div_ceil(tp), n, k, sp) } else { (0.0, 0.0) };
-        let (kf, kb) = if fp8 { te_fp8_cast_kernels(module, sp) } else { (0, 0) };
-        op(name, (f + cf, dx + dw + cb), flops).with_kernels(1 + kf, 2 + kb)
+        let c = if fp8 {
+            d.te_fp8_casts(module, tokens, tokens.div_ceil(tp), n, k, sp)
+        } else {
+            FpCasts { ns: (0.0, 0.0), kernels: (0, 0) }
+        };
+        op(name, (f + c.ns.0, dx + dw + c.ns.1), flops).with_kernels(1 + c.kernels.0, 2 + c.kernels.1)
     };
     let tp_comm = |forward: Vec<TpCollective>, backward: Vec<TpCollective>| {
         (tp > 1).then(|| TpComm {
@@ -1323,15 +1461,15 @@ pub fn cost_moe(
     let hardware_flops = model_flops + tpf * recompute_flops;
     // Adam with FP32 master weights: read gradient, weight, two moments; write weight and moments
     // (Optimizer::update_passes), plus the 16-bit copy of the weight in mixed precision.
-    // Under FP8 Transformer Engine also casts every GEMM weight to FP8 with its transpose once per
-    // step (read 2, write 1 + 1 bytes; linear.py l.980-1006, cached for the step's later
-    // micro-batches by Megatron's `is_first_microbatch`), charged here in proportion to the share
-    // of parameters in those GEMMs (not the embedding, output layer, norms or biases).
+    // Under FP8 Transformer Engine also casts every GEMM weight to FP8 once per step
+    // (`Device::fp8_weight_cast_bytes`; cached for the step's later micro-batches by Megatron's
+    // `is_first_microbatch`), charged here in proportion to the share of parameters in those
+    // GEMMs (not the embedding, output layer, norms or biases).
     let fp8_weights = if fp8 {
         let dense = (cfg.layers - p.moe_layers) as f64;
         let moe = p.moe_layers as f64 * p.moe_block.saturating_sub(cfg.norm_params()) as f64;
         let gemm_params = layers * cfg.attention_matrix_params() as f64 + dense * cfg.mlp_matrix_params() as f64 + moe;
-        (e + 2.0) * gemm_params / p.total() as f64
+        d.fp8_weight_cast_bytes() * gemm_params / p.total() as f64
     } else {
         0.0
     };
@@ -1646,6 +1784,7 @@ mod tests {
             matmul_tflops: None,
             loss: LossKernel::Fused,
             softmax: SoftmaxKernel::Fused,
+            fp8_recipe: Fp8Recipe::Delayed,
         }
     }
 
@@ -2393,6 +2532,52 @@ mod tests {
         assert!(extra > 3.5 && extra < 4.0, "{extra}");
         // Still faster than BF16, slower than the GEMMs at the FP8 rate alone.
         assert!(c.single_gpu_step_ns() < bf16.single_gpu_step_ns());
+    }
+
+    #[test]
+    fn fp8_current_scaling_adds_amax_passes_and_blackwell_drops_the_transposes() {
+        // Llama 2 7B on one GPU, FC2 (a `Linear`, t x f -> t x h) and FC1 (a `LayerNormLinear`).
+        let cfg = TransformerConfig::named("llama2-7b").unwrap();
+        let (t, h, f) = (2048u64, cfg.hidden, cfg.ffn_hidden);
+        let fp8 = |recipe| CostOptions { precision: Precision::Fp8, fp8_recipe: recipe, ..opts(1) };
+        let op = |b: &BlockCost, name: &str| b.ops.iter().find(|o| o.name == name).unwrap().clone();
+        for (gpu, transposed) in [("h100", 1.0), ("gb200", 0.0)] {
+            let spec = GpuSpec::by_name(gpu).unwrap();
+            let mem = spec.mem_bytes_per_ns() * MEMORY_EFFICIENCY;
+            let pass = |bytes: f64, elems: u64| bytes * elems as f64 / mem + LAUNCH_NS;
+            let d = Device::new(spec, &fp8(Fp8Recipe::Delayed)).unwrap();
+            let gemms = |m, n, k| d.gemm(1, m, n, k, d.matmul).0;
+            let delayed = cost_of("llama2-7b", gpu, fp8(Fp8Recipe::Delayed));
+            let current = cost_of("llama2-7b", gpu, fp8(Fp8Recipe::Current));
+            // Delayed scaling: one cast each way (read 2, write 1, and 1 more for the transposed
+            // copy on Hopper only).
+            let fc2 = op(&delayed.mlp, "fc2");
+            assert!((fc2.forward_ns - gemms(t, h, f) - pass(3.0 + transposed, t * f)).abs() < 1e-6, "{gpu}");
+            assert_eq!(fc2.kernels, (2, 3));
+            // Current scaling: amax (read 2), scale (no bytes) and cast, each a kernel, each way.
+            let quantize = |elems: u64| pass(2.0, elems) + LAUNCH_NS + pass(3.0 + transposed, elems);
+            let fc2 = op(&current.mlp, "fc2");
+            assert!((fc2.forward_ns - gemms(t, h, f) - quantize(t * f)).abs() < 1e-6, "{gpu}");
+            assert!((fc2.backward_ns - gemms(t, f, h) - gemms(f, h, t) - quantize(t * h)).abs() < 1e-6, "{gpu}");
+            assert_eq!(fc2.kernels, (4, 5));
+            // FC1: the norm writes 16 bits and the amax, then the scale and the cast; backward
+            // the output gradient quantised (and, under delayed scaling on Hopper, the input
+            // transposed).
+            let fc1 = op(&current.mlp, "fc1");
+            assert!((fc1.forward_ns - gemms(t, 2 * f, h) - LAUNCH_NS - pass(3.0 + transposed, t * h)).abs() < 1e-6);
+            assert_eq!(fc1.kernels, (3, 5));
+            let norm_extra = op(&current.mlp, "norm").forward_ns - op(&delayed.mlp, "norm").forward_ns;
+            assert!((norm_extra - (t * h) as f64 / mem).abs() < 1e-6, "{gpu}");
+            let fc1_delayed = op(&delayed.mlp, "fc1");
+            assert_eq!(fc1_delayed.kernels, (1, 3 + transposed as u32));
+            // The weights' once-a-step cast: an amax pass (2 bytes) more per GEMM parameter.
+            let extra = (current.update_ns_per_param - delayed.update_ns_per_param) * mem;
+            assert!(extra > 1.8 && extra < 2.0, "{gpu} {extra}");
+            assert!(current.single_gpu_step_ns() > delayed.single_gpu_step_ns());
+        }
+        // The recipe is only read under FP8.
+        let bf16 = |recipe| cost_of("llama2-7b", "gb200", CostOptions { fp8_recipe: recipe, ..opts(1) });
+        assert_eq!(bf16(Fp8Recipe::Current), bf16(Fp8Recipe::Delayed));
     }
 
     #[test]

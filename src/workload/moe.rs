@@ -285,11 +285,11 @@ impl MoeCost {
 /// Quantisation kernels per tensor under FP8 current scaling, the recipe of the Megatron-Bridge
 /// H100 runs (`--fp8_recipe cs`, scripts/performance/README.md @ v0.2.0): Transformer Engine's
 /// `Float8CurrentScalingQuantizer::quantize` (pytorch/csrc/quantizer.cpp @ v2.9, l.518-535) runs
-/// an amax kernel, a scale kernel and the cast, one tensor at a time.
+/// an amax kernel, a scale kernel and the cast, one tensor at a time. The bytes they move per
+/// element are `Device::cs_quantize_bytes` (the amax pass reads the 16-bit input, 2; the cast
+/// reads it again, 2, and writes the FP8 data row-wise, 1, and on Hopper transposed too, 1, for
+/// the backward GEMMs).
 const CS_QUANTIZE_KERNELS: f64 = 3.0;
-/// Bytes per element those kernels move: the amax pass reads the 16-bit input (2), the cast reads
-/// it again (2) and writes the FP8 data row-wise and transposed (1 + 1) for the backward GEMMs.
-const CS_QUANTIZE_BYTES: f64 = 6.0;
 
 /// Kernels of Megatron-Core's top-k router beyond its gating GEMM and its fused top-k
 /// (megatron/core/transformer/moe/router.py and moe_utils.py @ core_v0.15.0, with
@@ -332,7 +332,7 @@ const FP8_ALIGN_ROWS: u64 = 16;
 /// - under FP8 the input (forward) and the output gradient (backward) are quantised per expert
 ///   (`tex.split_quantize`, l.127 and l.316-323 @ v2.9): the fused multi-tensor cast exists for
 ///   delayed scaling only (csrc/extensions/cast.cpp l.116-148), so current scaling runs
-///   [`CS_QUANTIZE_KERNELS`] kernels per expert over [`CS_QUANTIZE_BYTES`] per element.
+///   [`CS_QUANTIZE_KERNELS`] kernels per expert over `Device::cs_quantize_bytes` per element.
 ///
 /// Each launch costs the workload's per-kernel `LAUNCH_NS`, as every other kernel here.
 pub(super) fn te_grouped_linear_overhead(d: &Device, local: u64, copies: u64, n: u64, k: u64, fp8: bool) -> (f64, f64) {
@@ -340,7 +340,7 @@ pub(super) fn te_grouped_linear_overhead(d: &Device, local: u64, copies: u64, n:
     let (mut forward, mut backward) = (extra_gemms, 2.0 * extra_gemms);
     if fp8 {
         let quantize = |elems: u64| {
-            d.stream(CS_QUANTIZE_BYTES * elems as f64) - LAUNCH_NS + CS_QUANTIZE_KERNELS * local as f64 * LAUNCH_NS
+            d.stream(d.cs_quantize_bytes() * elems as f64) - LAUNCH_NS + CS_QUANTIZE_KERNELS * local as f64 * LAUNCH_NS
         };
         forward += quantize(copies * k);
         backward += quantize(copies * n);

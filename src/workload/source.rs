@@ -108,6 +108,7 @@ impl WorkloadSource {
             matmul_tflops: None,
             loss: super::llm::LossKernel::Fused,
             softmax: super::llm::SoftmaxKernel::Fused,
+            fp8_recipe: super::llm::Fp8Recipe::Delayed,
         };
         let mut c = cost(&cfg, gpu, &opts)?;
         if let Some(x) = self.calibrate_throughput {

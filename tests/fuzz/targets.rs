@@ -377,6 +377,7 @@ fn llm_cost(cfg: &dagsim::workload::transformer::TransformerConfig, tp: u32, ep:
         attention: None,
         loss: LossKernel::Fused,
         softmax: SoftmaxKernel::Fused,
+        fp8_recipe: Default::default(),
     };
     let c = cost_moe(cfg, gpu, &opts, &MoeOptions { ep, ..Default::default() }).map_err(err)?;
     let _ = (c.single_gpu_step_ns(), c.model_flops_per_token());
