@@ -471,3 +471,66 @@ fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,ddp=torch").unwrap_err().to_string();
     assert!(err.contains("ddp=torch") && err.contains("mcore or generic"), "{err}");
 }
+
+#[test]
+fn apex_ddp_reduces_and_gathers_whole_padded_layers_in_forward_order() {
+    use dagsim::dag::{Phase, Work};
+    use dagsim::predict_plan::SimulatedPlan;
+    // Per DP group of rank 0: (layer, bytes) of each iteration-0 collective of `phase`, in order.
+    let colls = |sim: &SimulatedPlan, phase: Phase| -> Vec<(u32, u64)> {
+        sim.dag
+            .tasks()
+            .iter()
+            .filter(|t| t.phase == phase && t.iteration == 0)
+            .filter_map(|t| match t.work {
+                // (The tied embeddings' all-reduce has no layer.)
+                Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
+                    t.layer.map(|l| (l, bytes))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // 16 layers on 2 stages of 2 chunks: rank 0 (stage 0) holds the embedding with layers 0-3
+    // and layers 8-11. 20 MiB of FP32 over dp 2: buckets of 5,242,880 elements.
+    let spec = "tp=4,pp=2,dp=2,vp=2,sp=on,zero=1";
+    let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100").simulate(true, Default::default()).unwrap();
+    let apex = setup(small_gpt(), &format!("{spec},ddp=apex,bucket-mb=20"), 1, 8, "dgx-h100")
+        .simulate(true, Default::default())
+        .unwrap();
+    let bucket = 5_242_880u64 * 4;
+    let rs = colls(&apex, Phase::GradientAggregation);
+    assert_eq!(rs.len(), 8, "one group per transformer layer: {rs:?}");
+    let stage: Vec<usize> = {
+        let mut v: Vec<usize> = apex.layout.chunks[0].iter().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    let w = &apex.workload;
+    // The transformer layer of a workload layer (`L<i>.attn`, ...); the others go with the
+    // stage's first transformer layer.
+    let unit_of = |g: usize| w.layers[g].name.split_once('.').map(|x| x.0.to_string());
+    let first_unit = stage.iter().find_map(|&g| unit_of(g)).unwrap();
+    let unit = |g: usize| unit_of(g).unwrap_or_else(|| first_unit.clone());
+    for &(l, bytes) in &rs {
+        assert_eq!(bytes % bucket, 0, "whole buckets: {rs:?}");
+        // The group's own gradients, padded up to the next whole bucket.
+        let u = unit(stage[l as usize]);
+        let own: u64 = stage.iter().filter(|&&g| unit(g) == u).map(|&g| w.layers[g].grad_bytes).sum();
+        assert_eq!(bytes, own.div_ceil(bucket) * bucket, "{u}: {own} bytes");
+    }
+    assert!(rs.last().unwrap().1 > rs[0].1, "the embedding goes with layer 0: {rs:?}");
+    // Backward order: the last layer's group first, the first layer's (with the embedding) last.
+    assert!(rs.windows(2).all(|p| p[0].0 > p[1].0), "{rs:?}");
+    let padded: u64 = rs.iter().map(|x| x.1).sum();
+    let plain: u64 = colls(&generic, Phase::GradientAggregation).iter().map(|x| x.1).sum();
+    assert!(padded > plain, "{padded} vs {plain}");
+    // Parameters: the same groups in forward order, at the parameters' width (BF16 of FP32); the
+    // gathers name their layers in the whole model.
+    let ag = colls(&apex, Phase::ParamGather);
+    let mut forward: Vec<(u32, u64)> = rs.iter().map(|&(l, b)| (stage[l as usize] as u32, b / 2)).collect();
+    forward.reverse();
+    assert_eq!(ag, forward);
+    let err = dagsim::parallel::ParallelPlan::parse("tp=4,pp=2,dp=2,ddp=apex").unwrap_err().to_string();
+    assert!(err.contains("ddp=apex") && err.contains("zero=1"), "{err}");
+}
