@@ -469,7 +469,7 @@ fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,fsdp=full,ddp=mcore").unwrap_err().to_string();
     assert!(err.contains("ddp=mcore") && err.contains("mp-optimizer=megatron"), "{err}");
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,ddp=torch").unwrap_err().to_string();
-    assert!(err.contains("ddp=torch") && err.contains("mcore or generic"), "{err}");
+    assert!(err.contains("ddp=torch") && err.contains("mcore, apex or generic"), "{err}");
 }
 
 #[test]

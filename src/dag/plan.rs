@@ -1781,11 +1781,11 @@ fn apex_buckets(w: &Workload, cap: u64, elem_bytes: u64, ranks: u32) -> Vec<Buck
     }
     let mut out: Vec<Bucket> = groups.into_iter().map(|(_, b)| b).collect();
     for b in &mut out {
-        b.layers.sort_unstable_by(|x, y| y.cmp(x));
+        b.layers.sort_unstable_by_key(|&l| std::cmp::Reverse(l));
         let elems = b.fp32_bytes.div_ceil(elem_bytes);
         b.fp32_bytes = elems.div_ceil(bucket_elems).max(1) * bucket_elems * elem_bytes;
     }
-    out.sort_by(|x, y| y.last.cmp(&x.last));
+    out.sort_by_key(|b| std::cmp::Reverse(b.last));
     out
 }
 
