@@ -399,24 +399,26 @@ fn modules_te_charges_transformer_engine_module_calls_in_bf16() {
 /// gathers go in forward order, each after the forward reached the bucket before it, so the
 /// next step's first layers wait for one bucket rather than for all of them; later pipeline
 /// stages and model chunks after the first reduce and gather their gradients as one bucket.
+/// Per group holding rank 0: (layer, bytes) of each iteration-0 collective of `phase` that names a
+/// layer (the tied embeddings' all-reduce does not), in order.
+fn rank0_collectives(sim: &dagsim::predict_plan::SimulatedPlan, phase: dagsim::dag::Phase) -> Vec<(u32, u64)> {
+    sim.dag
+        .tasks()
+        .iter()
+        .filter(|t| t.phase == phase && t.iteration == 0)
+        .filter_map(|t| match t.work {
+            dagsim::dag::Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
+                t.layer.map(|l| (l, bytes))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
-    use dagsim::dag::{Phase, Work};
-    use dagsim::predict_plan::SimulatedPlan;
-    // Per DP group of rank 0: (layer, bytes) of each iteration-0 collective of `phase`, in order.
-    let colls = |sim: &SimulatedPlan, phase: Phase| -> Vec<(u32, u64)> {
-        sim.dag
-            .tasks()
-            .iter()
-            .filter(|t| t.phase == phase && t.iteration == 0)
-            .filter_map(|t| match t.work {
-                Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
-                    Some((t.layer.unwrap(), bytes))
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    use dagsim::dag::Phase;
+    let colls = rank0_collectives;
     // pp = 1, on 4 nodes (one GPU a node in each DP group): the exchange is exposed.
     let spec = "tp=8,pp=1,dp=4,sp=on,zero=1";
     let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100");
@@ -474,23 +476,8 @@ fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
 
 #[test]
 fn apex_ddp_reduces_and_gathers_whole_padded_layers_in_forward_order() {
-    use dagsim::dag::{Phase, Work};
-    use dagsim::predict_plan::SimulatedPlan;
-    // Per DP group of rank 0: (layer, bytes) of each iteration-0 collective of `phase`, in order.
-    let colls = |sim: &SimulatedPlan, phase: Phase| -> Vec<(u32, u64)> {
-        sim.dag
-            .tasks()
-            .iter()
-            .filter(|t| t.phase == phase && t.iteration == 0)
-            .filter_map(|t| match t.work {
-                // (The tied embeddings' all-reduce has no layer.)
-                Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
-                    t.layer.map(|l| (l, bytes))
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    use dagsim::dag::Phase;
+    let colls = rank0_collectives;
     // 16 layers on 2 stages of 2 chunks: rank 0 (stage 0) holds the embedding with layers 0-3
     // and layers 8-11. 20 MiB of FP32 over dp 2: buckets of 5,242,880 elements.
     let spec = "tp=4,pp=2,dp=2,vp=2,sp=on,zero=1";
