@@ -521,3 +521,43 @@ fn apex_ddp_reduces_and_gathers_whole_padded_layers_in_forward_order() {
     let err = dagsim::parallel::ParallelPlan::parse("tp=4,pp=2,dp=2,ddp=apex").unwrap_err().to_string();
     assert!(err.contains("ddp=apex") && err.contains("zero=1"), "{err}");
 }
+
+#[test]
+fn apex_ddp_defers_a_later_stages_gradients_to_its_last_backward_in_1f1b() {
+    use dagsim::dag::Phase;
+    use dagsim::parallel::Coords;
+    // 1F1B on 2 stages, 4 micro-batches: stage 0 reduces each layer's group as its last backward
+    // makes it; stage 1 reduces all of them after its last backward (NeMo's grad sync).
+    let sim = setup(small_gpt(), "tp=4,pp=2,dp=2,sp=on,zero=1,ddp=apex,bucket-mb=20", 1, 8, "dgx-h100")
+        .simulate(true, Default::default())
+        .unwrap();
+    let dag = &sim.dag;
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); dag.len()];
+    for p in 0..dag.len() as u32 {
+        for &s in dag.successors(p) {
+            preds[s as usize].push(p);
+        }
+    }
+    // The backward tasks each reduce-scatter of a group holding `rank` waits for, per member GPU
+    // the most any member has.
+    let waits = |rank: u32| -> usize {
+        let mut w: Vec<u32> = (0..dag.len() as u32)
+            .filter(|&t| {
+                let task = dag.task(t);
+                task.phase == Phase::GradientAggregation
+                    && task.iteration == 0
+                    && matches!(task.work, dagsim::dag::Work::Collective { group, .. } if dag.group(group).contains(&rank))
+            })
+            .flat_map(|t| preds[t as usize].iter().copied().filter(|&p| dag.task(p).phase == Phase::Backward))
+            .collect();
+        w.sort_unstable();
+        w.dedup();
+        let mut per_gpu: std::collections::HashMap<Option<u32>, usize> = Default::default();
+        w.iter().for_each(|&t| *per_gpu.entry(dag.task(t).gpu).or_default() += 1);
+        assert!(!per_gpu.is_empty());
+        per_gpu.into_values().max().unwrap()
+    };
+    let stage1 = sim.layout.plan.rank(Coords { tp: 0, dp: 0, stage: 1 });
+    assert_eq!(waits(stage1), 1, "one trigger on stage 1");
+    assert!(waits(0) > 1, "per layer on stage 0");
+}
