@@ -399,24 +399,26 @@ fn modules_te_charges_transformer_engine_module_calls_in_bf16() {
 /// gathers go in forward order, each after the forward reached the bucket before it, so the
 /// next step's first layers wait for one bucket rather than for all of them; later pipeline
 /// stages and model chunks after the first reduce and gather their gradients as one bucket.
+/// Per group holding rank 0: (layer, bytes) of each iteration-0 collective of `phase` that names a
+/// layer (the tied embeddings' all-reduce does not), in order.
+fn rank0_collectives(sim: &dagsim::predict_plan::SimulatedPlan, phase: dagsim::dag::Phase) -> Vec<(u32, u64)> {
+    sim.dag
+        .tasks()
+        .iter()
+        .filter(|t| t.phase == phase && t.iteration == 0)
+        .filter_map(|t| match t.work {
+            dagsim::dag::Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
+                t.layer.map(|l| (l, bytes))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
-    use dagsim::dag::{Phase, Work};
-    use dagsim::predict_plan::SimulatedPlan;
-    // Per DP group of rank 0: (layer, bytes) of each iteration-0 collective of `phase`, in order.
-    let colls = |sim: &SimulatedPlan, phase: Phase| -> Vec<(u32, u64)> {
-        sim.dag
-            .tasks()
-            .iter()
-            .filter(|t| t.phase == phase && t.iteration == 0)
-            .filter_map(|t| match t.work {
-                Work::Collective { bytes, group, .. } if sim.dag.group(group).contains(&0) => {
-                    Some((t.layer.unwrap(), bytes))
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    use dagsim::dag::Phase;
+    let colls = rank0_collectives;
     // pp = 1, on 4 nodes (one GPU a node in each DP group): the exchange is exposed.
     let spec = "tp=8,pp=1,dp=4,sp=on,zero=1";
     let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100");
@@ -469,5 +471,93 @@ fn mcore_ddp_gathers_in_forward_order_and_buckets_only_the_first_chunk() {
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,fsdp=full,ddp=mcore").unwrap_err().to_string();
     assert!(err.contains("ddp=mcore") && err.contains("mp-optimizer=megatron"), "{err}");
     let err = dagsim::parallel::ParallelPlan::parse("dp=2,ddp=torch").unwrap_err().to_string();
-    assert!(err.contains("ddp=torch") && err.contains("mcore or generic"), "{err}");
+    assert!(err.contains("ddp=torch") && err.contains("mcore, apex or generic"), "{err}");
+}
+
+#[test]
+fn apex_ddp_reduces_and_gathers_whole_padded_layers_in_forward_order() {
+    use dagsim::dag::Phase;
+    let colls = rank0_collectives;
+    // 16 layers on 2 stages of 2 chunks: rank 0 (stage 0) holds the embedding with layers 0-3
+    // and layers 8-11. 20 MiB of FP32 over dp 2: buckets of 5,242,880 elements.
+    let spec = "tp=4,pp=2,dp=2,vp=2,sp=on,zero=1";
+    let generic = setup(small_gpt(), spec, 1, 8, "dgx-h100").simulate(true, Default::default()).unwrap();
+    let apex = setup(small_gpt(), &format!("{spec},ddp=apex,bucket-mb=20"), 1, 8, "dgx-h100")
+        .simulate(true, Default::default())
+        .unwrap();
+    let bucket = 5_242_880u64 * 4;
+    let rs = colls(&apex, Phase::GradientAggregation);
+    assert_eq!(rs.len(), 8, "one group per transformer layer: {rs:?}");
+    let stage: Vec<usize> = {
+        let mut v: Vec<usize> = apex.layout.chunks[0].iter().flatten().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    let w = &apex.workload;
+    // The transformer layer of a workload layer (`L<i>.attn`, ...); the others go with the
+    // stage's first transformer layer.
+    let unit_of = |g: usize| w.layers[g].name.split_once('.').map(|x| x.0.to_string());
+    let first_unit = stage.iter().find_map(|&g| unit_of(g)).unwrap();
+    let unit = |g: usize| unit_of(g).unwrap_or_else(|| first_unit.clone());
+    for &(l, bytes) in &rs {
+        assert_eq!(bytes % bucket, 0, "whole buckets: {rs:?}");
+        // The group's own gradients, padded up to the next whole bucket.
+        let u = unit(stage[l as usize]);
+        let own: u64 = stage.iter().filter(|&&g| unit(g) == u).map(|&g| w.layers[g].grad_bytes).sum();
+        assert_eq!(bytes, own.div_ceil(bucket) * bucket, "{u}: {own} bytes");
+    }
+    assert!(rs.last().unwrap().1 > rs[0].1, "the embedding goes with layer 0: {rs:?}");
+    // Backward order: the last layer's group first, the first layer's (with the embedding) last.
+    assert!(rs.windows(2).all(|p| p[0].0 > p[1].0), "{rs:?}");
+    let padded: u64 = rs.iter().map(|x| x.1).sum();
+    let plain: u64 = colls(&generic, Phase::GradientAggregation).iter().map(|x| x.1).sum();
+    assert!(padded > plain, "{padded} vs {plain}");
+    // Parameters: the same groups in forward order, at the parameters' width (BF16 of FP32); the
+    // gathers name their layers in the whole model.
+    let ag = colls(&apex, Phase::ParamGather);
+    let mut forward: Vec<(u32, u64)> = rs.iter().map(|&(l, b)| (stage[l as usize] as u32, b / 2)).collect();
+    forward.reverse();
+    assert_eq!(ag, forward);
+    let err = dagsim::parallel::ParallelPlan::parse("tp=4,pp=2,dp=2,ddp=apex").unwrap_err().to_string();
+    assert!(err.contains("ddp=apex") && err.contains("zero=1"), "{err}");
+}
+
+#[test]
+fn apex_ddp_defers_a_later_stages_gradients_to_its_last_backward_in_1f1b() {
+    use dagsim::dag::Phase;
+    use dagsim::parallel::Coords;
+    // 1F1B on 2 stages, 4 micro-batches: stage 0 reduces each layer's group as its last backward
+    // makes it; stage 1 reduces all of them after its last backward (NeMo's grad sync).
+    let sim = setup(small_gpt(), "tp=4,pp=2,dp=2,sp=on,zero=1,ddp=apex,bucket-mb=20", 1, 8, "dgx-h100")
+        .simulate(true, Default::default())
+        .unwrap();
+    let dag = &sim.dag;
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); dag.len()];
+    for p in 0..dag.len() as u32 {
+        for &s in dag.successors(p) {
+            preds[s as usize].push(p);
+        }
+    }
+    // The backward tasks each reduce-scatter of a group holding `rank` waits for, per member GPU
+    // the most any member has.
+    let waits = |rank: u32| -> usize {
+        let mut w: Vec<u32> = (0..dag.len() as u32)
+            .filter(|&t| {
+                let task = dag.task(t);
+                task.phase == Phase::GradientAggregation
+                    && task.iteration == 0
+                    && matches!(task.work, dagsim::dag::Work::Collective { group, .. } if dag.group(group).contains(&rank))
+            })
+            .flat_map(|t| preds[t as usize].iter().copied().filter(|&p| dag.task(p).phase == Phase::Backward))
+            .collect();
+        w.sort_unstable();
+        w.dedup();
+        let mut per_gpu: std::collections::HashMap<Option<u32>, usize> = Default::default();
+        w.iter().for_each(|&t| *per_gpu.entry(dag.task(t).gpu).or_default() += 1);
+        assert!(!per_gpu.is_empty());
+        per_gpu.into_values().max().unwrap()
+    };
+    let stage1 = sim.layout.plan.rank(Coords { tp: 0, dp: 0, stage: 1 });
+    assert_eq!(waits(stage1), 1, "one trigger on stage 1");
+    assert!(waits(0) > 1, "per layer on stage 0");
 }

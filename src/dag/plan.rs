@@ -450,6 +450,19 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             })?;
         }
     }
+    // Apex's DistributedFusedAdam as NeMo builds it (`ddp=apex`): one group of buckets per
+    // transformer layer (see [`apex_buckets`]).
+    if let Some(cap) = plan.apex_bucket_bytes {
+        if s.runtime.is_some() || s.priority_partition.is_some() || by_unit {
+            return Err(Error::invalid(
+                "parallel",
+                "ddp=apex is the plan's own data-parallel exchange: it takes the default strategy (no runtime, no priority partition)",
+            ));
+        }
+        for (st, x) in exchange_plans.iter_mut().enumerate() {
+            x.buckets = apex_buckets(dense_w(st as u32), cap, plan.grad_bytes, dp_width);
+        }
+    }
     let servers_wanted = exchange_plans[0].servers;
     if servers_wanted.is_some() && (tp > 1 || pp > 1 || plan.sharding != Sharding::None || plan.ep > 1) && dp > 1 {
         return Err(Error::invalid("strategy", "parameter-server runtimes apply to plain data parallelism only"));
@@ -1292,10 +1305,33 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             let members = &dpg.members;
             let upd: Vec<TaskId> = members.iter().map(|&g| updates[g as usize]).collect();
             let mbs: Vec<u32> = if every_micro_batch { (0..micro_batches).collect() } else { vec![micro_batches - 1] };
+            // `ddp=apex` under pipeline parallelism: a layer's gradients leave when Megatron's
+            // schedule calls NeMo's grad sync for its chunk, after the backward step
+            // `apex_sync_steps` names (the step's task that ends it: its chunk's first layer).
+            let apex_steps = plan
+                .apex_bucket_bytes
+                .and_then(|_| apex_sync_steps(&orders[st as usize], st, plan.vp.max(1)))
+                .filter(|_| pp > 1);
+            let chunk_of: HashMap<usize, usize> = layout.chunks[st as usize]
+                .iter()
+                .enumerate()
+                .flat_map(|(c, ls)| ls.iter().map(move |&l| (l, c)))
+                .collect();
             for mb in mbs {
                 let grads: Vec<Vec<TaskId>> = members
                     .iter()
-                    .map(|&g| sl.iter().map(|&l| bwd[g as usize][mb as usize][l]).collect::<Vec<_>>())
+                    .map(|&g| {
+                        sl.iter()
+                            .map(|&l| match &apex_steps {
+                                Some(steps) => {
+                                    let at = steps[chunk_of.get(&l).copied().unwrap_or(0)];
+                                    bwd[g as usize][at.micro_batch as usize]
+                                        [layout.chunks[st as usize][at.chunk as usize][0]]
+                                }
+                                None => bwd[g as usize][mb as usize][l],
+                            })
+                            .collect::<Vec<_>>()
+                    })
                     .collect();
                 let exchange = Exchange {
                     workload: view,
@@ -1380,7 +1416,14 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
             // next); core_r0.10.0 param_and_grad_buffer.py l.234-244 (`finish_param_sync`
             // dispatches `next_param_gather_bucket_group`).
             let gather_in_step = plan.mp_optimizer.is_deepspeed();
-            let forward_order = plan.mcore_ddp && !gather_in_step;
+            // `ddp=apex` the same, layer by layer: `DistributedFusedAdam.step` launches the first
+            // layer's gather (with the embedding's), and each parameter's pre-forward hook waits
+            // for its own bucket, then starts the next unsynced one if none is in flight (apex
+            // f3f04924 distributed_fused_adam.py l.2382-2426 `step`, l.875-883 the hook,
+            // l.1929-1983 `_try_start_bucket_param_sync`; buckets in forward order because NeMo
+            // registers the layers last first, megatron_gpt_model.py l.628 @ NeMo v2.0.0rc0, and
+            // `step` lists them last bucket first, l.2324).
+            let forward_order = (plan.mcore_ddp || plan.apex_bucket_bytes.is_some()) && !gather_in_step;
             if matches!(plan.sharding, Sharding::Zero1 | Sharding::Zero2) && dp > 1 {
                 for &g in members.iter().filter(|_| !expert) {
                     for &l in sl {
@@ -1693,4 +1736,165 @@ fn megatron_chunk_buckets(
         buckets.extend(fused(&Workload { layers: w.layers[..first].to_vec(), ..w.clone() })?);
     }
     Ok(buckets)
+}
+
+/// Apex `DistributedFusedAdam`'s buckets of one stage's workload `w` as NeMo registers them
+/// (`ddp=apex`), in backward order. NeMo hands the optimizer one parameter list per transformer
+/// layer, the last layer first, with every parameter outside them (embedding, final norm, output
+/// layer) added to the stage's first layer (NeMo v2.0.0rc0
+/// nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py l.611-631), each list
+/// through `init_params_bucket` (megatron_base_model.py l.858-861). That starts a new bucket for
+/// each list and makes every bucket of the list wait for all its parameters (apex f3f04924
+/// distributed_fused_adam.py l.1217-1287), so a layer is reduced and gathered as one group of
+/// buckets. Every bucket has the same size, whatever it holds (`_init_param_state` l.1383-1447
+/// splits parameters across buckets; `_try_start_bucket_grad_sync` reduces the whole
+/// `bucket_size` buffer, l.1804-1811): `cap` bytes of `elem_bytes`-byte gradient elements
+/// (`grad_sync_dtype`), a shard of 128 bytes' multiple per rank of the `ranks` that share it
+/// (l.709-716). A group is one [`Bucket`] of its buckets' padded bytes.
+fn apex_buckets(w: &Workload, cap: u64, elem_bytes: u64, ranks: u32) -> Vec<Bucket> {
+    let elem_bytes = elem_bytes.max(1);
+    let bucket_elems = apex_bucket_elems(cap, elem_bytes, ranks);
+    // `L<i>.attn`, `L<i>.mlp`, ...: transformer layer i (see `workload::llm`).
+    let layer_of =
+        |name: &str| name.strip_prefix('L').and_then(|r| r.split_once('.')).and_then(|(i, _)| i.parse::<u32>().ok());
+    let units: Vec<Option<u32>> = w.layers.iter().map(|l| layer_of(&l.name)).collect();
+    let first = units.iter().flatten().next().copied();
+    let mut groups: Vec<(Option<u32>, Bucket)> = Vec::new();
+    for (l, layer) in w.layers.iter().enumerate() {
+        if !layer.is_learnable() {
+            continue;
+        }
+        let unit = units[l].or(first);
+        let tensors = layer.tensors().len() as u64;
+        match groups.iter_mut().find(|(u, _)| *u == unit) {
+            Some((_, bk)) => {
+                bk.layers.push(l);
+                bk.fp32_bytes += layer.grad_bytes;
+                bk.last = bk.last.min(l);
+                bk.tensors += tensors;
+            }
+            None => groups.push((
+                unit,
+                Bucket { layers: vec![l], fp32_bytes: layer.grad_bytes, last: l, tensors, cycle: None, server: 0 },
+            )),
+        }
+    }
+    let mut out: Vec<Bucket> = groups.into_iter().map(|(_, b)| b).collect();
+    for b in &mut out {
+        b.layers.sort_unstable_by_key(|&l| std::cmp::Reverse(l));
+        let elems = b.fp32_bytes.div_ceil(elem_bytes);
+        b.fp32_bytes = elems.div_ceil(bucket_elems).max(1) * bucket_elems * elem_bytes;
+    }
+    out.sort_by_key(|b| std::cmp::Reverse(b.last));
+    out
+}
+
+/// Elements of one Apex bucket of `cap` bytes of `elem_bytes`-byte elements shared by `ranks`:
+/// `bucket_size = cap / dtype_size`, each rank's shard rounded down to a multiple of
+/// `128 / dtype_size` elements (at least one such), the bucket `ranks` shards (apex f3f04924
+/// distributed_fused_adam.py l.709-716, `make_bucket` calls l.1377-1380 and l.1406-1410).
+fn apex_bucket_elems(cap: u64, elem_bytes: u64, ranks: u32) -> u64 {
+    let ranks = ranks.max(1) as u64;
+    let align = (128 / elem_bytes).max(1);
+    let shard = (cap / elem_bytes / ranks) / align * align;
+    shard.max(align) * ranks
+}
+
+/// Under pipeline parallelism with `ddp=apex`, per model chunk of `stage`, the backward step of
+/// its `order` after which its gradients are reduced: NeMo passes `no_sync` and its own grad sync
+/// to Megatron's schedules (megatron_gpt_model.py l.650-655 @ NeMo v2.0.0rc0). The interleaved
+/// schedule calls it for a chunk `stage` backward steps after the chunk's last one, or after the
+/// last step when that is past the end (Megatron-LM core_r0.8.0
+/// megatron/core/pipeline_parallel/schedules.py l.797-805, l.1121-1126); 1F1B lets the first
+/// stage reduce during its last backward (each layer as it is done: None) and the others after
+/// it (l.1463, l.1488, l.1504-1506).
+fn apex_sync_steps(order: &[Step], stage: u32, vp: u32) -> Option<Vec<Step>> {
+    let backward: Vec<Step> = order.iter().copied().filter(|s| s.pass == Pass::Backward).collect();
+    let last = *backward.last()?;
+    if vp <= 1 {
+        return (stage > 0).then(|| vec![last]);
+    }
+    (0..vp)
+        .map(|c| {
+            let k = backward.iter().rposition(|s| s.chunk == c)?;
+            Some(backward.get(k + stage as usize).copied().unwrap_or(last))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod apex_tests {
+    use super::*;
+    use crate::dag::schedule::Schedule;
+    use crate::workload::{Layer, Stat};
+
+    fn layer(name: &str, elems: u64) -> Layer {
+        Layer {
+            name: name.into(),
+            forward: Stat::exact(0),
+            backward: Stat::exact(0),
+            comm: None,
+            grad_bytes: 4 * elems,
+            grad_tensors: vec![4 * elems],
+            util: None,
+            tp: None,
+        }
+    }
+
+    #[test]
+    fn apex_buckets_are_whole_per_layer_with_the_rest_in_the_first_layer() {
+        // 125 MiB of FP32 over 4 ranks: 32,768,000 elements, 8,192,000 a shard (a multiple of 32).
+        assert_eq!(apex_bucket_elems(125 << 20, 4, 4), 32_768_000);
+        // Over 3 ranks each shard rounds down to 32 elements: 10,922,666 -> 10,922,656.
+        assert_eq!(apex_bucket_elems(125 << 20, 4, 3), 3 * 10_922_656);
+        // 220 MiB of BF16 over 16 ranks: 115,343,360 elements, shards of 7,208,960 (64 | it).
+        assert_eq!(apex_bucket_elems(220 << 20, 2, 16), 115_343_360);
+        // A cap below one aligned shard: 64 BF16 elements a rank.
+        assert_eq!(apex_bucket_elems(100, 2, 8), 512);
+
+        // Buckets of 32 FP32 elements (128 bytes, one rank). Layer 1 (30 + 50 elements) fills 3
+        // buckets (96 elements); layer 0 takes the embedding and the head: 10 + 30 + 50 + 20 =
+        // 110 elements, 4 buckets (128). Layer 1 first (backward order).
+        let w = Workload {
+            name: "w".into(),
+            batch_per_gpu: 1,
+            sample_bytes: 0,
+            device_sample_bytes: 0,
+            layers: vec![
+                layer("embedding", 10),
+                layer("L0.attn", 30),
+                layer("L0.mlp", 50),
+                layer("L1.attn", 30),
+                layer("L1.mlp", 50),
+                layer("head", 20),
+            ],
+            update: Stat::exact(0),
+            data_load: None,
+            trace_iterations: 1,
+            fp16: false,
+        };
+        let b = apex_buckets(&w, 128, 4, 1);
+        let got: Vec<(Vec<usize>, u64, usize)> = b.iter().map(|x| (x.layers.clone(), x.fp32_bytes, x.last)).collect();
+        assert_eq!(got, [(vec![4, 3], 96 * 4, 3), (vec![5, 2, 1, 0], 128 * 4, 0)]);
+        assert_eq!((b[0].tensors, b[1].tensors), (2, 4));
+        // A cap of 80 elements rounds down to 64 (128-byte shards): layer 1 takes 2 buckets.
+        let b = apex_buckets(&w, 80 * 4, 4, 1);
+        assert_eq!(b[0].fp32_bytes, 2 * 64 * 4);
+    }
+
+    #[test]
+    fn apex_grad_sync_follows_megatrons_schedule_calls() {
+        let step = |micro_batch, chunk| Step { micro_batch, chunk, pass: Pass::Backward };
+        // Interleaved, pp 2, vp 2, 2 micro-batches: every forward first, then the backwards
+        // (mb 0, chunk 1), (1, 1), (0, 0), (1, 0). Stage 0 reduces a chunk after its last backward;
+        // stage 1 one backward later: chunk 1 after (0, 0), chunk 0 past the end, after (1, 0).
+        let order = |st| stage_order(Schedule::Interleaved, 2, 2, 2, st);
+        assert_eq!(apex_sync_steps(&order(0), 0, 2), Some(vec![step(1, 0), step(1, 1)]));
+        assert_eq!(apex_sync_steps(&order(1), 1, 2), Some(vec![step(1, 0), step(0, 0)]));
+        // 1F1B: the first stage reduces each layer as its last backward produces it; the others
+        // after their last backward (micro-batch 2).
+        let order = |st| stage_order(Schedule::OneFOneB, 2, 1, 3, st);
+        assert_eq!(apex_sync_steps(&order(0), 0, 1), None);
+        assert_eq!(apex_sync_steps(&order(1), 1, 1), Some(vec![step(2, 0)]));
+    }
 }

@@ -149,6 +149,15 @@ pub struct ParallelPlan {
     /// (`ddp=generic`, the default): buckets on every stage, gathers in bucket order.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mcore_ddp: bool,
+    /// The data-parallel exchange runs as Apex's `DistributedFusedAdam` does under NeMo
+    /// (`ddp=apex`, with `overlap_grad_sync` and `overlap_param_sync`): the bucket cap in bytes
+    /// (`bucket-mb=`, Apex's `bucket_cap_mb` in MiB; [`APEX_BUCKET_MB`] by default). Each
+    /// transformer layer's gradients fill whole buckets of that many bytes of their own (the last
+    /// one padded), reduced once the layer's gradients are all there and, under pipeline
+    /// parallelism, when Megatron's schedule calls NeMo's grad sync; parameters are gathered
+    /// layer by layer in forward order, one in flight (see `dag::plan`). None: not Apex's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub apex_bucket_bytes: Option<u64>,
     /// The mixed-precision optimizer that holds the model state (`mp-optimizer=`): what it keeps
     /// per parameter is in `memory::state_bytes`.
     #[serde(skip_serializing_if = "MpOptimizer::is_megatron")]
@@ -368,6 +377,13 @@ impl ModuleImpl {
     }
 }
 
+/// Apex `DistributedFusedAdam`'s default `bucket_cap_mb` (MiB), the cap when `ddp=apex` names none:
+/// NVIDIA/apex f3f04924 (April 2024, the Apex of NeMo 24.07's stack)
+/// apex/contrib/optimizers/distributed_fused_adam.py l.560 `bucket_cap_mb: float = 100.0`.
+pub const APEX_BUCKET_MB: f64 = 100.0;
+/// Apex's megabyte (`bucket_size = 1024 * 1024 * bucket_cap_mb / dtype_size`, same file l.712).
+const MIB: f64 = 1024.0 * 1024.0;
+
 /// Host time to issue one kernel from PyTorch eager code on an x86 host: 13.48 us, the CPU time
 /// of one `torch.nn.Linear` forward (one cuBLAS kernel; BF16, hidden 2048, 8192 tokens) on a DGX
 /// H100's Xeon Platinum 8480C (NVIDIA/TransformerEngine issue #2053, 2025-08, the reporter's
@@ -451,6 +467,7 @@ impl Default for ParallelPlan {
             pp_partition: PpPartition::Even,
             deepspeed_pipe: false,
             mcore_ddp: false,
+            apex_bucket_bytes: None,
             mp_optimizer: MpOptimizer::Megatron,
             loss: LossKernel::Fused,
             softmax: SoftmaxKernel::Fused,
@@ -485,6 +502,7 @@ impl ParallelPlan {
         let err = |msg: String| Error::invalid("--parallel", msg);
         let mut schedule_given = false;
         let mut grad_reduce_given = false;
+        let (mut apex, mut bucket_mb) = (false, None);
         for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) =
                 part.split_once('=').ok_or_else(|| err(format!("`{part}` is not key=value (e.g. tp=8,pp=4,dp=8)")))?;
@@ -618,11 +636,19 @@ impl ParallelPlan {
                     }
                 }
                 "ddp" => {
-                    p.mcore_ddp = match value.as_str() {
-                        "mcore" => true,
-                        "generic" => false,
-                        v => return Err(err(format!("ddp={v}: expected mcore or generic"))),
+                    (p.mcore_ddp, apex) = match value.as_str() {
+                        "mcore" => (true, false),
+                        "generic" => (false, false),
+                        "apex" => (false, true),
+                        v => return Err(err(format!("ddp={v}: expected mcore, apex or generic"))),
                     }
+                }
+                "bucket-mb" | "bucket_mb" => {
+                    let mb = number(&value)?;
+                    if mb > 1e6 {
+                        return Err(err(format!("bucket-mb={value}: expected at most 1,000,000 MiB")));
+                    }
+                    bucket_mb = Some(mb);
                 }
                 "mp-optimizer" | "mp_optimizer" => {
                     p.mp_optimizer = match value.as_str() {
@@ -659,10 +685,24 @@ impl ParallelPlan {
                     return Err(err(format!(
                         "unknown key `{other}`; expected tp, pp, dp, cp, vp, sp, tp-overlap, ep, etp, zero, fsdp, shard-group, \
                          fsdp-wrap, recompute, schedule, flash, attn, cp-comm, tp-across-nodes, moe-capacity, moe-pad, moe-imbalance, moe-dispatcher, \
-                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, ddp, mp-optimizer, loss, softmax, fp8-recipe"
+                         grad-reduce, host, host-launch-us, modules, pp-partition, pipe-engine, ddp, bucket-mb, mp-optimizer, loss, softmax, fp8-recipe"
                     )))
                 }
             }
+        }
+        match (apex, bucket_mb) {
+            (true, mb) => {
+                if !p.mp_optimizer.is_megatron() || p.sharding != Sharding::Zero1 || p.ep > 1 {
+                    return Err(err(
+                        "ddp=apex is Apex's DistributedFusedAdam as NeMo runs it: it needs zero=1, mp-optimizer=megatron \
+                         and no expert parallelism (ep=1)"
+                            .into(),
+                    ));
+                }
+                p.apex_bucket_bytes = Some((mb.unwrap_or(APEX_BUCKET_MB) * MIB).round() as u64);
+            }
+            (false, Some(_)) => return Err(err("bucket-mb= is Apex's bucket_cap_mb: it needs ddp=apex".into())),
+            (false, None) => {}
         }
         if p.mcore_ddp && (!p.mp_optimizer.is_megatron() || p.sharding.shards_params()) {
             return Err(err(
@@ -787,6 +827,9 @@ impl ParallelPlan {
         }
         if self.mcore_ddp {
             s += ",ddp=mcore";
+        }
+        if let Some(bytes) = self.apex_bucket_bytes {
+            s += &format!(",ddp=apex,bucket-mb={}", bytes as f64 / MIB);
         }
         if let (Some(ns), false) = (self.host_launch_ns, self.host == HostLaunch::Off) {
             s += &format!(",host-launch-us={}", ns as f64 / 1e3);
@@ -1090,6 +1133,30 @@ impl ParallelPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ddp_apex_takes_a_bucket_cap_and_refuses_what_apex_does_not_run() {
+        let p = ParallelPlan::parse("tp=2,pp=2,dp=2,zero=1,ddp=apex").unwrap();
+        assert_eq!(p.apex_bucket_bytes, Some(100 << 20), "Apex's default bucket_cap_mb");
+        let p = ParallelPlan::parse("bucket-mb=125,dp=4,zero=1,ddp=apex").unwrap();
+        assert_eq!(p.apex_bucket_bytes, Some(125 << 20));
+        assert!(!p.mcore_ddp);
+        let p = ParallelPlan::parse("dp=4,zero=1,ddp=apex,bucket-mb=0.5").unwrap();
+        assert_eq!(p.apex_bucket_bytes, Some(1 << 19));
+        assert!(p.name().contains(",ddp=apex,bucket-mb=0.5"), "{}", p.name());
+        for (spec, says) in [
+            ("dp=4,zero=1,bucket-mb=125", "needs ddp=apex"),
+            ("dp=4,ddp=apex", "zero=1"),
+            ("dp=4,zero=3,ddp=apex", "zero=1"),
+            ("dp=4,zero=1,ddp=apex,mp-optimizer=ds-bf16", "mp-optimizer=megatron"),
+            ("dp=4,zero=1,ddp=apex,bucket-mb=0", "bucket-mb=0"),
+            ("dp=4,zero=1,ddp=apex,bucket-mb=big", "bucket-mb=big"),
+            ("dp=4,zero=1,ddp=torch", "mcore, apex or generic"),
+        ] {
+            let e = ParallelPlan::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("--parallel"), "{spec}: {e}");
+        }
+    }
 
     #[test]
     fn host_launch_cost_follows_the_host_cpu() {
