@@ -82,6 +82,20 @@ pub struct Case {
     pub work: Work,
 }
 
+impl Case {
+    /// Runs the case's setups under compute contention `c` (`dagsim bench --compute-contention`, so
+    /// its cost is timed as a ratio against `off` on the same binary). The ring-beside-copy cases
+    /// have no compute and are left alone.
+    pub fn set_compute_contention(&mut self, c: crate::hw::ComputeContention) {
+        match &mut self.work {
+            Work::Single { setup, .. } => setup.topology.compute_contention = c,
+            Work::Sweep(points) => points.iter_mut().for_each(|(s, _)| s.topology.compute_contention = c),
+            Work::Plan(setup) | Work::PlanSearch(setup) => setup.topology.compute_contention = c,
+            Work::RingBesideCopy { .. } => {}
+        }
+    }
+}
+
 /// Names of the standard cases, in order (cheap: builds nothing).
 pub const CASES: &[&str] = &[
     "alexnet-k80-16gpu",

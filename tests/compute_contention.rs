@@ -102,5 +102,5 @@ fn the_flag_names_itself_on_bad_input() {
     assert!(e.contains("--compute-contention") && e.contains("wave"), "{e}");
     assert_eq!(ComputeContention::parse("SMS").unwrap(), ComputeContention::Sms);
     assert_eq!(ComputeContention::parse("off").unwrap(), ComputeContention::Off);
-    assert_eq!(ComputeContention::default(), ComputeContention::Off);
+    assert_eq!(ComputeContention::default(), ComputeContention::Sms);
 }

@@ -10,7 +10,7 @@
 //! a change after the DAG, so both builders changed alike; only the multi-node `allreduce=auto`
 //! rows moved.
 
-use dagsim::hw::{load_topology, NicRoute};
+use dagsim::hw::{load_topology, ComputeContention, NicRoute};
 use dagsim::predict::Setup;
 use dagsim::sim::Options;
 use dagsim::strategy::Strategy;
@@ -67,6 +67,15 @@ fn setup(workload: &str, topology: &str, strategy: &str) -> Setup {
     // which moves both builders alike, so the comparison keeps the route it was recorded with.
     let mut topology = load_topology(topology).unwrap();
     topology.nic_route = NicRoute::Cheapest;
+    // Likewise compute contention (the SMs NCCL's channels take from the compute beside them,
+    // `--compute-contention sms`, the default since 2026-11-29): it came after both builders, so
+    // the baseline has it off. It is an engine mechanism that reads the DAG (which tasks are a
+    // GPU's compute, which collectives NCCL runs, their groups) and not a builder's choice: there
+    // is one builder (`build_ssgd` is `build_plan` with `PlanLayout::data_parallel`), and under
+    // `sms` the same DAGs (same task and edge counts) run longer where an all-reduce overlaps the
+    // backward, with more events (each compute end a collective moves): 588 -> 756 events on the
+    // 4-GPU `wfbp+allreduce=ring` AlexNet row. `tests/compute_contention.rs` times that mechanism.
+    topology.compute_contention = ComputeContention::Off;
     Setup { workload: w, topology, strategy: Strategy::parse(strategy).unwrap(), iterations: 3 }
 }
 

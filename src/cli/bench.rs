@@ -9,6 +9,8 @@ const EXAMPLES: &str = "\
 Examples:
   dagsim bench                          # every case, 2 iterations each (one warm-up, one measured)
   dagsim bench --case alexnet --repeat 5    # the cases whose name contains `alexnet`
+  dagsim bench --case alexnet --compute-contention off
+                                            # the same without the SMs NCCL's channels take
   dagsim bench --list
   dagsim bench --scaling --list             # the AlexNet scaling cases (run one with --case 256gpu)
   dagsim bench --scaling --case ring-beside-copy-2 --repeat 1 --csv scaling.csv --plot scaling.png
@@ -61,6 +63,10 @@ pub struct Args {
     /// Stop a case that runs longer than this many seconds (all its repetitions) and go on.
     #[arg(long, value_name = "SECONDS")]
     timeout_s: Option<f64>,
+    /// Compute contention for every case: sms (the default) or off, to time the model's cost
+    /// as a ratio on the same binary (docs/machines.md).
+    #[arg(long, value_name = "MODEL")]
+    compute_contention: Option<String>,
     /// Run exactly this case in this process and print one result line (used internally).
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -83,6 +89,9 @@ pub fn run(args: Args) -> Result<u8> {
     if chosen.is_empty() {
         return Err(Error::invalid("--case", format!("no case matches (cases: {})", cases.join(", "))));
     }
+    if let Some(c) = &args.compute_contention {
+        dagsim::hw::ComputeContention::parse(c)?;
+    }
     if let Some(t) = args.timeout_s {
         if !(t.is_finite() && t > 0.0) {
             return Err(Error::invalid("--timeout-s", format!("{t} is not a positive number of seconds")));
@@ -99,6 +108,7 @@ pub fn run(args: Args) -> Result<u8> {
             .args(["bench", "--child", name, "--iterations", &args.iterations.to_string()])
             .args(["--repeat", &args.repeat.to_string()])
             .args(args.no_symmetry.then_some("--no-symmetry"))
+            .args(args.compute_contention.iter().flat_map(|c| ["--compute-contention", c.as_str()]))
             // The limits in force (`--limit`), which the child would otherwise reset to defaults.
             .args(dagsim::limits::get().overrides().into_iter().flat_map(|o| ["--limit".to_string(), o]))
             .stdout(std::process::Stdio::piped())
@@ -208,7 +218,10 @@ fn plot(path: &std::path::Path, rows: &[Row]) -> Result<()> {
 }
 
 fn run_child(name: &str, args: &Args) -> Result<u8> {
-    let c = case(name, args.iterations)?;
+    let mut c = case(name, args.iterations)?;
+    if let Some(contention) = &args.compute_contention {
+        c.set_compute_contention(dagsim::hw::ComputeContention::parse(contention)?);
+    }
     let mut runs = Vec::new();
     for _ in 0..args.repeat.max(1) {
         let cpu0 = cpu_s();

@@ -124,7 +124,7 @@ pub struct CollectiveArgs {
     pub nic_route: Option<String>,
     /// Whether compute kernels slow down beside the collectives in flight on their GPU: off (a
     /// collective overlaps compute for free) or sms (each NCCL channel holds one SM while the
-    /// collective runs; compute runs on the SMs left). Default off.
+    /// collective runs; compute runs on the SMs left; the default).
     #[arg(long, value_name = "MODEL")]
     pub compute_contention: Option<String>,
 }

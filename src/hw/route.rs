@@ -74,13 +74,13 @@ impl NicRoute {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ComputeContention {
-    /// A collective overlaps compute for free (the default: see `Sms`).
-    #[default]
+    /// A collective overlaps compute for free.
     Off,
     /// Each NCCL channel of a collective in flight holds one SM for the collective's whole
-    /// duration, and a compute kernel beside it runs on the SMs left. Opt-in: it moves the
-    /// validation rows' mean error 12.3 -> 12.1% and their optimism +9.5 -> +9.2%, but the tests
-    /// that pin exact outputs (faults, plan = S-SGD identity, docs) are not yet updated for it.
+    /// duration, and a compute kernel beside it runs on the SMs left. The default: it moves the
+    /// validation rows' mean error 12.3 -> 12.1% and their optimism +9.7 -> +9.4%
+    /// (docs/machines.md).
+    #[default]
     Sms,
 }
 

@@ -26,7 +26,9 @@
 //!
 //! Exactness: remaining work is kept in integer SM-nanoseconds (standalone ns x SMs), so a task
 //! re-timed any number of times ends at the same instant in every run; end events carry a
-//! generation so a superseded end is ignored.
+//! generation so a superseded end is ignored. Speed: an end moved later posts no event; the one
+//! already posted finds the task unfinished and posts its end then, so a long kernel beside many
+//! collectives costs one event per time it is found unfinished, not two per collective.
 
 use crate::collective::nccl::tuner::Force;
 use crate::collective::nccl::version::NcclAlgo;
@@ -50,6 +52,10 @@ struct Running {
     /// SMs it has during the stretch.
     sms: u64,
     end: Nanos,
+    /// The instant of its live `ComputeDone` event: never after `end`. A re-time that moves the end
+    /// later posts nothing; the event at `posted` then re-posts the end (one event, not one per
+    /// collective that starts or ends beside the task).
+    posted: Nanos,
 }
 
 /// A compute task's end (re-)scheduled: post `ComputeDone(task, generation)` at `at`.
@@ -58,6 +64,17 @@ pub(crate) struct Retimed {
     pub at: Nanos,
     pub task: TaskId,
     pub generation: u32,
+}
+
+/// What a `ComputeDone` event found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// The task ends now.
+    Done,
+    /// The task ends later (it was slowed after the event was posted): post this end.
+    Later(Retimed),
+    /// A superseded event: nothing to do.
+    Stale,
 }
 
 /// The state of the model during one run.
@@ -116,21 +133,28 @@ impl Contention {
         let sms = self.available(g);
         let left = ns as u128 * self.sms as u128;
         let end = now.saturating_add(ceil_div(left, sms));
-        self.running[g].push(Running { task: t, generation: 0, since: now, left, sms, end });
+        self.running[g].push(Running { task: t, generation: 0, since: now, left, sms, end, posted: end });
         Retimed { at: end, task: t, generation: 0 }
     }
 
-    /// Whether `ComputeDone(t, generation)` is the task's current end; if so the task is done.
-    pub(crate) fn compute_done(&mut self, dag: &Dag, t: TaskId, generation: u32) -> bool {
-        let Some(g) = dag.task(t).gpu else { return false };
-        let list = &mut self.running[g as usize];
-        match list.iter().position(|r| r.task == t && r.generation == generation) {
-            Some(i) => {
-                list.swap_remove(i);
-                true
-            }
-            None => false,
+    /// `ComputeDone(t, generation)` at `now`: the task is done, ends later, or the event is stale.
+    pub(crate) fn compute_done(&mut self, dag: &Dag, t: TaskId, generation: u32, now: Nanos) -> Due {
+        match dag.task(t).gpu {
+            Some(g) => self.due(g as usize, t, generation, now),
+            None => Due::Stale,
         }
+    }
+
+    fn due(&mut self, g: usize, t: TaskId, generation: u32, now: Nanos) -> Due {
+        let list = &mut self.running[g];
+        let Some(i) = list.iter().position(|r| r.task == t && r.generation == generation) else { return Due::Stale };
+        let r = &mut list[i];
+        if r.end > now {
+            r.posted = r.end;
+            return Due::Later(Retimed { at: r.end, task: t, generation });
+        }
+        list.swap_remove(i);
+        Due::Done
     }
 
     /// A collective task starts: its channels are held on every member GPU with tasks here.
@@ -163,6 +187,9 @@ impl Contention {
 
     /// A task ended: if it was a collective holding channels, they are free again.
     pub(crate) fn task_finished(&mut self, dag: &Dag, t: TaskId, now: Nanos, out: &mut Vec<Retimed>) {
+        if self.held.is_empty() {
+            return;
+        }
         let Work::Collective { group, .. } = dag.task(t).work else { return };
         let Some(channels) = self.held.remove(&t) else { return };
         let members = self.members_of(dag, group);
@@ -173,7 +200,11 @@ impl Contention {
     }
 
     /// The GPU's SM count changed at `now`: every compute task on it continues at the new share.
+    #[inline]
     fn retime(&mut self, g: usize, now: Nanos, out: &mut Vec<Retimed>) {
+        if self.running[g].is_empty() {
+            return;
+        }
         let sms = self.available(g);
         for r in self.running[g].iter_mut() {
             if r.sms == sms {
@@ -183,11 +214,12 @@ impl Contention {
             r.left = r.left.saturating_sub(done);
             r.since = now;
             r.sms = sms;
-            let end = now.saturating_add(ceil_div(r.left, sms));
-            if end != r.end {
-                r.end = end;
+            r.end = now.saturating_add(ceil_div(r.left, sms));
+            // Only an end before the posted event needs a new one (the old one goes stale).
+            if r.end < r.posted {
+                r.posted = r.end;
                 r.generation = r.generation.wrapping_add(1);
-                out.push(Retimed { at: end, task: r.task, generation: r.generation });
+                out.push(Retimed { at: r.end, task: r.task, generation: r.generation });
             }
         }
     }
@@ -268,7 +300,11 @@ fn nccl_config(model: CollectiveModel, algorithm: Algorithm) -> NcclConfig {
 }
 
 fn ceil_div(work: u128, sms: u64) -> Nanos {
-    work.div_ceil(sms as u128).min(Nanos::MAX as u128) as Nanos
+    // The work of a task shorter than about four years on 132 SMs fits 64 bits: the cheap division.
+    match u64::try_from(work) {
+        Ok(w) => w.div_ceil(sms),
+        Err(_) => work.div_ceil(sms as u128).min(Nanos::MAX as u128) as Nanos,
+    }
 }
 
 #[cfg(test)]
@@ -304,17 +340,29 @@ mod tests {
         let mut out = Vec::new();
         c.busy[0] += 20;
         c.retime(0, 200, &mut out);
-        // 80,000 SM-ns left at 80 SMs: 1,000 ns more.
-        assert_eq!(out, vec![Retimed { at: 1_200, task: 7, generation: 1 }]);
-        out.clear();
+        // 80,000 SM-ns left at 80 SMs: 1,000 ns more. Later than the event posted at 1,000, which
+        // stays: nothing new is posted.
+        assert_eq!(running(&c, 0), vec![(7, 1_200)]);
         c.busy[0] -= 20;
         c.retime(0, 600, &mut out);
-        assert_eq!(out, vec![Retimed { at: 1_080, task: 7, generation: 2 }]);
+        assert!(out.is_empty(), "{out:?}");
         assert_eq!(running(&c, 0), vec![(7, 1_080)]);
+        // The event at 1,000 finds 80 ns left and posts the end; that one finishes the task.
+        let later = Retimed { at: 1_080, task: 7, generation: 0 };
+        assert_eq!(c.due(0, 7, 0, 1_000), Due::Later(later));
+        assert_eq!(c.due(0, 7, 0, 1_080), Due::Done);
+        assert!(running(&c, 0).is_empty());
         // A compute task that starts while the channels are held gets the 80 SMs from its start:
         // 500 ns of work take 625 ns.
         c.busy[0] += 20;
         assert_eq!(c.start_compute(8, 0, 700, 500).at, 700 + 625);
+        // The channels free at 900: 16,000 SM-ns done, 34,000 left at 100 SMs end it at 1,240,
+        // before the event posted at 1,325, so a new one is posted and the old one goes stale.
+        c.busy[0] -= 20;
+        c.retime(0, 900, &mut out);
+        assert_eq!(out, vec![Retimed { at: 1_240, task: 8, generation: 1 }]);
+        assert_eq!(c.due(0, 8, 1, 1_240), Due::Done);
+        assert_eq!(c.due(0, 8, 0, 1_325), Due::Stale);
     }
 
     /// Rounding: 3 ns of work on 7 SMs with 4 held take ceil(21 / 3) = 7 ns; a re-time at the very

@@ -577,11 +577,14 @@ impl<'a> Engine<'a> {
         match ev {
             EventKind::TaskDone(t) => self.finish(t),
             EventKind::ComputeDone(t, generation) => {
-                let dag = self.dag;
-                if self.contention.as_mut().is_some_and(|c| c.compute_done(dag, t, generation)) {
-                    self.finish(t)
-                } else {
-                    Ok(())
+                let (dag, now) = (self.dag, self.now);
+                match self.contention.as_mut().map(|c| c.compute_done(dag, t, generation, now)) {
+                    Some(contention::Due::Done) => self.finish(t),
+                    Some(contention::Due::Later(r)) => {
+                        self.push(r.at, EventKind::ComputeDone(r.task, r.generation));
+                        Ok(())
+                    }
+                    _ => Ok(()),
                 }
             }
             EventKind::FlowActivate(slot) => self.activate(slot),
