@@ -834,6 +834,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         Pass::Forward => (Phase::Forward, layer.forward.mean_ns),
                         Pass::Backward => (Phase::Backward, layer.backward.mean_ns),
                     };
+                    let memory_share = layer.memory.map_or(0.0, |m| match step.pass {
+                        Pass::Forward => m.forward,
+                        Pass::Backward => m.backward,
+                    });
                     // ZeRO-3 / FSDP: every TP rank gathers the layer's parameters over its own DP
                     // group before each use, once the layer two before it is done (one ahead).
                     let gathered: Vec<(u32, TaskId)> = if gather_params && new_unit && unit_bytes[&unit] > 0 {
@@ -908,6 +912,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             it,
                             Some(l),
                         ));
+                        b.set_memory_share(t, memory_share);
                         if let Some(p) = last[k] {
                             b.add_edge(p, t);
                         }
@@ -1028,6 +1033,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                                 it,
                                                 Some(l),
                                             ));
+                                            b.set_memory_share(t, memory_share);
                                             if let Some(p) = start[k] {
                                                 b.add_edge(p, t);
                                             }
