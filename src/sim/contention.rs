@@ -337,7 +337,7 @@ impl Contention {
     /// passes each received byte makes through memory under the choice's protocol. 0 when
     /// traffic is not charged or the tuner gives no time.
     fn hbm_traffic(&self, choice: &Choice, op: CollectiveOp, n: u32, bytes: u64) -> u64 {
-        if self.hbm == 0 || !(choice.model_us > 0.0) || n < 2 {
+        if self.hbm == 0 || choice.model_us.is_nan() || choice.model_us <= 0.0 || n < 2 {
             return 0;
         }
         let bus_bytes = op.bus_factor(n) * bytes as f64;

@@ -1852,17 +1852,19 @@ mod tests {
     /// are memory-bound; recomputation (10 us) counts as math.
     #[test]
     fn a_block_s_memory_share_is_its_memory_passes_less_their_launches() {
-        let op = |name, forward_ns, backward_ns, forward_flops| OpCost {
-            name,
-            forward_ns,
-            backward_ns,
-            forward_flops,
-            backward_flops: 2.0 * forward_flops,
+        let fc = OpCost {
+            name: "fc",
+            forward_ns: 80_000.0,
+            backward_ns: 160_000.0,
+            forward_flops: 1e9,
+            backward_flops: 2e9,
             kernels: (1, 1),
         };
+        let norm =
+            OpCost { forward_ns: 25_000.0, backward_ns: 45_000.0, forward_flops: 0.0, backward_flops: 0.0, ..fc };
         let blk = BlockCost {
             name: "mlp",
-            ops: vec![op("fc", 80_000.0, 160_000.0, 1e9), op("norm", 25_000.0, 45_000.0, 0.0)],
+            ops: vec![fc, OpCost { name: "norm", ..norm }],
             recompute_ns: 0.0,
             params: 0,
             tensors: Vec::new(),
