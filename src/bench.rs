@@ -42,6 +42,7 @@ pub fn synthetic(layers: usize) -> Workload {
         grad_bytes: total_bytes / layers as u64,
         grad_tensors: Vec::new(),
         util: None,
+        memory: None,
         tp: None,
     };
     Workload {

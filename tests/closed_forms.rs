@@ -39,6 +39,7 @@ fn workload(layers: &[(u64, u64, u64)], sample_bytes: u64, device_sample_bytes: 
                 grad_bytes: 1000,
                 grad_tensors: Vec::new(),
                 util: None,
+                memory: None,
                 tp: None,
             })
             .collect(),

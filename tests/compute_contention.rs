@@ -1,9 +1,10 @@
 //! Compute beside a collective (`--compute-contention sms`): each NCCL channel of a collective in
 //! flight holds one SM of every member GPU, and a compute task there runs on the SMs left. Checked
 //! on one compute task overlapped by one all-reduce, timed by hand from the collective's span and
-//! its channel count.
+//! its channel count. Under `sms+hbm` a memory-bound task also loses the memory bandwidth the
+//! collective's traffic takes (its bus bytes over NCCL's tuner time, 3 passes under Simple).
 
-use dagsim::collective::nccl::NcclConfig;
+use dagsim::collective::nccl::{NcclConfig, TunerOnly};
 use dagsim::collective::{Algorithm, CollectiveModel, CollectiveOp};
 use dagsim::dag::{DagBuilder, DagMeta, Discipline, Phase, Task, Work};
 use dagsim::hw::ComputeContention;
@@ -30,13 +31,23 @@ struct Outcome {
     label: String,
 }
 
-/// A 10 ms compute task on GPU 0 and an all-reduce of `bytes` over both GPUs, both from time 0;
-/// the all-reduce marked as not NCCL's when `not_nccl`.
-fn run(contention: ComputeContention, bytes: u64, not_nccl: bool) -> Outcome {
+fn machine(contention: ComputeContention) -> dagsim::hw::Machine {
     let topo = dagsim::hw::topology::parse_topology(TWO_NODES, Path::new("two-nodes.json"), false).unwrap();
     let mut m = topo.instantiate(2).unwrap();
     m.collectives = CollectiveModel::Nccl(NcclConfig::default());
     m.compute_contention = contention;
+    m
+}
+
+/// A 10 ms compute task on GPU 0 and an all-reduce of `bytes` over both GPUs, both from time 0;
+/// the all-reduce marked as not NCCL's when `not_nccl`.
+fn run(contention: ComputeContention, bytes: u64, not_nccl: bool) -> Outcome {
+    run_memory(contention, bytes, not_nccl, 0.0)
+}
+
+/// [`run`] with `memory` of the compute task's time memory-bound.
+fn run_memory(contention: ComputeContention, bytes: u64, not_nccl: bool, memory: f64) -> Outcome {
+    let m = machine(contention);
     let mut b = DagBuilder::new();
     let stream = b.add_queue("gpu0 compute", Discipline::Fifo, Some(0));
     let comm = b.add_queue("comm", Discipline::Fifo, None);
@@ -53,6 +64,7 @@ fn run(contention: ComputeContention, bytes: u64, not_nccl: bool) -> Outcome {
     if not_nccl {
         b.mark_not_nccl(all_reduce);
     }
+    b.set_memory_share(compute, memory);
     let dag = b.build(DagMeta { gpus: 2, iterations: 0, iteration_end: vec![] }).unwrap();
     let r = dagsim::sim::simulate(&dag, &m, Options { record_flows: true, ..Options::default() }).unwrap();
     let label = r.collective_labels.iter().find(|(t, _)| *t == all_reduce).map(|(_, l)| l.clone()).unwrap();
@@ -96,11 +108,44 @@ fn collectives_outside_nccl_hold_no_sms() {
     assert_eq!(marked.compute_end, COMPUTE_NS);
 }
 
+/// A wholly memory-bound 10 ms task beside a 20 MB all-reduce of two ranks over 12.5 GB/s: each
+/// rank receives the 20 MB (bus factor 1) in the time NCCL's tuner gives the call, and each byte
+/// crosses memory 3 times under Simple; the A100-80GB streams 2,039 GB/s x 0.75 alone. While the
+/// all-reduce runs the task gets the smaller of the SMs' and the memory's shares; by hand it then
+/// ends d + (10 ms - d x share) after its start (to within rounding).
+#[test]
+fn a_memory_bound_task_runs_on_the_memory_bandwidth_a_collective_leaves() {
+    let bytes = 20_000_000;
+    let sms_only = run_memory(ComputeContention::Sms, bytes, false, 1.0);
+    let slowed = run_memory(ComputeContention::SmsHbm, bytes, false, 1.0);
+    assert_eq!(slowed.collective_end, sms_only.collective_end, "the collective itself is not slowed");
+    let choice = TunerOnly::new(&machine(ComputeContention::SmsHbm), &[0, 1], NcclConfig::default())
+        .choose(CollectiveOp::AllReduce, bytes)
+        .unwrap();
+    assert_eq!(choice.proto.name(), "Simple", "{choice:?}");
+    let traffic = 3.0 * bytes as f64 / (choice.model_us * 1e3); // bytes/ns
+    let hbm = 2039.0 * 0.75;
+    let memory_share = 1.0 - traffic / hbm;
+    let k = channels(&slowed.label);
+    let sm_share = (SMS - k) as f64 / SMS as f64;
+    assert!(memory_share < sm_share, "memory ({memory_share}) is the scarcer share here (SMs {sm_share})");
+    let d = slowed.collective_end as f64;
+    let want = d + (COMPUTE_NS as f64 - d * memory_share);
+    assert!((slowed.compute_end as f64 - want).abs() <= 2.0, "{} vs {want} ({})", slowed.compute_end, slowed.label);
+    assert!(slowed.compute_end > sms_only.compute_end);
+    // A task with no memory-bound share keeps the SM model.
+    assert_eq!(
+        run(ComputeContention::SmsHbm, bytes, false).compute_end,
+        run(ComputeContention::Sms, bytes, false).compute_end
+    );
+}
+
 #[test]
 fn the_flag_names_itself_on_bad_input() {
     let e = ComputeContention::parse("wave").unwrap_err().to_string();
     assert!(e.contains("--compute-contention") && e.contains("wave"), "{e}");
     assert_eq!(ComputeContention::parse("SMS").unwrap(), ComputeContention::Sms);
+    assert_eq!(ComputeContention::parse("sms+hbm").unwrap(), ComputeContention::SmsHbm);
     assert_eq!(ComputeContention::parse("off").unwrap(), ComputeContention::Off);
     assert_eq!(ComputeContention::default(), ComputeContention::Sms);
 }

@@ -31,6 +31,7 @@ fn workload() -> Workload {
         grad_bytes: 0,
         grad_tensors: Vec::new(),
         util: None,
+        memory: None,
         tp: None,
     };
     Workload {

@@ -38,6 +38,7 @@ fn layer(f: u64, b: u64, tensors: &[u64]) -> Layer {
         grad_bytes: tensors.iter().sum(),
         grad_tensors: tensors.to_vec(),
         util: None,
+        memory: None,
         tp: None,
     }
 }

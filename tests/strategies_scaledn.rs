@@ -132,6 +132,7 @@ fn small_model() -> Workload {
             grad_bytes: 14_000_000 / 158,
             grad_tensors: Vec::new(),
             util: None,
+            memory: None,
             tp: None,
         })
         .collect();

@@ -37,6 +37,7 @@ fn workload(grads: [u64; 2], device_sample_bytes: u64) -> Workload {
         grad_bytes: g,
         grad_tensors: Vec::new(),
         util: None,
+        memory: None,
         tp: None,
     };
     Workload {

@@ -49,19 +49,7 @@ pub struct CollectiveRow {
 
 /// nccl-tests' bus factor: busbw / algbw for `op` on `n` ranks.
 pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
-    let n = n.max(1) as f64;
-    match op {
-        CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
-        CollectiveOp::AllGather
-        | CollectiveOp::ReduceScatter
-        | CollectiveOp::AllToAll
-        | CollectiveOp::HybridAllToAll { .. } => (n - 1.0) / n,
-        CollectiveOp::Broadcast
-        | CollectiveOp::Reduce
-        | CollectiveOp::Gather
-        | CollectiveOp::Scatter
-        | CollectiveOp::SendRecv => 1.0,
-    }
+    op.bus_factor(n)
 }
 
 /// The sizes nccl-tests runs for `-b min -e max -f factor`: min, min x factor, ... up to max.

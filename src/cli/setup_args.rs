@@ -123,8 +123,10 @@ pub struct CollectiveArgs {
     #[arg(long, value_name = "ROUTE")]
     pub nic_route: Option<String>,
     /// Whether compute kernels slow down beside the collectives in flight on their GPU: off (a
-    /// collective overlaps compute for free) or sms (each NCCL channel holds one SM while the
-    /// collective runs; compute runs on the SMs left; the default).
+    /// collective overlaps compute for free), sms (each NCCL channel holds one SM while the
+    /// collective runs; compute runs on the SMs left; the default) or sms+hbm (sms, and the
+    /// memory-bound part of a kernel streams at the memory bandwidth the collectives' traffic
+    /// leaves; opt-in).
     #[arg(long, value_name = "MODEL")]
     pub compute_contention: Option<String>,
 }

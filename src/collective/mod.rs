@@ -80,6 +80,24 @@ pub fn in_training_efficiency(op: CollectiveOp, layout: Layout) -> f64 {
 }
 
 impl CollectiveOp {
+    /// nccl-tests' bus factor: the bytes each rank sends (and receives) per byte of `bytes`, on
+    /// `n` ranks (busbw / algbw, nccl-tests `doc/PERFORMANCE.md`).
+    pub fn bus_factor(self, n: u32) -> f64 {
+        let n = n.max(1) as f64;
+        match self {
+            CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
+            CollectiveOp::AllGather
+            | CollectiveOp::ReduceScatter
+            | CollectiveOp::AllToAll
+            | CollectiveOp::HybridAllToAll { .. } => (n - 1.0) / n,
+            CollectiveOp::Broadcast
+            | CollectiveOp::Reduce
+            | CollectiveOp::Gather
+            | CollectiveOp::Scatter
+            | CollectiveOp::SendRecv => 1.0,
+        }
+    }
+
     pub const ALL: [CollectiveOp; 9] = [
         CollectiveOp::AllReduce,
         CollectiveOp::Broadcast,

@@ -947,6 +947,7 @@ mod tests {
             grad_bytes: tensors.iter().sum(),
             grad_tensors: tensors.to_vec(),
             util: None,
+            memory: None,
             tp: None,
         }
     }

@@ -243,6 +243,9 @@ pub struct Dag {
     collective_images: Vec<(TaskId, TaskId)>,
     /// Collectives run by a library other than NCCL (Transformer Engine's userbuffers), sorted.
     not_nccl: Vec<TaskId>,
+    /// Compute tasks with memory-bound kernels: (task, share of its time in [`MEMORY_SHARE_ONE`]
+    /// parts), sorted by task.
+    memory_share: Vec<(TaskId, u32)>,
     pub meta: DagMeta,
 }
 
@@ -315,6 +318,12 @@ impl Dag {
         self.not_nccl.binary_search(&t).is_ok()
     }
 
+    /// The share of compute task `t`'s time its memory-bound kernels take, in parts of
+    /// [`MEMORY_SHARE_ONE`] (0: none known; see [`DagBuilder::set_memory_share`]).
+    pub fn memory_share(&self, t: TaskId) -> u32 {
+        self.memory_share.binary_search_by_key(&t, |&(x, _)| x).map_or(0, |i| self.memory_share[i].1)
+    }
+
     /// Graphviz DOT of the graph (for small DAGs; labels say iteration, GPU, phase, layer).
     pub fn to_dot(&self) -> String {
         let mut g = petgraph::graph::DiGraph::<String, ()>::with_capacity(self.len(), self.edge_count());
@@ -342,7 +351,11 @@ pub struct DagBuilder {
     images: Vec<(TaskId, u32)>,
     collective_images: Vec<(TaskId, TaskId)>,
     not_nccl: Vec<TaskId>,
+    memory_share: Vec<(TaskId, u32)>,
 }
+
+/// The whole of a compute task's time in [`Dag::memory_share`]'s parts.
+pub const MEMORY_SHARE_ONE: u32 = 1 << 16;
 
 impl DagBuilder {
     /// Tasks' GPU indices stand for these global ranks (ascending), when not all ranks have tasks
@@ -413,6 +426,13 @@ impl DagBuilder {
     /// under Megatron's --tp-comm-overlap): it holds none of NCCL's channels on its GPUs.
     pub fn mark_not_nccl(&mut self, t: TaskId) {
         self.not_nccl.push(t);
+    }
+
+    /// Declares `share` (in [0, 1]) of compute task `t`'s time memory-bound: the part that slows
+    /// when a collective beside it takes some of the GPU's memory bandwidth. Last call wins.
+    pub fn set_memory_share(&mut self, t: TaskId, share: f64) {
+        let parts = (share.clamp(0.0, 1.0) * MEMORY_SHARE_ONE as f64).round() as u32;
+        self.memory_share.push((t, parts));
     }
 
     /// Freezes the graph: removes duplicate edges, builds successor lists, rejects cycles
@@ -507,6 +527,16 @@ impl DagBuilder {
                 v.dedup();
                 v
             },
+            memory_share: {
+                let mut v = self.memory_share;
+                // Stable: of two calls for one task the later one stays, after dedup keeps the last.
+                v.sort_by_key(|&(t, _)| t);
+                v.reverse();
+                v.dedup_by_key(|&mut (t, _)| t);
+                v.reverse();
+                v.retain(|&(_, parts)| parts > 0);
+                v
+            },
             meta,
         };
         dag.check_acyclic()?;
@@ -579,6 +609,23 @@ mod tests {
         assert_eq!(dag.pred_count(d), 2);
         assert_eq!(dag.edge_count(), 3);
         assert!(dag.to_dot().contains("T2 it0 gpu0 forward"));
+    }
+
+    /// Shares in [0, 1] kept in parts of 2^16 (rounded, clamped), looked up by task; the last
+    /// call for a task wins; none or zero: 0.
+    #[test]
+    fn memory_shares_are_kept_per_task() {
+        let mut b = DagBuilder::new();
+        let t: Vec<TaskId> = (0..4).map(|_| b.add_task(fixed(1))).collect();
+        b.set_memory_share(t[2], 0.25);
+        b.set_memory_share(t[0], 0.5);
+        b.set_memory_share(t[2], 0.75);
+        b.set_memory_share(t[1], 2.0);
+        b.set_memory_share(t[3], 0.5);
+        b.set_memory_share(t[3], 0.0);
+        let dag = b.build(DagMeta::default()).unwrap();
+        let shares: Vec<u32> = t.iter().map(|&x| dag.memory_share(x)).collect();
+        assert_eq!(shares, vec![MEMORY_SHARE_ONE / 2, MEMORY_SHARE_ONE, 3 * MEMORY_SHARE_ONE / 4, 0]);
     }
 
     #[test]

@@ -847,6 +847,10 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                         Pass::Forward => (Phase::Forward, layer.forward.mean_ns),
                         Pass::Backward => (Phase::Backward, layer.backward.mean_ns),
                     };
+                    let memory_share = layer.memory.map_or(0.0, |m| match step.pass {
+                        Pass::Forward => m.forward,
+                        Pass::Backward => m.backward,
+                    });
                     // ZeRO-3 / FSDP: every TP rank gathers the layer's parameters over its own DP
                     // group before each use, once the layer two before it is done (one ahead).
                     let gathered: Vec<(u32, TaskId)> = if gather_params && new_unit && unit_bytes[&unit] > 0 {
@@ -921,6 +925,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                             it,
                             Some(l),
                         ));
+                        b.set_memory_share(t, memory_share);
                         if let Some(p) = last[k] {
                             b.add_edge(p, t);
                         }
@@ -1041,6 +1046,7 @@ pub fn build_plan(input: &BuildInput, layout: &PlanLayout) -> Result<Dag> {
                                                 it,
                                                 Some(l),
                                             ));
+                                            b.set_memory_share(t, memory_share);
                                             if let Some(p) = start[k] {
                                                 b.add_edge(p, t);
                                             }
@@ -1838,6 +1844,7 @@ mod apex_tests {
             grad_tensors: vec![4 * elems],
             util: None,
             tp: None,
+            memory: None,
         }
     }
 

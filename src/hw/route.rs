@@ -82,6 +82,10 @@ pub enum ComputeContention {
     /// (docs/machines.md).
     #[default]
     Sms,
+    /// `Sms`, and the collective's traffic through the GPU's memory (each byte it receives is
+    /// stored, read back and read or written as user data) taken from the bandwidth the
+    /// memory-bound part of a compute kernel streams at (`sim/contention.rs`).
+    SmsHbm,
 }
 
 impl ComputeContention {
@@ -89,6 +93,7 @@ impl ComputeContention {
         match self {
             ComputeContention::Off => "off",
             ComputeContention::Sms => "sms",
+            ComputeContention::SmsHbm => "sms+hbm",
         }
     }
 
@@ -97,9 +102,10 @@ impl ComputeContention {
         match s.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Ok(ComputeContention::Off),
             "sms" => Ok(ComputeContention::Sms),
+            "sms+hbm" => Ok(ComputeContention::SmsHbm),
             other => Err(crate::error::Error::invalid(
                 "--compute-contention",
-                format!("unknown compute contention `{other}`; expected off or sms"),
+                format!("unknown compute contention `{other}`; expected off, sms or sms+hbm"),
             )),
         }
     }

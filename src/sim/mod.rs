@@ -809,7 +809,7 @@ impl<'a> Engine<'a> {
                 match self.contention.as_mut() {
                     Some(c) if contention::Contention::is_compute(self.dag, t) => {
                         let gpu = self.dag.task(t).gpu.unwrap_or(0);
-                        let r = c.start_compute(t, gpu, self.now, ns);
+                        let r = c.start_compute(t, gpu, self.now, ns, self.dag.memory_share(t));
                         self.push(r.at, EventKind::ComputeDone(t, r.generation))
                     }
                     _ => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),

@@ -15,7 +15,7 @@ use super::gpu::{GpuSpec, Precision};
 use super::moe::{moe_blocks, MoeCost, MoeOptions};
 use super::synth::{LAUNCH_NS, MEMORY_EFFICIENCY};
 use super::transformer::{Family, Position, TransformerConfig};
-use super::{CommGroup, Layer, Stat, TpCollective, TpComm, Workload};
+use super::{CommGroup, Layer, MemoryShare, Stat, TpCollective, TpComm, Workload};
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -968,6 +968,20 @@ impl BlockCost {
     pub fn model_flops(&self) -> f64 {
         self.ops.iter().map(|o| o.forward_flops + o.backward_flops).sum()
     }
+    /// The share of each pass spent in the ops this model times as memory passes (no matmul
+    /// FLOPs: norms, activations, dropout, residual adds, casts, the embedding's gather), less
+    /// their launch gaps. GEMMs count as math even where their roofline is memory-bound, and
+    /// recomputation as math: the share is a lower bound.
+    pub fn memory_share(&self) -> MemoryShare {
+        let streaming = |ns: f64, kernels: u32| (ns - kernels as f64 * LAUNCH_NS).max(0.0);
+        let (mut forward, mut backward) = (0.0, 0.0);
+        for o in self.ops.iter().filter(|o| o.forward_flops == 0.0 && o.backward_flops == 0.0) {
+            forward += streaming(o.forward_ns, o.kernels.0);
+            backward += streaming(o.backward_ns, o.kernels.1);
+        }
+        let share = |memory: f64, total: f64| if total > 0.0 { (memory / total).clamp(0.0, 1.0) } else { 0.0 };
+        MemoryShare { forward: share(forward, self.forward_ns()), backward: share(backward, self.backward_ns()) }
+    }
 }
 
 /// A transformer costed on one GPU for one micro-batch, per TP rank.
@@ -1686,6 +1700,7 @@ impl TransformerCost {
             grad_bytes: blk.params * grad_bytes,
             grad_tensors: blk.tensors.iter().filter(|&&t| t > 0).map(|t| t * grad_bytes).collect(),
             util: None,
+            memory: Some(blk.memory_share()),
             tp: blk.tp.clone(),
         };
         let layers: Vec<Layer> = self.workload_blocks().into_iter().map(|(name, b)| layer(name, b)).collect();
@@ -1969,6 +1984,35 @@ mod tests {
         let e =
             cost_moe(&cfg, h100, &o, &MoeOptions { ep: 2, etp: 4, routing: flex, ..Default::default() }).unwrap_err();
         assert!(e.to_string().contains("moe-dispatcher=alltoall"), "{e}");
+    }
+
+    /// A block of a GEMM (math: 80 us forward, 160 backward) and a norm (a memory pass: 25 us
+    /// forward, 45 backward, one 5 us launch each): 20 of 105 us forward and 40 of 205 backward
+    /// are memory-bound; recomputation (10 us) counts as math.
+    #[test]
+    fn a_block_s_memory_share_is_its_memory_passes_less_their_launches() {
+        let fc = OpCost {
+            name: "fc",
+            forward_ns: 80_000.0,
+            backward_ns: 160_000.0,
+            forward_flops: 1e9,
+            backward_flops: 2e9,
+            kernels: (1, 1),
+        };
+        let norm =
+            OpCost { forward_ns: 25_000.0, backward_ns: 45_000.0, forward_flops: 0.0, backward_flops: 0.0, ..fc };
+        let blk = BlockCost {
+            name: "mlp",
+            ops: vec![fc, OpCost { name: "norm", ..norm }],
+            recompute_ns: 0.0,
+            params: 0,
+            tensors: Vec::new(),
+            tp: None,
+        };
+        let m = blk.memory_share();
+        assert!((m.forward - 20.0 / 105.0).abs() < 1e-12 && (m.backward - 40.0 / 205.0).abs() < 1e-12, "{m:?}");
+        let m = BlockCost { recompute_ns: 10_000.0, ..blk }.memory_share();
+        assert!((m.backward - 40.0 / 215.0).abs() < 1e-12, "{m:?}");
     }
 
     fn named_op<'a>(b: &'a BlockCost, name: &str) -> &'a OpCost {

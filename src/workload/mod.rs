@@ -67,6 +67,12 @@ pub struct Layer {
     /// Synthesis derives it from the layer's size; traces and profiles do not carry it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub util: Option<KernelUtil>,
+    /// Share of each pass's time its memory-bound kernels take (the rest is math or launch
+    /// gaps): the part that slows when a collective takes some of the GPU's memory bandwidth
+    /// (`sim/contention.rs`). Synthesis and the transformer model derive it from their roofline;
+    /// traces and profiles do not carry it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryShare>,
     /// Tensor-parallel collectives the layer runs (transformer workloads split over a TP group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tp: Option<TpComm>,
@@ -154,6 +160,14 @@ impl CpRing {
 /// small layers and batches leave most of a big GPU idle). MPS clients share what is left.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct KernelUtil {
+    pub forward: f64,
+    pub backward: f64,
+}
+
+/// A layer's forward and backward memory-bound share, each in [0, 1]: the time its kernels spend
+/// streaming memory at the GPU's achievable bandwidth over the pass's time alone.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryShare {
     pub forward: f64,
     pub backward: f64,
 }

@@ -6,7 +6,7 @@
 use super::gpu::{GpuSpec, Precision};
 use super::memory::Optimizer;
 use super::zoo::{LayerKind, Model};
-use super::{KernelUtil, Layer, Stat, Workload};
+use super::{KernelUtil, Layer, MemoryShare, Stat, Workload};
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -60,6 +60,9 @@ pub struct SynthLayer {
     /// Fraction of the GPU the forward and backward kernels keep busy alone (see [`KernelUtil`]).
     pub forward_util: f64,
     pub backward_util: f64,
+    /// Share of the forward and backward time that is memory-bound (see [`MemoryShare`]).
+    pub forward_memory: f64,
+    pub backward_memory: f64,
 }
 
 /// A model timed on a GPU: per-layer forward/backward and the update step, in nanoseconds.
@@ -138,6 +141,7 @@ impl Synthetic {
                     grad_bytes: l.params * grad_bytes_per_param,
                     grad_tensors: l.tensors.iter().map(|t| t * grad_bytes_per_param).collect(),
                     util: Some(KernelUtil { forward: l.forward_util, backward: l.backward_util }),
+                    memory: Some(MemoryShare { forward: l.forward_memory, backward: l.backward_memory }),
                     tp: None,
                 })
                 .collect(),
@@ -213,28 +217,34 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
                 // Backward computes the input gradient and the weight gradient (twice the math),
                 // except for the first layer, whose input needs no gradient.
                 let bwd_mult = if i == 0 { 1.0 } else { 2.0 };
-                let f = (flops / (dense * parallelism)).max(f_bytes / mem);
-                let bk = (bwd_mult * flops / (dense * parallelism)).max(2.0 * f_bytes / mem);
+                let f = roofline(flops / (dense * parallelism), f_bytes / mem);
+                let bk = roofline(bwd_mult * flops / (dense * parallelism), 2.0 * f_bytes / mem);
                 (f, bk)
             }
             LayerKind::DepthwiseConv => {
                 let f_bytes = (inp + out) * elem;
-                let f = (flops / (vector * parallelism)).max(f_bytes / mem);
-                (f, 2.0 * f)
+                let f = roofline(flops / (vector * parallelism), f_bytes / mem);
+                (f, Pass { ns: 2.0 * f.ns, memory_ns: 2.0 * f.memory_ns })
             }
             kind => {
                 let (f_passes, b_passes) = streaming_passes(kind);
                 let e = inp.max(out) * elem;
-                let f = (f_passes * e / mem).max(flops / (vector * parallelism));
-                let bk = (b_passes * e / mem).max(flops / (vector * parallelism));
+                let f = roofline(flops / (vector * parallelism), f_passes * e / mem);
+                let bk = roofline(flops / (vector * parallelism), b_passes * e / mem);
                 (f, bk)
             }
         };
         let (fwd, bwd) = pass_times(parallelism);
+        // The launch gap is neither math nor memory traffic.
+        let memory_share =
+            |memory_ns: f64, total: f64| if total > 0.0 { (memory_ns / total).clamp(0.0, 1.0) } else { 0.0 };
+        let (fwd_memory, bwd_memory) = (fwd.memory_ns, bwd.memory_ns);
+        let (fwd, bwd) = (fwd.ns, bwd.ns);
         let (fwd, bwd) = if l.kind == LayerKind::Other { (0.0, 0.0) } else { (fwd + LAUNCH_NS, bwd + LAUNCH_NS) };
         // Utilisation alone: the time the kernels would take on a GPU they filled (full
         // parallelism, and no launch gap, during which the GPU idles) over their time alone.
         let (fwd_full, bwd_full) = pass_times(1.0);
+        let (fwd_full, bwd_full) = (fwd_full.ns, bwd_full.ns);
         let busy = |full: f64, alone: f64| if alone > 0.0 { (full / alone).clamp(MIN_UTIL, 1.0) } else { 1.0 };
         layers.push(SynthLayer {
             name: l.name.clone(),
@@ -245,6 +255,8 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
             backward_ns: bwd,
             forward_util: busy(fwd_full, fwd),
             backward_util: busy(bwd_full, bwd),
+            forward_memory: memory_share(fwd_memory, fwd),
+            backward_memory: memory_share(bwd_memory, bwd),
         });
     }
     // The update streams weights, gradients and optimizer state once (FP32 master copies).
@@ -268,6 +280,22 @@ pub fn synthesize(model: &Model, gpu: &GpuSpec, opts: SynthOptions) -> Result<Sy
         device_sample_bytes,
         calibration_factor: 1.0,
     })
+}
+
+/// One pass's roofline time and the part of it that is memory-bound (all of it when streaming
+/// the bytes takes longer than the math, none otherwise).
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    ns: f64,
+    memory_ns: f64,
+}
+
+fn roofline(math_ns: f64, memory_ns: f64) -> Pass {
+    if memory_ns > math_ns {
+        Pass { ns: memory_ns, memory_ns }
+    } else {
+        Pass { ns: math_ns, memory_ns: 0.0 }
+    }
 }
 
 /// Forward and backward memory passes over the layer's larger tensor, by kind.
@@ -298,6 +326,24 @@ mod tests {
         let m = Model::by_name(model, None).unwrap();
         let g = GpuSpec::by_name(gpu).unwrap();
         synthesize(&m, g, SynthOptions { batch, precision, optimizer: Optimizer::Momentum }).unwrap()
+    }
+
+    /// The roofline's memory-bound share of a pass: a batch-norm streams its tensor (all of its
+    /// time but the 5 us launch gap), a large 3x3 convolution is math; calibration keeps shares.
+    #[test]
+    fn memory_bound_share_is_the_streaming_part_of_a_pass() {
+        let mut s = synth("resnet50", "v100", 128, Precision::Fp32);
+        let bn = s.layers.iter().find(|l| l.kind == LayerKind::BatchNorm).unwrap().clone();
+        assert!((bn.forward_memory - (bn.forward_ns - LAUNCH_NS) / bn.forward_ns).abs() < 1e-12, "{bn:?}");
+        assert!(bn.forward_memory > 0.9 && bn.backward_memory > 0.9, "{bn:?}");
+        let conv =
+            s.layers.iter().filter(|l| l.kind == LayerKind::Conv).max_by(|a, b| a.forward_ns.total_cmp(&b.forward_ns));
+        let conv = conv.unwrap().clone();
+        assert_eq!((conv.forward_memory, conv.backward_memory), (0.0, 0.0), "{conv:?}");
+        s.calibrate_throughput(300.0).unwrap();
+        let w = s.to_workload();
+        let l = w.layers.iter().find(|l| l.name == bn.name).unwrap();
+        assert_eq!(l.memory, Some(MemoryShare { forward: bn.forward_memory, backward: bn.backward_memory }));
     }
 
     #[test]

@@ -379,6 +379,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             grad_bytes: bytes,
             grad_tensors: first[k].tensors.clone(),
             util,
+            memory: None,
             tp: None,
         });
     }

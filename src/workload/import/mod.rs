@@ -148,6 +148,7 @@ impl Profile {
                     grad_bytes: l.param_bytes,
                     grad_tensors: l.tensors.clone(),
                     util: None,
+                    memory: None,
                     tp: None,
                 })
                 .collect(),

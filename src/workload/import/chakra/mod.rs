@@ -316,6 +316,7 @@ fn from_foreign(trace: &ChakraTrace, path: &Path, name: String) -> Result<Worklo
                 grad_bytes: 0,
                 grad_tensors: Vec::new(),
                 util: None,
+                memory: None,
                 tp: None,
             };
             if backward[i] == Some(true) {
@@ -519,6 +520,7 @@ fn from_dagsim(trace: &ChakraTrace, path: &Path) -> Result<Workload> {
                     grad_bytes: 0,
                     grad_tensors: Vec::new(),
                     util: None,
+                    memory: None,
                     tp: None,
                 });
                 match phase {
