@@ -5,7 +5,8 @@
 //! * **Native CSV** (documented in `traces/README.md`): `# key: value` metadata lines, then a header
 //!   row naming at least `name,forward_us,backward_us,grad_bytes` (optional `layer`, `comm_us`,
 //!   `iteration`, and `forward_util,backward_util`: the fraction of the GPU the layer's kernels
-//!   keep busy alone, as synthesis derives it; `grad_tensors`: the layer's gradient tensors in bytes
+//!   keep busy alone, as synthesis derives it; `forward_memory,backward_memory`: the share of the
+//!   layer's time that is memory-bound, in [0, 1], as synthesis derives it; `grad_tensors`: the layer's gradient tensors in bytes
 //!   separated by `;`, summing to `grad_bytes`), then one row per layer per iteration. Without
 //!   `grad_tensors` each learnable layer counts as one tensor.
 //! * **Shi et al. table** (the DAG paper's Table VI and its published trace files): whitespace-,
@@ -14,7 +15,7 @@
 //!
 //! Both are summarised per layer as mean and spread over the iterations in the file.
 
-use super::{KernelUtil, Layer, Stat, Workload};
+use super::{KernelUtil, Layer, MemoryShare, Stat, Workload};
 use crate::error::{Error, Location, Result};
 use crate::units::us_to_ns;
 use std::path::Path;
@@ -40,6 +41,8 @@ struct Row {
     grad_bytes: u64,
     /// Forward and backward utilisation alone, when the trace has those columns.
     util: Option<(f64, f64)>,
+    /// Forward and backward memory-bound shares, when the trace has those columns.
+    memory: Option<(f64, f64)>,
     /// The layer's gradient tensors in bytes, when the trace lists them.
     tensors: Vec<u64>,
 }
@@ -171,6 +174,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
         (need("name")?, need("forward_us")?, need("backward_us")?, need("grad_bytes")?);
     let (c_id, c_comm, c_iter) = (col("layer"), col("comm_us"), col("iteration"));
     let c_util = col("forward_util").zip(col("backward_util"));
+    let c_memory = col("forward_memory").zip(col("backward_memory"));
     let c_tensors = col("grad_tensors");
 
     let mut rows = Vec::new();
@@ -229,6 +233,17 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             Some((f, b)) => Some((fraction(f, "forward_util")?, fraction(b, "backward_util")?)),
             None => None,
         };
+        let share = |c: usize, name: &str| -> Result<f64> {
+            let (v, at) = field(c, name);
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| (0.0..=1.0).contains(x))
+                .ok_or_else(|| Error::parse(at, format!("expected a memory-bound share in [0, 1], found `{v}`")))
+        };
+        let memory = match c_memory {
+            Some((f, b)) => Some((share(f, "forward_memory")?, share(b, "backward_memory")?)),
+            None => None,
+        };
         let tensors = match c_tensors {
             Some(c) => {
                 let (v, at) = field(c, "grad_tensors");
@@ -249,6 +264,7 @@ fn parse_native(text: &str, path: &Path) -> Result<(Meta, Vec<Row>)> {
             },
             grad_bytes,
             util,
+            memory,
             tensors,
         });
     }
@@ -295,6 +311,7 @@ fn parse_shi(text: &str, path: &Path) -> Result<Vec<Row>> {
             comm_us: time(4)?,
             grad_bytes,
             util: None,
+            memory: None,
             tensors: Vec::new(),
         });
     }
@@ -367,10 +384,15 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             ));
         }
         let comm = Stat::from_samples(&samples(&|r| r.comm_us));
-        let mean = |f: &dyn Fn((f64, f64)) -> f64| {
-            iterations.iter().filter_map(|it| it[k].util).map(f).sum::<f64>() / iterations.len() as f64
+        let mean = |pair: &dyn Fn(&Row) -> Option<(f64, f64)>, f: &dyn Fn((f64, f64)) -> f64| {
+            iterations.iter().filter_map(|it| pair(it[k])).map(f).sum::<f64>() / iterations.len() as f64
         };
-        let util = first[k].util.map(|_| KernelUtil { forward: mean(&|u| u.0), backward: mean(&|u| u.1) });
+        let (util_of, memory_of) = (|r: &Row| r.util, |r: &Row| r.memory);
+        let util =
+            first[k].util.map(|_| KernelUtil { forward: mean(&util_of, &|u| u.0), backward: mean(&util_of, &|u| u.1) });
+        let memory = first[k]
+            .memory
+            .map(|_| MemoryShare { forward: mean(&memory_of, &|u| u.0), backward: mean(&memory_of, &|u| u.1) });
         layers.push(Layer {
             name: first[k].name.clone(),
             forward: Stat::from_samples(&samples(&|r| r.forward_us)),
@@ -379,7 +401,7 @@ fn summarise(rows: Vec<Row>, meta: Meta, path: &Path) -> Result<Workload> {
             grad_bytes: bytes,
             grad_tensors: first[k].tensors.clone(),
             util,
-            memory: None,
+            memory,
             tp: None,
         });
     }
@@ -481,6 +503,19 @@ mod tests {
         assert!(e.contains("t.csv:3") && e.contains("forward_util") && e.contains("(0, 1]"), "{e}");
         let plain = read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\n", p(), TraceFormat::Auto);
         assert!(plain.unwrap().layers[0].util.is_none());
+    }
+
+    #[test]
+    fn native_csv_reads_memory_share_columns() {
+        let text = "name,forward_us,backward_us,grad_bytes,forward_memory,backward_memory\na,1,2,0,0,0.5\n\
+                    a,1,2,0,0.5,1\n";
+        let w = read_trace_str(text, p(), TraceFormat::Auto).unwrap();
+        let m = w.layers[0].memory.unwrap();
+        assert_eq!((m.forward, m.backward), (0.25, 0.75), "averaged over the two iterations");
+        let e = read_trace_str(&text.replace("0.5,1", "0.5,1.5"), p(), TraceFormat::Auto).unwrap_err().to_string();
+        assert!(e.contains("t.csv:3") && e.contains("backward_memory") && e.contains("[0, 1]"), "{e}");
+        let plain = read_trace_str("name,forward_us,backward_us,grad_bytes\na,1,2,0\n", p(), TraceFormat::Auto);
+        assert!(plain.unwrap().layers[0].memory.is_none());
     }
 
     #[test]

@@ -25,18 +25,22 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
     // Utilisation columns only for workloads that carry it (synthesised ones), so that MPS
     // sharing reads back the same.
     let util = w.layers.iter().all(|l| l.util.is_some());
+    // Memory-bound shares likewise (synthesised workloads), for `--compute-contention sms+hbm`.
+    let memory = w.layers.iter().all(|l| l.memory.is_some());
     // Tensor lists only when every learnable layer has one, so a per-layer trace stays per-layer.
     let tensors = w.tensor_source() == super::TensorSource::Listed;
     s.push_str("layer,name,forward_us,backward_us,comm_us,grad_bytes");
     s.push_str(if util { ",forward_util,backward_util" } else { "" });
+    s.push_str(if memory { ",forward_memory,backward_memory" } else { "" });
     s.push_str(if tensors { ",grad_tensors\n" } else { "\n" });
     let mut id = 0;
     if let Some(d) = w.data_load {
         let _ = writeln!(
             s,
-            "0,data,{},0,0,0{}{}",
+            "0,data,{},0,0,0{}{}{}",
             us(d.mean_ns),
             if util { ",1,1" } else { "" },
+            if memory { ",0,0" } else { "" },
             if tensors { "," } else { "" }
         );
     }
@@ -49,6 +53,9 @@ pub fn native_trace(w: &Workload, comments: &[String]) -> String {
         let _ = write!(s, "{id},{name},{},{},{comm},{}", us(l.forward.mean_ns), us(l.backward.mean_ns), l.grad_bytes);
         if let Some(u) = l.util.filter(|_| util) {
             let _ = write!(s, ",{},{}", u.forward, u.backward);
+        }
+        if let Some(m) = l.memory.filter(|_| memory) {
+            let _ = write!(s, ",{},{}", m.forward, m.backward);
         }
         if tensors {
             let list: Vec<String> = l.grad_tensors.iter().map(u64::to_string).collect();
