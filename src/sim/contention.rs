@@ -180,6 +180,12 @@ impl Contention {
         Retimed { at: end, task: t, generation: 0 }
     }
 
+    /// Whether compute tasks' memory-bound shares are read (`sms+hbm`).
+    #[inline]
+    pub(crate) fn charges_memory(&self) -> bool {
+        self.hbm > 0
+    }
+
     /// Work units per ns of a task on GPU `g` with `memory` parts memory-bound: the SMs left
     /// (x [`WORK_SCALE`]), or less where the memory the collectives leave is the smaller share.
     fn rate(&self, g: usize, memory: u32) -> u128 {
