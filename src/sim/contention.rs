@@ -168,9 +168,16 @@ impl Contention {
         self.sms - self.busy[gpu].min(self.sms - 1)
     }
 
+    /// Compute task `t` of `ns` standalone nanoseconds starts on `gpu` at `now`: its end. Its
+    /// memory-bound share is looked up only where it is read (`sms+hbm`): the lookup is a search.
+    pub(crate) fn start_task(&mut self, dag: &Dag, t: TaskId, gpu: u32, now: Nanos, ns: Nanos) -> Retimed {
+        let memory = if self.hbm > 0 { dag.memory_share(t) } else { 0 };
+        self.start_compute(t, gpu, now, ns, memory)
+    }
+
     /// A compute task of `ns` standalone nanoseconds, `memory` of it memory-bound (parts of
     /// [`MEMORY_SHARE_ONE`]), starts on `gpu` at `now`: its end.
-    pub(crate) fn start_compute(&mut self, t: TaskId, gpu: u32, now: Nanos, ns: Nanos, memory: u32) -> Retimed {
+    fn start_compute(&mut self, t: TaskId, gpu: u32, now: Nanos, ns: Nanos, memory: u32) -> Retimed {
         let g = gpu as usize;
         self.grow(g);
         let rate = self.rate(g, memory);
@@ -178,12 +185,6 @@ impl Contention {
         let end = now.saturating_add(ceil_div(left, rate));
         self.running[g].push(Running { task: t, generation: 0, since: now, left, rate, memory, end, posted: end });
         Retimed { at: end, task: t, generation: 0 }
-    }
-
-    /// Whether compute tasks' memory-bound shares are read (`sms+hbm`).
-    #[inline]
-    pub(crate) fn charges_memory(&self) -> bool {
-        self.hbm > 0
     }
 
     /// Work units per ns of a task on GPU `g` with `memory` parts memory-bound: the SMs left

@@ -809,9 +809,7 @@ impl<'a> Engine<'a> {
                 match self.contention.as_mut() {
                     Some(c) if contention::Contention::is_compute(self.dag, t) => {
                         let gpu = self.dag.task(t).gpu.unwrap_or(0);
-                        // The side table's lookup only where it is read (`sms+hbm`): it is a search.
-                        let memory = if c.charges_memory() { self.dag.memory_share(t) } else { 0 };
-                        let r = c.start_compute(t, gpu, self.now, ns, memory);
+                        let r = c.start_task(self.dag, t, gpu, self.now, ns);
                         self.push(r.at, EventKind::ComputeDone(t, r.generation))
                     }
                     _ => self.push(self.now.saturating_add(ns), EventKind::TaskDone(t)),
